@@ -1,0 +1,138 @@
+# wisp — build, test, demo, install.
+#   make            build/libwisp.so, build/libwisp.a, build/wisp
+#   make test       C unit tests + busted specs (installs missing Debian packages first)
+#   make test-gpu   the GPU specs (on a machine with a CUDA device)
+#   make demo       generate a Criteo-like model and data set, score it on every device
+#   make install PREFIX=/usr/local DESTDIR=...   /   make uninstall
+.DEFAULT_GOAL := all
+.SUFFIXES:
+MAKEFLAGS += --no-builtin-rules
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+BUILD   ?= build
+LUADIR  := $(PREFIX)/share/lua/5.1
+VERSION := 0.1.0
+
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+WFLAGS  := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wno-format-truncation
+XCFLAGS := -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WFLAGS) -Iengine/include -Iengine -march=x86-64-v2 -mtune=native \
+           -DWISP_LUA_DIR='"$(LUADIR)"'
+LDLIBS  := -lxxhash -lm -lpthread -ldl -lrt
+
+# ---- CUDA: compiled whenever nvcc exists; the runtime is linked statically,
+# so the same binary runs (and says "no CUDA device") where there is no GPU.
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+ifneq ($(NVCC),)
+CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+              -gencode arch=compute_90,code=compute_90
+NVFLAGS    ?= -O3 -std=c++17 -Xcompiler -fPIC -Iengine/include -Iengine -lineinfo $(CUDA_ARCHS)
+CU_SRC     := $(wildcard kernels/*.cu)
+CU_OBJ     := $(CU_SRC:kernels/%.cu=$(BUILD)/obj/kernels/%.o)
+CUDA_CFLAGS := -DWISP_HAVE_CUDA -I$(CUDA_HOME)/include
+CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/targets/x86_64-linux/lib -lcudart_static -lstdc++
+CUDA_EXCLUDE := engine/cuda_stub.c
+else
+CU_OBJ     :=
+CUDA_CFLAGS :=
+CUDA_LIBS  :=
+CUDA_EXCLUDE := engine/cuda.c
+endif
+
+# every engine/*.c is library code except the CLI (engine/cli*.c)
+LIB_SRC := $(filter-out engine/cli%.c $(CUDA_EXCLUDE),$(wildcard engine/*.c))
+CLI_SRC := $(wildcard engine/cli*.c)
+LIB_OBJ := $(LIB_SRC:engine/%.c=$(BUILD)/obj/%.o) $(CU_OBJ)
+CLI_OBJ := $(CLI_SRC:engine/%.c=$(BUILD)/obj/%.o)
+LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
+LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
+EDIT_LIBS     := -ledit
+
+.PHONY: all deps test test-c test-lua test-gpu demo bench install uninstall clean
+all: deps-build $(BUILD)/libwisp.so $(BUILD)/libwisp.a $(BUILD)/wisp
+
+# ---- Debian packages: installed when missing (fresh machines, CI) ----------
+BUILD_PKGS := gcc make pkg-config libxxhash-dev libluajit2-5.1-dev luajit2 libedit-dev
+TEST_PKGS  := lua-busted lua-cjson liblinear-tools
+define ensure_pkgs
+	@missing=""; for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "wisp: installing Debian packages:$$missing"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "wisp: need root to install$$missing (or install them yourself)" >&2; exit 1; fi; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
+	fi
+endef
+.PHONY: deps-build deps-test
+deps-build:
+	$(call ensure_pkgs,$(BUILD_PKGS))
+deps-test: deps-build
+	$(call ensure_pkgs,$(TEST_PKGS))
+deps: deps-test
+
+# ---- objects -----------------------------------------------------------------
+$(BUILD)/obj/%.o: engine/%.c engine/include/wisp.h engine/internal.h | $(BUILD)/obj
+	$(CC) $(XCFLAGS) $(CFLAGS) $(CUDA_CFLAGS) -c $< -o $@
+$(BUILD)/obj/cli%.o: engine/cli%.c engine/include/wisp.h engine/internal.h | $(BUILD)/obj
+	$(CC) $(XCFLAGS) $(CFLAGS) $(LUAJIT_CFLAGS) -c $< -o $@
+$(BUILD)/obj/kernels/%.o: kernels/%.cu engine/include/wisp.h engine/internal.h $(wildcard kernels/*.cuh) | $(BUILD)/obj
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+$(BUILD)/obj:
+	@mkdir -p $@ $@/kernels
+
+$(BUILD)/libwisp.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/libwisp.so: $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,libwisp.so.0 -Wl,--no-undefined -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+# the CLI embeds LuaJIT and links the library statically; -rdynamic exports
+# wisp_* so the Lua layer finds them through ffi.C inside `wisp run/repl`
+$(BUILD)/wisp: $(CLI_OBJ) $(BUILD)/libwisp.a
+	$(CC) -rdynamic -o $@ $(CLI_OBJ) -Wl,--whole-archive $(BUILD)/libwisp.a -Wl,--no-whole-archive \
+	  $(CUDA_LIBS) $(LUAJIT_LIBS) $(EDIT_LIBS) $(LDLIBS)
+
+# ---- tests ---------------------------------------------------------------------
+C_TESTS := $(patsubst spec/c/%.c,$(BUILD)/test/%,$(wildcard spec/c/test_*.c))
+$(BUILD)/test/%: spec/c/%.c spec/c/check.h $(BUILD)/libwisp.a
+	@mkdir -p $(dir $@)
+	$(CC) $(XCFLAGS) $(CFLAGS) -Ispec/c -o $@ $< $(BUILD)/libwisp.a $(CUDA_LIBS) $(LDLIBS)
+
+test: deps-test all $(C_TESTS)
+	@WISP_BUILD=$(BUILD) sh spec/run.sh
+
+test-gpu: deps-test all $(C_TESTS)
+	@WISP_BUILD=$(BUILD) WISP_TEST_GPU=1 sh spec/run.sh
+
+demo: deps-test all
+	@$(BUILD)/wisp run examples/demo.lua --out $(BUILD)/demo
+
+bench: all
+	@sh scripts/bench_cpu_vs_liblinear.sh
+
+# ---- install -----------------------------------------------------------------
+$(BUILD)/wisp.pc: Makefile
+	@printf 'prefix=%s\nexec_prefix=$${prefix}\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: wisp\nDescription: inference engine for sparse wide models on CPUs and CUDA GPUs\nVersion: %s\nLibs: -L$${libdir} -lwisp\nLibs.private: %s\nCflags: -I$${includedir}\n' \
+	  '$(PREFIX)' '$(VERSION)' '$(LDLIBS)' > $@
+
+install: all $(BUILD)/wisp.pc
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(LUADIR)/wisp
+	install -m 755 $(BUILD)/wisp $(DESTDIR)$(PREFIX)/bin/wisp
+	install -m 755 $(BUILD)/libwisp.so $(DESTDIR)$(PREFIX)/lib/libwisp.so.$(VERSION)
+	ln -sf libwisp.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libwisp.so.0
+	ln -sf libwisp.so.0 $(DESTDIR)$(PREFIX)/lib/libwisp.so
+	install -m 644 $(BUILD)/libwisp.a $(DESTDIR)$(PREFIX)/lib/libwisp.a
+	install -m 644 engine/include/wisp.h $(DESTDIR)$(PREFIX)/include/wisp.h
+	install -m 644 $(BUILD)/wisp.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/wisp.pc
+	install -m 644 lua/wisp/*.lua $(DESTDIR)$(LUADIR)/wisp/
+	@if [ -z "$(DESTDIR)" ] && command -v ldconfig >/dev/null; then ldconfig; fi
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/wisp $(DESTDIR)$(PREFIX)/lib/libwisp.so* $(DESTDIR)$(PREFIX)/lib/libwisp.a \
+	  $(DESTDIR)$(PREFIX)/include/wisp.h $(DESTDIR)$(PREFIX)/lib/pkgconfig/wisp.pc
+	rm -rf $(DESTDIR)$(LUADIR)/wisp
+
+clean:
+	rm -rf $(BUILD)

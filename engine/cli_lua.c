@@ -1,0 +1,202 @@
+/* cli_lua.c — `wisp run SCRIPT.lua` and `wisp repl`: LuaJIT embedded, the wisp module on its path. */
+#include "internal.h"
+
+#include <editline/readline.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+static int is_dir(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Where the Lua modules are: $WISP_LUA_PATH, the source tree next to the
+ * binary (build/wisp -> lua/), the install prefix next to the binary
+ * (bin/wisp -> share/lua/5.1), then the configured install directory. */
+static void find_lua_dir(char *out, size_t len)
+{
+    const char *env = getenv("WISP_LUA_PATH");
+    if (env && *env) { snprintf(out, len, "%s", env); return; }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = '\0';
+        static const char *rel[] = { "/../lua", "/../share/lua/5.1" };
+        for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+            char cand[PATH_MAX + 32], probe[PATH_MAX + 64];
+            snprintf(cand, sizeof cand, "%s%s", exe, rel[i]);
+            snprintf(probe, sizeof probe, "%s/wisp", cand);
+            if (is_dir(probe)) { snprintf(out, len, "%s", cand); return; }
+        }
+    }
+    snprintf(out, len, "%s", WISP_LUA_DIR);
+}
+
+static int traceback(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+    if (!msg) msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+static lua_State *new_state(void)
+{
+    lua_State *L = luaL_newstate();
+    if (!L) { fprintf(stderr, "wisp: cannot create a Lua state (out of memory)\n"); return NULL; }
+    luaL_openlibs(L);
+    char dir[PATH_MAX];
+    find_lua_dir(dir, sizeof dir);
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "path");
+    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", dir, dir, lua_tostring(L, -1));
+    lua_setfield(L, -3, "path");
+    lua_pop(L, 2);
+    return L;
+}
+
+static int docall(lua_State *L, int nargs, int nres)
+{
+    int base = lua_gettop(L) - nargs;
+    lua_pushcfunction(L, traceback);
+    lua_insert(L, base);
+    int st = lua_pcall(L, nargs, nres, base);
+    lua_remove(L, base);
+    return st;
+}
+
+static int report(lua_State *L, int st)
+{
+    if (st && !lua_isnil(L, -1)) {
+        const char *msg = lua_tostring(L, -1);
+        fprintf(stderr, "wisp: %s\n", msg ? msg : "(error object is not a string)");
+        lua_pop(L, 1);
+    }
+    return st;
+}
+
+int wisp_cli_run(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fputs("usage: wisp run SCRIPT.lua [ARGS...]\n\n"
+              "Runs a Lua script under LuaJIT with `require \"wisp\"` available; the script\n"
+              "sees its arguments in the global `arg` (arg[0] is the script, as with luajit).\n",
+              argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    lua_State *L = new_state();
+    if (!L) return 1;
+    lua_createtable(L, argc, 1);
+    for (int i = 1; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i - 1);
+    }
+    lua_setglobal(L, "arg");
+    int st = luaL_loadfile(L, argv[1]);
+    if (st == 0) {
+        for (int i = 2; i < argc; i++) lua_pushstring(L, argv[i]);
+        st = docall(L, argc - 2, 0);
+    }
+    report(L, st);
+    lua_close(L);
+    return st ? 1 : 0;
+}
+
+static const char repl_prelude[] =
+    "wisp = require 'wisp'\n"
+    "local path = ...\n"
+    "if path then\n"
+    "  local m, err = wisp.load(path)\n"
+    "  if not m then error(err, 0) end\n"
+    "  model = m\n"
+    "  session = m:session('auto')\n"
+    "end\n";
+
+/* Evaluate one chunk: as an expression first ("return <line>"), then as a statement. */
+static void repl_eval(lua_State *L, const char *line)
+{
+    lua_settop(L, 0);
+    char *ret = malloc(strlen(line) + 8);
+    if (!ret) return;
+    sprintf(ret, "return %s", line);
+    int st = luaL_loadbuffer(L, ret, strlen(ret), "=stdin");
+    free(ret);
+    if (st) {
+        lua_pop(L, 1);
+        st = luaL_loadbuffer(L, line, strlen(line), "=stdin");
+    }
+    if (st == 0) st = docall(L, 0, LUA_MULTRET);
+    if (st) { report(L, st); return; }
+    int n = lua_gettop(L);
+    if (n > 0) {
+        lua_getglobal(L, "print");
+        lua_insert(L, 1);
+        if (lua_pcall(L, n, 0, 0)) report(L, 1);
+    }
+}
+
+int wisp_cli_repl(int argc, char **argv)
+{
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs("usage: wisp repl [MODEL]\n\n"
+              "An interactive LuaJIT prompt with `wisp` loaded; with MODEL, `model` and\n"
+              "`session` (placed on 'auto') are ready too. Plain Lua works; an expression\n"
+              "prints its value. History is kept in ~/.wisp_history. Ctrl-D quits.\n", stdout);
+        return 0;
+    }
+    if (argc > 2) { fputs("usage: wisp repl [MODEL]\n", stderr); return 2; }
+    lua_State *L = new_state();
+    if (!L) return 1;
+    int st = luaL_loadbuffer(L, repl_prelude, sizeof repl_prelude - 1, "=repl");
+    if (st == 0) {
+        int nargs = 0;
+        if (argc == 2) { lua_pushstring(L, argv[1]); nargs = 1; }
+        st = docall(L, nargs, 0);
+    }
+    if (report(L, st)) { lua_close(L); return 1; }
+
+    int tty = isatty(STDIN_FILENO);
+    char hist[PATH_MAX] = "";
+    const char *home = getenv("HOME");
+    if (tty && home) {
+        snprintf(hist, sizeof hist, "%s/.wisp_history", home);
+        using_history();
+        read_history(hist);
+        printf("wisp %s — LuaJIT REPL. `wisp`%s are loaded; Ctrl-D quits.\n", wisp_version(),
+               argc == 2 ? ", `model` and `session`" : "");
+    }
+    for (;;) {
+        char *line = NULL;
+        if (tty) {
+            line = readline("wisp> ");
+        } else {
+            size_t cap = 0;
+            ssize_t n = getline(&line, &cap, stdin);
+            if (n < 0) { free(line); line = NULL; }
+            else if (n > 0 && line[n - 1] == '\n') line[n - 1] = '\0';
+        }
+        if (!line) break;
+        if (*line) {
+            if (tty) add_history(line);
+            repl_eval(L, line);
+        }
+        free(line);
+        fflush(stdout);
+    }
+    if (tty && hist[0]) write_history(hist);
+    if (tty) putchar('\n');
+    lua_close(L);
+    return 0;
+}

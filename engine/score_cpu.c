@@ -1,0 +1,325 @@
+/* score_cpu.c — CPU scoring: gather each row's weights, sum in double, add the bias, sigmoid; split over the pool. */
+#include "internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SCORE_X86 1
+#else
+#define SCORE_X86 0
+#endif
+
+/* How far ahead, in features of the flat ids array, the weight of a future
+ * feature is prefetched. The gathers are random reads in a table much larger
+ * than the caches, so each one is a DRAM (and, without huge pages, a TLB)
+ * miss; the distance sets how many are in flight at once. Tuned with the
+ * timing part of spec/c/test_score.c (see the numbers there). */
+#ifndef WISP_SCORE_PF_DIST
+#define WISP_SCORE_PF_DIST 32
+#endif
+/* __builtin_prefetch locality: 3 = prefetcht0, 2 = t1, 1 = t2, 0 = nta. */
+#ifndef WISP_SCORE_PF_HINT
+#define WISP_SCORE_PF_HINT 3
+#endif
+/* Work per pool task, in features (a row counts as ROW_COST features of its
+ * own for the sigmoid and the store). Tasks are whole rows. */
+#ifndef WISP_SCORE_CHUNK
+#define WISP_SCORE_CHUNK 4096
+#endif
+#define ROW_COST 4
+
+#define AI static inline __attribute__((always_inline))
+
+/* Weight loaders: one kernel per dtype (F16 twice: portable and F16C). */
+enum { K_F32 = 0, K_F16 = 1, K_F16C = 2, K_I8 = 3 };
+
+struct kern_args {
+    const uint32_t *row_ptr;
+    const uint32_t *ids;
+    const uint32_t *val_ptr;     /* WISP_VALUES_MIXED only */
+    const float *vals;           /* WISP_VALUES_ALL / MIXED */
+    const char *w;               /* the weight table, as bytes */
+    uint32_t lim;                /* ids >= lim are out of range */
+    uint64_t pf_end;             /* one past the batch's last feature: prefetch bound */
+    double bias;
+    double scale;                /* int8: applied to the row's sum; 1 otherwise */
+    int mode;                    /* WISP_VALUES_* */
+    int kind;                    /* K_* */
+};
+
+/* fp16 bits -> float, exact (portable; the F16C kernel uses the instruction). */
+AI float half_bits_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t man = h & 0x3ffu;
+    uint32_t bits;
+    if (WISP_LIKELY(exp - 1u < 30u)) {                 /* normal */
+        bits = sign | ((exp + 112u) << 23) | (man << 13);
+    } else if (exp == 31u) {                           /* inf, nan */
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (man == 0) {                             /* +-0 */
+        bits = sign;
+    } else {                                           /* subnormal: man * 2^-24, exact */
+        float f = (float)man * 0x1p-24f;
+        memcpy(&bits, &f, sizeof bits);
+        bits |= sign;
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+#if SCORE_X86
+/* vcvtph2ps through inline asm, so the generic kernel needs no target
+ * attribute; only reached after a runtime check for F16C. */
+AI float half_bits_to_float_f16c(uint16_t h)
+{
+    __m128 r;
+    __m128i x = _mm_cvtsi32_si128(h);
+    __asm__("vcvtph2ps %1, %0" : "=x"(r) : "x"(x));
+    return _mm_cvtss_f32(r);
+}
+#else
+#define half_bits_to_float_f16c half_bits_to_float
+#endif
+
+AI size_t kind_size(int kind)
+{
+    return kind == K_F32 ? 4 : kind == K_I8 ? 1 : 2;
+}
+
+AI double load_weight(const char *w, uint32_t id, int kind)
+{
+    switch (kind) {
+    case K_F32: { float f; memcpy(&f, w + (size_t)id * 4, 4); return f; }
+    case K_F16: { uint16_t h; memcpy(&h, w + (size_t)id * 2, 2); return half_bits_to_float(h); }
+    case K_F16C: { uint16_t h; memcpy(&h, w + (size_t)id * 2, 2); return half_bits_to_float_f16c(h); }
+    default: return (double)(int8_t)w[id];             /* scaled once per row */
+    }
+}
+
+/* Prefetch the weight of feature k + distance. Out-of-range ids prefetch
+ * w[0] (never an address outside the table). */
+AI void prefetch_ahead(const struct kern_args *a, uint64_t k, int kind)
+{
+    uint64_t pk = k + WISP_SCORE_PF_DIST;
+    if (WISP_LIKELY(pk < a->pf_end)) {
+        uint32_t id = a->ids[pk];
+        id = id < a->lim ? id : 0;
+        __builtin_prefetch(a->w + (size_t)id * kind_size(kind), 0, WISP_SCORE_PF_HINT);
+    }
+}
+
+/* Add features [s, e) to acc in order; v (NULL: binary) holds their values. */
+AI double gather(const struct kern_args *a, uint32_t s, uint32_t e, const float *v, double acc,
+                 uint64_t *oor, int kind)
+{
+    const uint32_t *ids = a->ids;
+    for (uint32_t k = s; k < e; k++) {
+        prefetch_ahead(a, k, kind);
+        uint32_t id = ids[k];
+        if (WISP_UNLIKELY(id >= a->lim)) { (*oor)++; continue; }
+        double w = load_weight(a->w, id, kind);
+        acc += v ? w * (double)v[k - s] : w;
+    }
+    return acc;
+}
+
+/* sigmoid without overflow: exp of a non-positive number only. */
+AI float sigmoid(double z)
+{
+    if (z >= 0) return (float)(1.0 / (1.0 + exp(-z)));
+    double e = exp(z);                                 /* NaN z lands here and stays NaN */
+    return (float)(e / (1.0 + e));
+}
+
+AI uint64_t score_rows_generic(const struct kern_args *a, size_t r0, size_t r1, float *out, int kind, int mode)
+{
+    const uint32_t *rp = a->row_ptr;
+    uint64_t oor = 0;
+    /* prime the first `distance` features of the range */
+    for (uint64_t k = rp[r0], end = rp[r0] + (uint64_t)WISP_SCORE_PF_DIST; k < end && k < a->pf_end; k++) {
+        uint32_t id = a->ids[k];
+        id = id < a->lim ? id : 0;
+        __builtin_prefetch(a->w + (size_t)id * kind_size(kind), 0, WISP_SCORE_PF_HINT);
+    }
+    for (size_t r = r0; r < r1; r++) {
+        uint32_t s = rp[r], e = rp[r + 1];
+        if (WISP_UNLIKELY(e < s)) e = s;               /* a corrupt row_ptr reads nothing */
+        double acc = 0.0;
+        if (mode == WISP_VALUES_NONE) {
+            acc = gather(a, s, e, NULL, acc, &oor, kind);
+        } else if (mode == WISP_VALUES_ALL) {
+            acc = gather(a, s, e, a->vals + s, acc, &oor, kind);
+        } else {
+            uint32_t v0 = a->val_ptr[r], v1 = a->val_ptr[r + 1];
+            uint32_t nv = v1 > v0 ? v1 - v0 : 0;
+            if (nv > e - s) nv = e - s;
+            acc = gather(a, s, s + nv, a->vals + v0, acc, &oor, kind);
+            acc = gather(a, s + nv, e, NULL, acc, &oor, kind);
+        }
+        if (kind == K_I8) acc *= a->scale;
+        out[r] = sigmoid(a->bias + acc);
+    }
+    return oor;
+}
+
+/* One function per dtype; the value mode is chosen once per call. */
+#define DISPATCH_MODE(kind) \
+    switch (a->mode) { \
+    case WISP_VALUES_NONE: return score_rows_generic(a, r0, r1, out, kind, WISP_VALUES_NONE); \
+    case WISP_VALUES_ALL:  return score_rows_generic(a, r0, r1, out, kind, WISP_VALUES_ALL); \
+    default:               return score_rows_generic(a, r0, r1, out, kind, WISP_VALUES_MIXED); \
+    }
+
+static uint64_t score_rows_f32(const struct kern_args *a, size_t r0, size_t r1, float *out) { DISPATCH_MODE(K_F32) }
+static uint64_t score_rows_f16(const struct kern_args *a, size_t r0, size_t r1, float *out) { DISPATCH_MODE(K_F16) }
+static uint64_t score_rows_f16c(const struct kern_args *a, size_t r0, size_t r1, float *out) { DISPATCH_MODE(K_F16C) }
+static uint64_t score_rows_i8(const struct kern_args *a, size_t r0, size_t r1, float *out) { DISPATCH_MODE(K_I8) }
+
+typedef uint64_t (*score_rows_fn)(const struct kern_args *a, size_t r0, size_t r1, float *out);
+static const score_rows_fn score_rows_by_kind[4] = {
+    [K_F32] = score_rows_f32, [K_F16] = score_rows_f16, [K_F16C] = score_rows_f16c, [K_I8] = score_rows_i8,
+};
+
+static bool have_f16c(void)
+{
+#if SCORE_X86 && defined(__GNUC__)
+    static atomic_int cached;                          /* 0 unknown, 1 no, 2 yes */
+    int c = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (c == 0) {
+        __builtin_cpu_init();
+        c = __builtin_cpu_supports("f16c") ? 2 : 1;
+        atomic_store_explicit(&cached, c, memory_order_relaxed);
+    }
+    return c == 2;
+#else
+    return false;
+#endif
+}
+
+/* Fill a from m and b; false when there is nothing to score. */
+static bool prepare(const wisp_model *m, const wisp_batch *b, struct kern_args *a)
+{
+    memset(a, 0, sizeof *a);
+    if (!m || !b || b->rows == 0 || !b->row_ptr) return false;
+    a->row_ptr = b->row_ptr;
+    a->ids = b->ids;
+    a->mode = b->value_mode;
+    a->vals = b->vals;
+    a->val_ptr = b->val_ptr;
+    if (a->mode != WISP_VALUES_ALL && a->mode != WISP_VALUES_MIXED) a->mode = WISP_VALUES_NONE;
+    if (!a->vals) a->mode = WISP_VALUES_NONE;
+    if (a->mode == WISP_VALUES_MIXED && !a->val_ptr) a->mode = WISP_VALUES_ALL;
+    a->w = m->weights;
+    uint64_t nf = m->num_features;
+    a->lim = m->weights ? (nf > UINT32_MAX ? UINT32_MAX : (uint32_t)nf) : 0;
+    a->pf_end = b->row_ptr[b->rows];
+    if (!a->ids) { a->pf_end = 0; a->lim = 0; }
+    a->bias = m->bias;
+    a->scale = 1.0;
+    switch (m->dtype) {
+    case WISP_F32: a->kind = K_F32; break;
+    case WISP_F16: a->kind = have_f16c() ? K_F16C : K_F16; break;
+    case WISP_I8:  a->kind = K_I8; a->scale = m->scale; break;
+    default:       a->kind = -1; break;
+    }
+    return true;
+}
+
+static uint64_t run_rows(const struct kern_args *a, size_t r0, size_t r1, float *out)
+{
+    if (r0 >= r1) return 0;
+    if (a->kind < 0 || (!a->ids && a->row_ptr[r1] > a->row_ptr[r0])) {
+        for (size_t r = r0; r < r1; r++) out[r] = NAN;   /* unknown dtype: no score */
+        return 0;
+    }
+    return score_rows_by_kind[a->kind](a, r0, r1, out);
+}
+
+static void mark_bad_rows(const wisp_batch *b, size_t r0, size_t r1, float *out)
+{
+    if (!b->bad) return;
+    for (size_t i = 0; i < b->nbad; i++) {
+        size_t r = b->bad[i].row;
+        if (r >= r0 && r < r1) out[r] = NAN;
+    }
+}
+
+uint64_t wisp_score_cpu_rows(const wisp_model *m, const wisp_batch *b, size_t r0, size_t r1, float *out)
+{
+    struct kern_args a;
+    if (!out || !prepare(m, b, &a)) return 0;
+    if (r1 > b->rows) r1 = b->rows;
+    if (r0 >= r1) return 0;
+    uint64_t oor = run_rows(&a, r0, r1, out);
+    mark_bad_rows(b, r0, r1, out);
+    return oor;
+}
+
+/* ---- over the pool ---------------------------------------------------------- */
+
+struct score_job {
+    struct kern_args a;
+    float *out;
+    size_t rows;
+    size_t ntasks;
+    uint64_t total;              /* cost(rows) */
+    atomic_uint_fast64_t oor;
+};
+
+AI uint64_t row_cost(const struct score_job *j, size_t r)
+{
+    return (uint64_t)(j->a.row_ptr[r] - j->a.row_ptr[0]) + (uint64_t)r * ROW_COST;
+}
+
+/* The first row of task t: the first row whose cost reaches t/ntasks of the total. */
+static size_t task_first_row(const struct score_job *j, size_t t)
+{
+    if (t == 0) return 0;
+    if (t >= j->ntasks) return j->rows;
+    uint64_t target = j->total * t / j->ntasks;
+    size_t lo = 0, hi = j->rows;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (row_cost(j, mid) < target) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static void score_task(void *ctx, size_t t)
+{
+    struct score_job *j = ctx;
+    size_t r0 = task_first_row(j, t), r1 = task_first_row(j, t + 1);
+    uint64_t n = run_rows(&j->a, r0, r1, j->out);
+    if (n) atomic_fetch_add_explicit(&j->oor, n, memory_order_relaxed);
+}
+
+void wisp_score_cpu(wisp_engine *eng, const wisp_model *m, const wisp_batch *b, float *out,
+                    uint64_t *out_of_range)
+{
+    struct score_job j;
+    if (!out || !prepare(m, b, &j.a)) return;
+    j.out = out;
+    j.rows = b->rows;
+    atomic_init(&j.oor, 0);
+    wisp_pool *pool = eng ? eng->pool : NULL;
+
+    bool monotone = b->row_ptr[b->rows] >= b->row_ptr[0];
+    j.total = monotone ? row_cost(&j, j.rows) : (uint64_t)j.rows * ROW_COST;
+    size_t ntasks = (size_t)((j.total + WISP_SCORE_CHUNK - 1) / WISP_SCORE_CHUNK);
+    if (ntasks > j.rows) ntasks = j.rows;
+    if (!pool || wisp_pool_threads(pool) <= 1 || !monotone || ntasks <= 1) {
+        uint64_t n = run_rows(&j.a, 0, j.rows, out);
+        atomic_fetch_add_explicit(&j.oor, n, memory_order_relaxed);
+    } else {
+        j.ntasks = ntasks;
+        wisp_pool_run(pool, ntasks, score_task, &j);
+    }
+    mark_bad_rows(b, 0, b->rows, out);
+    if (out_of_range) *out_of_range += atomic_load_explicit(&j.oor, memory_order_relaxed);
+}

@@ -1,0 +1,166 @@
+-- cdef.lua — the one module that declares wisp's C API (engine/include/wisp.h) to the FFI and loads the library.
+--
+-- Functions only, never struct layouts: every handle is an opaque
+-- `typedef struct wisp_x wisp_x;` and sizes or fields come through
+-- accessors. The numeric constants of wisp.h live in wisp/const.lua (a
+-- plain Lua table, checked against the header by spec/lua/cdef_spec.lua).
+--
+-- Returns the library namespace, found in this order:
+--   1. ffi.C, when the process already exports the wisp_* symbols (inside
+--      the `wisp` CLI, which links the library statically with -rdynamic);
+--   2. $WISP_LIB, a path to libwisp.so (when set, it must load);
+--   3. <this file's dir>/../../build/libwisp.so (a source checkout after `make`);
+--   4. <this file's dir>/../../../../lib/libwisp.so (PREFIX/lib next to
+--      PREFIX/share/lua/5.1/wisp/, for a `make install` outside ldconfig's paths);
+--   5. ffi.load("wisp"), then ffi.load("libwisp.so.0") (installed system-wide).
+-- Raises an error naming everything tried when none works.
+
+local ffi = require "ffi"
+
+-- declared once per Lua state, even if this module is loaded again
+if not pcall(ffi.typeof, "wisp_engine") then
+ffi.cdef [[
+const char *wisp_version(void);
+
+/* 1. status codes and error messages */
+const char *wisp_errmsg(void);
+const char *wisp_strerror(int status);
+const char *wisp_err_name(int status);
+
+/* 2. the engine */
+typedef struct wisp_engine wisp_engine;
+int  wisp_engine_new(int threads, wisp_engine **out);
+void wisp_engine_free(wisp_engine *eng);
+int  wisp_engine_threads(const wisp_engine *eng);
+int  wisp_engine_gpu_count(wisp_engine *eng);
+const char *wisp_engine_gpu_status(wisp_engine *eng);
+const char *wisp_engine_gpu_name(wisp_engine *eng, int i);
+uint64_t    wisp_engine_gpu_memory(wisp_engine *eng, int i);
+int         wisp_engine_gpu_capability(wisp_engine *eng, int i);
+int         wisp_engine_gpu_usable(wisp_engine *eng, int i);
+void   wisp_engine_set_log_level(wisp_engine *eng, int level);
+size_t wisp_engine_last_log(wisp_engine *eng, char *buf, size_t len);
+
+/* 3. models */
+typedef struct wisp_model wisp_model;
+const char *wisp_dtype_name(int dtype);
+int         wisp_dtype_parse(const char *name);
+int  wisp_model_load(wisp_engine *eng, const char *path, wisp_model **out);
+int  wisp_model_load_ex(wisp_engine *eng, const char *path, unsigned flags, wisp_model **out);
+void wisp_model_free(wisp_model *m);
+uint64_t    wisp_model_num_features(const wisp_model *m);
+double      wisp_model_bias(const wisp_model *m);
+int         wisp_model_dtype(const wisp_model *m);
+float       wisp_model_scale(const wisp_model *m);
+const char *wisp_model_path(const wisp_model *m);
+uint64_t    wisp_model_file_size(const wisp_model *m);
+float       wisp_model_weight(const wisp_model *m, uint64_t id);
+const char *wisp_model_meta(const wisp_model *m, const char *key);
+const char *wisp_model_meta_text(const wisp_model *m);
+const char *wisp_model_columns(const wisp_model *m);
+int  wisp_model_write(const char *path, const float *weights, uint64_t num_features,
+                      double bias, int dtype, const char *meta, const char *columns);
+int  wisp_model_convert(const wisp_model *m, const char *path, int dtype);
+int  wisp_import_liblinear(const char *liblinear_path, const char *out_path, int dtype);
+
+/* 4. batches */
+typedef struct wisp_batch wisp_batch;
+int    wisp_batch_new(wisp_engine *eng, wisp_batch **out);
+void   wisp_batch_free(wisp_batch *b);
+void   wisp_batch_clear(wisp_batch *b);
+int    wisp_batch_add_row(wisp_batch *b, const uint64_t *ids, const float *vals, size_t n);
+int    wisp_batch_add_row_mixed(wisp_batch *b, const uint64_t *vids, const float *vals, size_t nv,
+                                const uint64_t *bids, size_t nb);
+int    wisp_batch_wrap(wisp_engine *eng, size_t rows, const uint32_t *row_ptr, const uint32_t *ids,
+                       const uint32_t *val_ptr, const float *vals, wisp_batch **out);
+int    wisp_batch_parse_libsvm(wisp_batch *b, const char *text, size_t len, int final,
+                               size_t max_rows, uint64_t *line_no, size_t *consumed);
+size_t wisp_batch_rows(const wisp_batch *b);
+size_t wisp_batch_nnz(const wisp_batch *b);
+size_t wisp_batch_nvals(const wisp_batch *b);
+size_t wisp_batch_bad_count(const wisp_batch *b);
+int    wisp_batch_bad_row(const wisp_batch *b, size_t i, size_t *row, uint64_t *line, const char **msg);
+const uint32_t *wisp_batch_row_ptr(const wisp_batch *b);
+const uint32_t *wisp_batch_ids(const wisp_batch *b);
+const uint32_t *wisp_batch_val_ptr(const wisp_batch *b);
+const float    *wisp_batch_vals(const wisp_batch *b);
+
+/* 5. sessions */
+typedef struct wisp_session wisp_session;
+int  wisp_session_new(wisp_engine *eng, wisp_model *m, const char *device, wisp_session **out);
+void wisp_session_free(wisp_session *s);
+int  wisp_session_set_device(wisp_session *s, const char *device);
+const char *wisp_session_device(const wisp_session *s);
+const char *wisp_session_last_device(const wisp_session *s);
+int  wisp_session_score(wisp_session *s, const wisp_batch *b, float *out);
+uint64_t    wisp_session_stat(const wisp_session *s, int which);
+const char *wisp_stat_name(int which);
+void        wisp_session_reset_stats(wisp_session *s);
+void        wisp_session_add_stat(wisp_session *s, int which, uint64_t amount);
+]]
+end
+
+local function exists(path)
+    local f = io.open(path, "rb")
+    if f then f:close() return true end
+    return false
+end
+
+-- the directory of this file, from the chunk name ("@lua/wisp/cdef.lua")
+local function module_dir()
+    local src = debug.getinfo(1, "S").source
+    if src:sub(1, 1) ~= "@" then return nil end
+    return src:sub(2):match("^(.*)/[^/]*$") or "."
+end
+
+local tried = {}
+
+local function try_load(what)
+    local ok, lib = pcall(ffi.load, what)
+    if ok then return lib end
+    tried[#tried + 1] = what .. " (" .. tostring(lib) .. ")"
+    return nil
+end
+
+local function load_library()
+    -- 1. the symbols are already in the process (the wisp CLI)
+    if pcall(function() return ffi.C.wisp_version end) then
+        return ffi.C, "process"
+    end
+    tried[#tried + 1] = "ffi.C (the process does not export wisp_version)"
+
+    -- 2. $WISP_LIB: explicit, so a failure there is final
+    local env = os.getenv("WISP_LIB")
+    if env and env ~= "" then
+        local lib = try_load(env)
+        if lib then return lib, env end
+        error("wisp: cannot load the library named by WISP_LIB: " .. table.concat(tried, "; "), 0)
+    end
+    tried[#tried + 1] = "$WISP_LIB (not set)"
+
+    -- 3, 4. relative to this file: a source checkout, then an install prefix
+    local dir = module_dir()
+    if dir then
+        for _, rel in ipairs { "/../../build/libwisp.so", "/../../../../lib/libwisp.so" } do
+            local path = dir .. rel
+            if exists(path) then
+                local lib = try_load(path)
+                if lib then return lib, path end
+            else
+                tried[#tried + 1] = path .. " (no such file)"
+            end
+        end
+    end
+
+    -- 5. the dynamic linker's search path
+    for _, name in ipairs { "wisp", "libwisp.so.0" } do
+        local lib = try_load(name)
+        if lib then return lib, name end
+    end
+
+    error("wisp: cannot find libwisp; tried: " .. table.concat(tried, "; ")
+          .. ". Build it with `make`, install it with `make install`, or set WISP_LIB=/path/to/libwisp.so", 0)
+end
+
+local lib = load_library()
+return lib

@@ -1,0 +1,40 @@
+#!/bin/sh
+# run.sh — runs every C unit test and the busted specs; prints "N passed, N failed" last.
+# Environment: WISP_BUILD (build dir, default build), WISP_TEST_GPU=1 for the GPU specs.
+build=${WISP_BUILD:-build}
+cd "$(dirname "$0")/.." || exit 2
+passed=0 failed=0
+log=$(mktemp) || exit 2
+trap 'rm -f "$log"' EXIT
+
+for t in "$build"/test/test_*; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t")
+    start=$(date +%s)
+    "$t" >"$log" 2>&1
+    rc=$?
+    line=$(grep -E "^$name: [0-9]+ passed, [0-9]+ failed" "$log" | tail -n 1)
+    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
+    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+    if [ -z "$line" ]; then p=0; f=1; fi            # crashed before its closing line
+    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # non-zero exit counts as a failure
+    passed=$((passed + p)); failed=$((failed + f))
+    printf '%-24s %5d passed, %d failed  (%ds)\n' "$name" "$p" "$f" $(( $(date +%s) - start ))
+    if [ "$f" -ne 0 ]; then sed 's/^/    /' "$log" | tail -n 40; fi
+done
+
+# busted specs under LuaJIT, TAP output: count "ok" / "not ok" lines
+if command -v luajit >/dev/null 2>&1 && [ -d spec/lua ]; then
+    WISP_LIB="$PWD/$build/libwisp.so" luajit spec/busted.lua -o TAP spec/lua >"$log" 2>&1
+    rc=$?
+    p=$(grep -c '^ok ' "$log"); f=$(grep -c '^not ok ' "$log")
+    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    passed=$((passed + p)); failed=$((failed + f))
+    printf '%-24s %5d passed, %d failed\n' "busted (spec/lua)" "$p" "$f"
+    if [ "$f" -ne 0 ]; then grep -v '^ok ' "$log" | sed 's/^/    /' | tail -n 80; fi
+else
+    echo "busted specs: luajit or spec/lua missing"; failed=$((failed + 1))
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
