@@ -61,7 +61,7 @@ static void close_gpu(wisp_session *s)
 int wisp_session_set_device(wisp_session *s, const char *device)
 {
     if (!s) return wisp_fail(WISP_EINVAL, "wisp_session_set_device: session is NULL");
-    int kind, gpus[WISP_MAX_GPUS], ngpu;
+    int kind = WISP_PLACE_CPU, gpus[WISP_MAX_GPUS], ngpu = 0;
     int st = parse_device(s->eng, device, &kind, gpus, &ngpu);
     if (st != WISP_OK) return st;
     if (kind == WISP_PLACE_GPU && ngpu == 0)

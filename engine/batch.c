@@ -1,0 +1,417 @@
+/* batch.c — CSR batches: builders, wrapping caller arrays, value modes, bad rows. */
+/*
+ * Design (read with struct wisp_batch in internal.h and section 4 of wisp.h).
+ *
+ * Arrays. An owned batch keeps row_ptr (row_cap + 1 entries), ids (id_cap),
+ * and, once any row carried a value, val_ptr (row_cap + 1 entries, the same
+ * capacity as row_ptr) and vals (val_cap). All four come from
+ * wisp_host_alloc (pinned when the GPU backend is live), so growth is
+ * allocate + copy + free, geometric (x2). row_ptr exists from
+ * wisp_batch_new on, so row_ptr[0] == 0 is readable even for an empty batch.
+ * The bad-row list and its messages are plain wisp_malloc memory.
+ *
+ * Value modes. value_mode is a function of the counts, always:
+ *     nvals == 0            WISP_VALUES_NONE   every feature binary
+ *     nvals == nnz (> 0)    WISP_VALUES_ALL    vals[k] belongs to ids[k]
+ *     otherwise             WISP_VALUES_MIXED  val_ptr says which are valued
+ * (a row's valued features come first, so nvals == nnz means every row is
+ * fully valued, i.e. val_ptr == row_ptr element by element).
+ * Once an owned batch has val_ptr it keeps it up to date for every row,
+ * including binary rows and rows after wisp_batch_clear; when the first
+ * valued row arrives after binary rows, val_ptr is materialised with
+ * zero-length value runs for the earlier rows. So, inside the library:
+ *   NONE:  ignore val_ptr and vals (either may be NULL or stale);
+ *   ALL:   vals is valid; b->val_ptr may be NULL (wrapped) or equal row_ptr;
+ *   MIXED: val_ptr and vals are both valid.
+ * The public accessors follow wisp.h: wisp_batch_vals() is NULL in NONE,
+ * wisp_batch_val_ptr() is NULL except in MIXED. A wrapped batch gets its mode
+ * from the same rule (vals without val_ptr means nvals = nnz).
+ *
+ * Ids. Input ids are uint64; an id >= 2^32 is stored as WISP_ID_NONE.
+ * Values are stored as given (the text parser rejects NaN and infinities).
+ *
+ * Failure. Every append checks limits and reserves all memory before it
+ * writes anything, so a failed append leaves the batch as it was (a grown
+ * array may have moved, with the same contents).
+ *
+ * Bad rows are kept in increasing row order (wisp_batch_mark_bad refuses
+ * anything else); each is a row with no features.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define MIN_ROW_CAP 256
+#define MIN_ID_CAP  4096
+
+/* ---- growth ----------------------------------------------------------------- */
+
+static size_t grown_cap(size_t cap, size_t need, size_t min_cap, size_t max_cap)
+{
+    size_t nc = cap ? cap : min_cap;
+    while (nc < need) nc = nc > SIZE_MAX / 2 ? need : nc * 2;
+    if (nc > max_cap) nc = max_cap > need ? max_cap : need;
+    return nc;
+}
+
+/* Make *p hold at least `need` elements of `elem` bytes, keeping the first
+ * `used`. On failure *p and *cap are unchanged. */
+static int grow_array(wisp_batch *b, void **p, size_t *cap, size_t used, size_t need, size_t elem,
+                      size_t min_cap, size_t max_cap, const char *what)
+{
+    if (need <= *cap && *p) return WISP_OK;
+    size_t nc = grown_cap(*cap, need, min_cap, max_cap);
+    void *q = wisp_host_alloc(b->eng, nc * elem);
+    if (!q) return wisp_fail(WISP_ENOMEM, "batch: cannot allocate %zu bytes for %s (%zu entries)",
+                             nc * elem, what, nc);
+    if (used && *p) memcpy(q, *p, used * elem);
+    wisp_host_free(b->eng, *p);
+    *p = q;
+    *cap = nc;
+    return WISP_OK;
+}
+
+/* Room for `rows_need` rows (row_ptr and, when present, val_ptr grow together). */
+static int reserve_rows(wisp_batch *b, size_t rows_need)
+{
+    if (rows_need <= b->row_cap && b->row_ptr) return WISP_OK;
+    size_t nc = grown_cap(b->row_cap, rows_need, MIN_ROW_CAP, WISP_MAX_ROWS);
+    uint32_t *rp = wisp_host_alloc(b->eng, (nc + 1) * sizeof *rp);
+    uint32_t *vp = NULL;
+    if (rp && b->val_ptr) vp = wisp_host_alloc(b->eng, (nc + 1) * sizeof *vp);
+    if (!rp || (b->val_ptr && !vp)) {
+        wisp_host_free(b->eng, rp);
+        return wisp_fail(WISP_ENOMEM, "batch: cannot allocate row offsets for %zu rows", nc);
+    }
+    if (b->row_ptr) memcpy(rp, b->row_ptr, (b->rows + 1) * sizeof *rp);
+    else rp[0] = 0;
+    if (vp) memcpy(vp, b->val_ptr, (b->rows + 1) * sizeof *vp);
+    wisp_host_free(b->eng, b->row_ptr);
+    wisp_host_free(b->eng, b->val_ptr);
+    b->row_ptr = rp;
+    b->val_ptr = vp;
+    b->row_cap = nc;
+    return WISP_OK;
+}
+
+/* Room for one more row, nnz+nid ids and nvals+nval values; `keep_ids` and
+ * `keep_vals` extra entries past nnz/nvals (a row being parsed) survive. */
+static int reserve_row(wisp_batch *b, size_t nid, size_t nval, size_t keep_ids, size_t keep_vals)
+{
+    int st = reserve_rows(b, b->rows + 1);
+    if (st == WISP_OK && nid)
+        st = grow_array(b, (void **)&b->ids, &b->id_cap, b->nnz + keep_ids, b->nnz + nid, sizeof *b->ids,
+                        MIN_ID_CAP, WISP_MAX_NNZ, "feature ids");
+    if (st == WISP_OK && nval)
+        st = grow_array(b, (void **)&b->vals, &b->val_cap, b->nvals + keep_vals, b->nvals + nval, sizeof *b->vals,
+                        MIN_ID_CAP, WISP_MAX_NNZ, "feature values");
+    return st;
+}
+
+/* Materialise val_ptr: every row so far has no values. */
+static int ensure_val_ptr(wisp_batch *b)
+{
+    if (b->val_ptr) return WISP_OK;
+    uint32_t *vp = wisp_host_alloc(b->eng, (b->row_cap + 1) * sizeof *vp);
+    if (!vp) return wisp_fail(WISP_ENOMEM, "batch: cannot allocate value offsets for %zu rows", b->row_cap);
+    memset(vp, 0, (b->rows + 1) * sizeof *vp);
+    b->val_ptr = vp;
+    return WISP_OK;
+}
+
+static void update_mode(wisp_batch *b)
+{
+    b->value_mode = b->nvals == 0 ? WISP_VALUES_NONE
+                  : b->nvals == b->nnz ? WISP_VALUES_ALL : WISP_VALUES_MIXED;
+}
+
+/* Commit the row whose nv valued ids/values sit at ids[nnz..], vals[nvals..]
+ * and whose nb binary ids sit at ids[nnz+nv..]. Capacity is reserved. */
+static void commit_row(wisp_batch *b, size_t nv, size_t nb)
+{
+    b->nnz += nv + nb;
+    b->nvals += nv;
+    b->rows++;
+    b->row_ptr[b->rows] = (uint32_t)b->nnz;
+    if (b->val_ptr) b->val_ptr[b->rows] = (uint32_t)b->nvals;
+    update_mode(b);
+}
+
+static inline uint32_t id32(uint64_t id)
+{
+    return id > UINT32_MAX ? WISP_ID_NONE : (uint32_t)id;
+}
+
+/* ---- lifetime --------------------------------------------------------------- */
+
+int wisp_batch_new(wisp_engine *eng, wisp_batch **out)
+{
+    if (out) *out = NULL;
+    if (!eng || !out) return wisp_fail(WISP_EINVAL, "wisp_batch_new: %s is NULL", !eng ? "engine" : "out");
+    wisp_batch *b = wisp_calloc(1, sizeof *b);
+    if (!b) return wisp_fail(WISP_ENOMEM, "wisp_batch_new: out of memory");
+    b->eng = eng;
+    if (reserve_rows(b, MIN_ROW_CAP) != WISP_OK) {
+        wisp_free(b);
+        return wisp_fail_context(WISP_ENOMEM, "wisp_batch_new");
+    }
+    b->row_ptr[0] = 0;
+    wisp_engine_retain(eng);
+    *out = b;
+    return WISP_OK;
+}
+
+void wisp_batch_free(wisp_batch *b)
+{
+    if (!b) return;
+    wisp_engine *eng = b->eng;
+    if (!b->wrapped) {
+        wisp_host_free(eng, b->row_ptr);
+        wisp_host_free(eng, b->ids);
+        wisp_host_free(eng, b->val_ptr);
+        wisp_host_free(eng, b->vals);
+    }
+    wisp_free(b->bad);
+    wisp_free(b->msgs);
+    wisp_free(b->scratch);
+    wisp_free(b);
+    wisp_engine_free(eng);
+}
+
+void wisp_batch_clear(wisp_batch *b)
+{
+    if (!b || b->wrapped) return;
+    b->rows = b->nnz = b->nvals = 0;
+    b->row_ptr[0] = 0;
+    if (b->val_ptr) b->val_ptr[0] = 0;
+    b->value_mode = WISP_VALUES_NONE;
+    b->nbad = 0;
+    b->msgs_len = 0;
+}
+
+/* ---- builders --------------------------------------------------------------- */
+
+static int check_append(wisp_batch *b, size_t n, const char *fn)
+{
+    if (!b) return wisp_fail(WISP_EINVAL, "%s: batch is NULL", fn);
+    if (b->wrapped) return wisp_fail(WISP_ESTATE, "%s: the batch wraps caller arrays and cannot grow", fn);
+    if (n > WISP_MAX_ROW_FEATURES)
+        return wisp_fail(WISP_ELIMIT, "%s: row %zu has %zu features, more than WISP_MAX_ROW_FEATURES (%u)",
+                         fn, b->rows, n, WISP_MAX_ROW_FEATURES);
+    if (b->rows >= WISP_MAX_ROWS)
+        return wisp_fail(WISP_ELIMIT, "%s: the batch already holds WISP_MAX_ROWS (%u) rows", fn, WISP_MAX_ROWS);
+    if (n > WISP_MAX_NNZ - b->nnz)
+        return wisp_fail(WISP_ELIMIT, "%s: row %zu would bring the batch to %zu features, more than WISP_MAX_NNZ (%u)",
+                         fn, b->rows, b->nnz + n, WISP_MAX_NNZ);
+    return WISP_OK;
+}
+
+static int add_row(wisp_batch *b, const uint64_t *vids, const float *vals, size_t nv,
+                   const uint64_t *bids, size_t nb, const char *fn)
+{
+    if (nv > WISP_MAX_ROW_FEATURES || nb > WISP_MAX_ROW_FEATURES) {
+        /* keeps nv + nb from overflowing; the message is check_append's */
+        return check_append(b, WISP_MAX_ROW_FEATURES + (size_t)1, fn);
+    }
+    int st = check_append(b, nv + nb, fn);
+    if (st != WISP_OK) return st;
+    if ((nv && (!vids || !vals)) || (nb && !bids))
+        return wisp_fail(WISP_EINVAL, "%s: row %zu: %s is NULL", fn, b->rows,
+                         nv && !vids ? (nb ? "vids" : "ids") : nv && !vals ? "vals" : vids ? "bids" : "ids");
+    if ((st = reserve_row(b, nv + nb, nv, 0, 0)) != WISP_OK) return wisp_fail_context(st, "%s: row %zu", fn, b->rows);
+    if (nv && (st = ensure_val_ptr(b)) != WISP_OK) return wisp_fail_context(st, "%s: row %zu", fn, b->rows);
+    uint32_t *ip = b->ids + b->nnz;
+    for (size_t i = 0; i < nv; i++) ip[i] = id32(vids[i]);
+    for (size_t i = 0; i < nb; i++) ip[nv + i] = id32(bids[i]);
+    if (nv) memcpy(b->vals + b->nvals, vals, nv * sizeof *vals);
+    commit_row(b, nv, nb);
+    return WISP_OK;
+}
+
+int wisp_batch_add_row_mixed(wisp_batch *b, const uint64_t *vids, const float *vals, size_t nv,
+                             const uint64_t *bids, size_t nb)
+{
+    return add_row(b, vids, vals, nv, bids, nb, "wisp_batch_add_row_mixed");
+}
+
+int wisp_batch_add_row(wisp_batch *b, const uint64_t *ids, const float *vals, size_t n)
+{
+    if (vals) return add_row(b, ids, vals, n, NULL, 0, "wisp_batch_add_row");
+    return add_row(b, NULL, NULL, 0, ids, n, "wisp_batch_add_row");
+}
+
+/* ---- wrapping caller arrays ------------------------------------------------- */
+
+int wisp_batch_wrap(wisp_engine *eng, size_t rows, const uint32_t *row_ptr, const uint32_t *ids,
+                    const uint32_t *val_ptr, const float *vals, wisp_batch **out)
+{
+    static const uint32_t zero_ptr[1] = { 0 };
+    static const char fn[] = "wisp_batch_wrap";
+    if (out) *out = NULL;
+    if (!eng || !out) return wisp_fail(WISP_EINVAL, "%s: %s is NULL", fn, !eng ? "engine" : "out");
+    if (rows > WISP_MAX_ROWS)
+        return wisp_fail(WISP_ELIMIT, "%s: %zu rows, more than WISP_MAX_ROWS (%u)", fn, rows, WISP_MAX_ROWS);
+    if (!row_ptr) {
+        if (rows) return wisp_fail(WISP_EINVAL, "%s: row_ptr is NULL for %zu rows", fn, rows);
+        row_ptr = zero_ptr;
+    }
+    if (row_ptr[0] != 0) return wisp_fail(WISP_EINVAL, "%s: row_ptr[0] is %u, must be 0", fn, row_ptr[0]);
+    for (size_t r = 0; r < rows; r++) {
+        uint32_t a = row_ptr[r], z = row_ptr[r + 1];
+        if (z < a)
+            return wisp_fail(WISP_EINVAL, "%s: row_ptr decreases at row %zu (row_ptr[%zu] = %u < row_ptr[%zu] = %u)",
+                             fn, r, r + 1, z, r, a);
+        if (z > WISP_MAX_NNZ)
+            return wisp_fail(WISP_ELIMIT, "%s: row_ptr[%zu] = %u at row %zu exceeds WISP_MAX_NNZ (%u)",
+                             fn, r + 1, z, r, WISP_MAX_NNZ);
+        if (z - a > WISP_MAX_ROW_FEATURES)
+            return wisp_fail(WISP_ELIMIT, "%s: row %zu has %u features, more than WISP_MAX_ROW_FEATURES (%u)",
+                             fn, r, z - a, WISP_MAX_ROW_FEATURES);
+    }
+    size_t nnz = row_ptr[rows];
+    if (nnz && !ids) return wisp_fail(WISP_EINVAL, "%s: ids is NULL for %zu features", fn, nnz);
+    size_t nvals;
+    if (val_ptr) {
+        if (val_ptr[0] != 0) return wisp_fail(WISP_EINVAL, "%s: val_ptr[0] is %u, must be 0", fn, val_ptr[0]);
+        for (size_t r = 0; r < rows; r++) {
+            uint32_t a = val_ptr[r], z = val_ptr[r + 1];
+            if (z < a)
+                return wisp_fail(WISP_EINVAL, "%s: val_ptr decreases at row %zu (val_ptr[%zu] = %u < val_ptr[%zu] = %u)",
+                                 fn, r, r + 1, z, r, a);
+            if (z - a > row_ptr[r + 1] - row_ptr[r])
+                return wisp_fail(WISP_EINVAL, "%s: row %zu has %u values but only %u features",
+                                 fn, r, z - a, row_ptr[r + 1] - row_ptr[r]);
+        }
+        nvals = val_ptr[rows];
+        if (nvals && !vals)
+            return wisp_fail(WISP_EINVAL, "%s: val_ptr announces %zu values but vals is NULL", fn, nvals);
+    } else {
+        nvals = vals ? nnz : 0;
+    }
+    wisp_batch *b = wisp_calloc(1, sizeof *b);
+    if (!b) return wisp_fail(WISP_ENOMEM, "%s: out of memory", fn);
+    b->eng = eng;
+    b->wrapped = true;
+    b->rows = rows;
+    b->nnz = nnz;
+    b->nvals = nvals;
+    b->row_ptr = (uint32_t *)row_ptr;
+    b->ids = (uint32_t *)ids;
+    b->val_ptr = (uint32_t *)val_ptr;
+    b->vals = (float *)vals;
+    update_mode(b);
+    wisp_engine_retain(eng);
+    *out = b;
+    return WISP_OK;
+}
+
+/* ---- accessors -------------------------------------------------------------- */
+
+size_t wisp_batch_rows(const wisp_batch *b)  { return b ? b->rows : 0; }
+size_t wisp_batch_nnz(const wisp_batch *b)   { return b ? b->nnz : 0; }
+size_t wisp_batch_nvals(const wisp_batch *b) { return b ? b->nvals : 0; }
+
+const uint32_t *wisp_batch_row_ptr(const wisp_batch *b) { return b ? b->row_ptr : NULL; }
+const uint32_t *wisp_batch_ids(const wisp_batch *b)     { return b ? b->ids : NULL; }
+
+const uint32_t *wisp_batch_val_ptr(const wisp_batch *b)
+{
+    return b && b->value_mode == WISP_VALUES_MIXED ? b->val_ptr : NULL;
+}
+
+const float *wisp_batch_vals(const wisp_batch *b)
+{
+    return b && b->value_mode != WISP_VALUES_NONE ? b->vals : NULL;
+}
+
+/* ---- bad rows ---------------------------------------------------------------- */
+
+int wisp_batch_mark_bad(wisp_batch *b, size_t row, uint64_t line, const char *msg)
+{
+    static const char fn[] = "wisp_batch_mark_bad";
+    if (!b) return wisp_fail(WISP_EINVAL, "%s: batch is NULL", fn);
+    if (row >= b->rows) return wisp_fail(WISP_EINVAL, "%s: row %zu out of range (%zu rows)", fn, row, b->rows);
+    if (b->row_ptr[row + 1] != b->row_ptr[row])
+        return wisp_fail(WISP_EINVAL, "%s: row %zu has features; a bad row must have none", fn, row);
+    if (b->nbad && row <= b->bad[b->nbad - 1].row)
+        return wisp_fail(WISP_EINVAL, "%s: row %zu is not after the last bad row %zu", fn, row, b->bad[b->nbad - 1].row);
+    if (!msg) msg = "";
+    size_t len = strlen(msg) + 1;
+    if (b->msgs_len + len > UINT32_MAX)
+        return wisp_fail(WISP_ELIMIT, "%s: the batch's bad-row messages exceed 4 GiB", fn);
+    if (b->nbad == b->bad_cap) {
+        size_t nc = b->bad_cap ? b->bad_cap * 2 : 16;
+        struct wisp_bad_row *nb = wisp_realloc(b->bad, nc * sizeof *nb);
+        if (!nb) return wisp_fail(WISP_ENOMEM, "%s: out of memory for the bad-row list", fn);
+        b->bad = nb;
+        b->bad_cap = nc;
+    }
+    if (b->msgs_len + len > b->msgs_cap) {
+        size_t nc = b->msgs_cap ? b->msgs_cap : 1024;
+        while (nc < b->msgs_len + len) nc *= 2;
+        char *nm = wisp_realloc(b->msgs, nc);
+        if (!nm) return wisp_fail(WISP_ENOMEM, "%s: out of memory for bad-row messages", fn);
+        b->msgs = nm;
+        b->msgs_cap = nc;
+    }
+    memcpy(b->msgs + b->msgs_len, msg, len);
+    b->bad[b->nbad].row = row;
+    b->bad[b->nbad].line = line;
+    b->bad[b->nbad].msg_off = (uint32_t)b->msgs_len;
+    b->nbad++;
+    b->msgs_len += len;
+    return WISP_OK;
+}
+
+size_t wisp_batch_bad_count(const wisp_batch *b) { return b ? b->nbad : 0; }
+
+int wisp_batch_bad_row(const wisp_batch *b, size_t i, size_t *row, uint64_t *line, const char **msg)
+{
+    if (!b) return wisp_fail(WISP_EINVAL, "wisp_batch_bad_row: batch is NULL");
+    if (i >= b->nbad)
+        return wisp_fail(WISP_EINVAL, "wisp_batch_bad_row: index %zu out of range (%zu bad rows)", i, b->nbad);
+    if (row) *row = b->bad[i].row;
+    if (line) *line = b->bad[i].line;
+    if (msg) *msg = b->msgs + b->bad[i].msg_off;
+    return WISP_OK;
+}
+
+/* ---- for the text parser (libsvm.c) --------------------------------------------
+ * Not in internal.h on purpose: libsvm.c declares these two itself. */
+
+int  wisp_batch__reserve_line(wisp_batch *b, size_t nfeat, uint32_t **ids, float **vals, uint32_t **scratch);
+int  wisp_batch__commit_line(wisp_batch *b, size_t nv, size_t nb);
+
+/* Reserve one row of up to nfeat features; returns where its valued ids,
+ * its values and its binary ids (scratch) go. */
+int wisp_batch__reserve_line(wisp_batch *b, size_t nfeat, uint32_t **ids, float **vals, uint32_t **scratch)
+{
+    int st = reserve_row(b, nfeat, nfeat, 0, 0);
+    if (st != WISP_OK) return st;
+    if (nfeat > b->scratch_cap) {
+        size_t nc = grown_cap(b->scratch_cap, nfeat, 1024, WISP_MAX_ROW_FEATURES + (size_t)1);
+        uint32_t *s = wisp_malloc(nc * sizeof *s);
+        if (!s) return wisp_fail(WISP_ENOMEM, "batch: out of memory for the parser's scratch (%zu entries)", nc);
+        wisp_free(b->scratch);
+        b->scratch = s;
+        b->scratch_cap = nc;
+    }
+    *ids = b->ids + b->nnz;
+    *vals = b->vals + b->nvals;
+    *scratch = b->scratch;
+    return WISP_OK;
+}
+
+/* Commit the reserved row: nv valued ids and values are in place, nb binary
+ * ids are in scratch. On failure nothing changed. */
+int wisp_batch__commit_line(wisp_batch *b, size_t nv, size_t nb)
+{
+    if (nv) {
+        int st = ensure_val_ptr(b);
+        if (st != WISP_OK) return st;
+    }
+    if (nb) memcpy(b->ids + b->nnz + nv, b->scratch, nb * sizeof *b->scratch);
+    commit_row(b, nv, nb);
+    return WISP_OK;
+}

@@ -1,0 +1,884 @@
+/* cuda.c — the CUDA backend: device discovery, weights per device, pinned host memory, scoring sessions (split, shards, zero-copy, fallbacks). */
+#include "internal.h"
+#include "../kernels/score.cuh"
+
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* How a batch moves (see scripts/gpu_notes.md for the measurements behind the numbers):
+ *
+ * - Rows are split across "units". A unit is one device with its own two
+ *   streams (copies in, compute + copies out), device buffer and events. On
+ *   "gpus" there is one unit per device and the rows are split by nnz;
+ *   WISP_GPU_PARTS=k makes k units round-robin over the devices (k > ndev puts
+ *   several units on one GPU, which is how the split path is tested on one).
+ * - Sharding (a table split by id range): WISP_GPU_SHARDS=S makes S shards of
+ *   the table, shard s on unit s % units; every unit scores all rows against
+ *   its shards into partial sums, and the host adds them up. It is chosen
+ *   automatically on several GPUs when the table would not fit on one.
+ * - Each unit ships its slice in chunks of rows: chunk c+1 crosses PCIe on
+ *   the copy stream while chunk c is scored and chunk c-1 comes back on the
+ *   compute stream (double buffering inside one batch).
+ * - Batch arrays in pinned memory are copied straight from where they are;
+ *   small batches, and batches in pageable memory, are first packed into a
+ *   pinned staging buffer the session owns (one copy moves a small batch).
+ * - Zero-copy (WISP_GPU_ZEROCOPY=1: batches of up to 4096 rows; =all: every
+ *   batch): the kernel reads the rows straight from mapped pinned host
+ *   memory and writes the probabilities there; no copies at all.
+ * - Stage times come from CUDA events; ns_sync is the wall time from the
+ *   first enqueue to the end of the synchronisation not covered by the
+ *   device stages (launch gaps and waiting). With chunks, stages overlap. */
+
+enum { MAX_UNITS = 16, MAX_CHUNKS = 8, MAX_SHARDS = 16, MAX_COPIES = 8 };
+enum { FAULT_NONE = 0, FAULT_OOM, FAULT_OOM_ONCE, FAULT_STICKY };
+#define CHUNK_NNZ       (1u << 20)    /* ids per chunk before a unit's slice is split */
+#define STAGE_ALL_BYTES (1u << 20)    /* batches below this are packed even when pinned */
+#define ZC_SMALL_ROWS   4096
+#define ALIGN 256
+
+/* ---- devices ------------------------------------------------------------------ */
+
+struct cdev {
+    char name[256];
+    uint64_t mem;
+    int cap;
+    atomic_int usable;
+};
+
+typedef struct cuda_ctx {
+    wisp_engine *eng;
+    int n;
+    struct cdev dev[WISP_MAX_GPUS];
+    atomic_size_t pinned;          /* bytes of pinned host memory handed out */
+    size_t pinned_max;
+} cuda_ctx;
+
+static int is_sticky(cudaError_t e)
+{
+    switch (e) {
+    case cudaErrorIllegalAddress: case cudaErrorLaunchFailure: case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress: case cudaErrorInvalidAddressSpace: case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError: case cudaErrorAssert: case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable: case cudaErrorUnknown: case cudaErrorDevicesUnavailable:
+    case cudaErrorNvlinkUncorrectable: case cudaErrorContextIsDestroyed: case cudaErrorIllegalState:
+    case cudaErrorTimeout: case cudaErrorExternalDevice:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int cu_init(wisp_engine *eng, void **out, char *why, size_t whylen)
+{
+    *out = NULL;
+    /* the runtime is linked statically; without libcuda it says "driver
+     * version is insufficient", which misleads on a machine with no driver */
+    void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (!drv) {
+        snprintf(why, whylen, "no NVIDIA driver (libcuda.so.1 cannot be loaded)");
+        return 0;
+    }
+    dlclose(drv);
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n <= 0) {
+        if (e != cudaSuccess) {
+            snprintf(why, whylen, "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+            cudaGetLastError();
+        } else {
+            snprintf(why, whylen, "the driver reports no CUDA device");
+        }
+        return 0;
+    }
+    cuda_ctx *ctx = wisp_calloc(1, sizeof *ctx);
+    if (!ctx) {
+        snprintf(why, whylen, "out of host memory");
+        return 0;
+    }
+    ctx->eng = eng;
+    if (n > WISP_MAX_GPUS) n = WISP_MAX_GPUS;
+    int usable = 0;
+    for (int i = 0; i < n; i++) {
+        struct cudaDeviceProp prop;
+        struct cdev *d = &ctx->dev[usable];
+        if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
+            cudaGetLastError();
+            continue;
+        }
+        if (prop.major < 8) continue;          /* the kernels are built for sm_80 and newer */
+        snprintf(d->name, sizeof d->name, "%s", prop.name);
+        d->mem = prop.totalGlobalMem;
+        d->cap = prop.major * 10 + prop.minor;
+        atomic_init(&d->usable, 1);
+        usable++;
+    }
+    /* ordinals stay those of CUDA: skipping a device would renumber them, so
+     * only a leading run of supported devices is used */
+    if (usable < n) {
+        int lead = 0;
+        for (int i = 0; i < n; i++) {
+            struct cudaDeviceProp prop;
+            if (cudaGetDeviceProperties(&prop, i) != cudaSuccess || prop.major < 8) break;
+            lead++;
+        }
+        usable = lead;
+    }
+    if (usable == 0) {
+        snprintf(why, whylen, "%d CUDA device%s found, none of compute capability 8.0 or newer", n, n == 1 ? "" : "s");
+        wisp_free(ctx);
+        return 0;
+    }
+    ctx->n = usable;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    ctx->pinned_max = pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz / 4 : (size_t)8 << 30;
+    const char *pm = getenv("WISP_PINNED_MAX_MB");
+    if (pm && *pm) ctx->pinned_max = (size_t)strtoull(pm, NULL, 10) << 20;
+    atomic_init(&ctx->pinned, 0);
+    *out = ctx;
+    return usable;
+}
+
+static void cu_shutdown(void *vctx)
+{
+    /* no cudaDeviceReset: other code in the process may share the contexts */
+    wisp_free(vctx);
+}
+
+static const char *cu_device_name(void *vctx, int dev)
+{
+    cuda_ctx *ctx = vctx;
+    return ctx && dev >= 0 && dev < ctx->n ? ctx->dev[dev].name : NULL;
+}
+
+static uint64_t cu_device_memory(void *vctx, int dev)
+{
+    cuda_ctx *ctx = vctx;
+    return ctx && dev >= 0 && dev < ctx->n ? ctx->dev[dev].mem : 0;
+}
+
+static int cu_device_capability(void *vctx, int dev)
+{
+    cuda_ctx *ctx = vctx;
+    return ctx && dev >= 0 && dev < ctx->n ? ctx->dev[dev].cap : 0;
+}
+
+static int cu_device_usable(void *vctx, int dev)
+{
+    cuda_ctx *ctx = vctx;
+    return ctx && dev >= 0 && dev < ctx->n ? atomic_load(&ctx->dev[dev].usable) : 0;
+}
+
+static void mark_unusable(cuda_ctx *ctx, int dev, cudaError_t e)
+{
+    if (dev < 0 || dev >= ctx->n) return;
+    if (atomic_exchange(&ctx->dev[dev].usable, 0))
+        wisp_log(ctx->eng, WISP_LOG_ERROR, "gpu:%d marked unusable after a sticky CUDA error: %s (%s); "
+                 "its work moves to the CPU", dev, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/* ---- pinned host memory ----------------------------------------------------------
+ * A 64-byte prefix in front of each block records its size, so the pinned
+ * total can be kept under WISP_PINNED_MAX_MB (default: a quarter of RAM). */
+
+#define PIN_PAD 64
+
+static void *pin_alloc(cuda_ctx *ctx, size_t n)
+{
+    if (n > SIZE_MAX - PIN_PAD) return NULL;
+    size_t total = n + PIN_PAD;
+    size_t prev = atomic_fetch_add(&ctx->pinned, total);
+    if (prev + total > ctx->pinned_max) {
+        atomic_fetch_sub(&ctx->pinned, total);
+        return NULL;
+    }
+    void *p = NULL;
+    if (cudaHostAlloc(&p, total, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess || !p) {
+        cudaGetLastError();
+        atomic_fetch_sub(&ctx->pinned, total);
+        return NULL;
+    }
+    *(size_t *)p = total;
+    return (char *)p + PIN_PAD;
+}
+
+static void pin_free(cuda_ctx *ctx, void *p)
+{
+    if (!p) return;
+    char *base = (char *)p - PIN_PAD;
+    size_t total = *(size_t *)base;
+    if (cudaFreeHost(base) != cudaSuccess) cudaGetLastError();
+    atomic_fetch_sub(&ctx->pinned, total);
+}
+
+static void *cu_host_alloc(void *vctx, size_t n) { return vctx ? pin_alloc(vctx, n) : NULL; }
+static void cu_host_free(void *vctx, void *p) { if (vctx) pin_free(vctx, p); }
+
+/* Pinned (page-locked) host memory the device can address; *devp gets its device address. */
+static int host_pinned(const void *p, void **devp)
+{
+    if (devp) *devp = NULL;
+    if (!p) return 1;
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (a.type != cudaMemoryTypeHost) return 0;
+    if (devp) *devp = a.devicePointer;
+    return !devp || a.devicePointer != NULL;
+}
+
+/* ---- weights on the devices -------------------------------------------------------
+ * m->dev[dev] holds the copies on that device: the whole table, or shards
+ * (an id range each). Uploaded lazily, under m->dev_lock, kept in the model's
+ * dtype, freed in model_release. */
+
+struct dcopy { uint32_t lo, span; void *p; size_t bytes; };
+struct dmodel { int n; struct dcopy c[MAX_COPIES]; };
+
+static size_t dtype_size(int dtype) { return dtype == WISP_F32 ? 4 : dtype == WISP_F16 ? 2 : 1; }
+
+static int err_fail(int dev, const char *what, cudaError_t e)
+{
+    if (e == cudaErrorMemoryAllocation)
+        return wisp_fail(WISP_EDEVICE, "gpu:%d: out of device memory (%s)", dev, what);
+    return wisp_fail(WISP_EDEVICE, "gpu:%d: %s failed: %s (%s)", dev, what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+static int get_weights(cuda_ctx *ctx, wisp_model *m, int dev, uint32_t lo, uint32_t span,
+                       const void **out, uint64_t *stats)
+{
+    (void)ctx;
+    int st = WISP_OK;
+    pthread_mutex_lock(&m->dev_lock);
+    struct dmodel *dm = m->dev[dev];
+    if (!dm) {
+        dm = wisp_calloc(1, sizeof *dm);
+        if (!dm) {
+            pthread_mutex_unlock(&m->dev_lock);
+            return wisp_fail(WISP_ENOMEM, "gpu:%d: out of host memory for the model's device record", dev);
+        }
+        m->dev[dev] = dm;
+    }
+    for (int i = 0; i < dm->n; i++)
+        if (dm->c[i].lo == lo && dm->c[i].span == span) {
+            *out = dm->c[i].p;
+            pthread_mutex_unlock(&m->dev_lock);
+            return WISP_OK;
+        }
+    if (dm->n == MAX_COPIES) {
+        pthread_mutex_unlock(&m->dev_lock);
+        return wisp_fail(WISP_EDEVICE, "gpu:%d: the model already has %d shard copies on this device", dev, MAX_COPIES);
+    }
+    uint64_t t0 = wisp_now_ns();
+    size_t elt = dtype_size(m->dtype), bytes = (size_t)span * elt;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes < ALIGN ? ALIGN : bytes);
+    if (e == cudaSuccess && bytes) e = cudaMemcpy(p, (const char *)m->weights + (size_t)lo * elt, bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        if (p) cudaFree(p);
+        st = err_fail(dev, "uploading the weights", e);
+        if (is_sticky(e)) mark_unusable(ctx, dev, e);
+    } else {
+        dm->c[dm->n++] = (struct dcopy){ lo, span, p, bytes };
+        *out = p;
+        stats[WISP_STAT_NS_H2D] += wisp_now_ns() - t0;
+        stats[WISP_STAT_BYTES_H2D] += bytes;
+    }
+    pthread_mutex_unlock(&m->dev_lock);
+    return st;
+}
+
+static void cu_model_release(void *vctx, wisp_model *m)
+{
+    cuda_ctx *ctx = vctx;
+    if (!ctx || !m) return;
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess) cudaGetLastError();
+    pthread_mutex_lock(&m->dev_lock);
+    for (int d = 0; d < WISP_MAX_GPUS; d++) {
+        struct dmodel *dm = m->dev[d];
+        if (!dm) continue;
+        if (d < ctx->n && cudaSetDevice(d) == cudaSuccess) {
+            for (int i = 0; i < dm->n; i++)
+                if (cudaFree(dm->c[i].p) != cudaSuccess) cudaGetLastError();   /* a failed device: memory is gone anyway */
+        } else {
+            cudaGetLastError();
+        }
+        wisp_free(dm);
+        m->dev[d] = NULL;
+    }
+    pthread_mutex_unlock(&m->dev_lock);
+    if (cur >= 0 && cudaSetDevice(cur) != cudaSuccess) cudaGetLastError();
+}
+
+/* ---- sessions -------------------------------------------------------------------- */
+
+struct lay { size_t rp, ids, vp, vals, cnt, out, oorr, total; };
+
+enum { EV_START = 0, EV_H2D, EV_END, EV_CHUNK };   /* then 3 per chunk: kernel start, kernel end, d2h end */
+#define NEV (EV_CHUNK + 3 * MAX_CHUNKS)
+
+struct unit {
+    int dev;
+    cudaStream_t copy, comp;
+    cudaEvent_t ev[NEV];
+    cudaEvent_t ready[MAX_CHUNKS];         /* no timing: chunk c is on the device */
+    char *dbuf; size_t dcap;
+    /* the current batch */
+    size_t r0, r1;                         /* rows */
+    uint32_t base, vbase, nnz, nvals;
+    int nsh, sh[MAX_SHARDS];
+    const void *w[MAX_SHARDS];
+    struct lay L;
+    size_t soff;                           /* offset in the staging buffer */
+    int nchunks;
+    size_t cb[MAX_CHUNKS + 1];             /* chunk row bounds, relative to r0 */
+    int launched;                          /* timing events were recorded */
+    int single_stream;
+    int direct_out;                        /* answers were copied straight into the caller's pinned out */
+};
+
+typedef struct sess {
+    cuda_ctx *ctx;
+    int ndev, devs[WISP_MAX_GPUS];
+    int nunits;
+    struct unit u[MAX_UNITS];
+    int fault, fault_fired;
+    int shards_env, parts_env, chunks_env, lanes_env, timing;
+    size_t zc_rows;                        /* zero-copy up to this many rows (0: off) */
+    char *stage; size_t stage_cap; char *stage_dev;
+    float *combine; size_t combine_cap;    /* host partial sums when sharded */
+} sess;
+
+static int env_int(const char *name, int def, int lo, int hi)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    long x = strtol(v, NULL, 10);
+    return x < lo ? lo : x > hi ? hi : (int)x;
+}
+
+static void unit_destroy(struct unit *u)
+{
+    if (cudaSetDevice(u->dev) != cudaSuccess) cudaGetLastError();
+    for (int i = 0; i < NEV; i++) if (u->ev[i]) cudaEventDestroy(u->ev[i]);
+    for (int i = 0; i < MAX_CHUNKS; i++) if (u->ready[i]) cudaEventDestroy(u->ready[i]);
+    if (u->copy) cudaStreamDestroy(u->copy);
+    if (u->comp) cudaStreamDestroy(u->comp);
+    if (u->dbuf) cudaFree(u->dbuf);
+    cudaGetLastError();
+    memset(u, 0, sizeof *u);
+}
+
+static void cu_session_close(void *vs)
+{
+    sess *s = vs;
+    if (!s) return;
+    for (int i = 0; i < s->nunits; i++) unit_destroy(&s->u[i]);
+    pin_free(s->ctx, s->stage);
+    wisp_free(s->combine);
+    wisp_free(s);
+}
+
+static int unit_create(sess *s, struct unit *u, int dev)
+{
+    u->dev = dev;
+    cudaError_t e = cudaSetDevice(dev);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&u->copy, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&u->comp, cudaStreamNonBlocking);
+    for (int i = 0; e == cudaSuccess && i < NEV; i++) e = cudaEventCreate(&u->ev[i]);
+    for (int i = 0; e == cudaSuccess && i < MAX_CHUNKS; i++)
+        e = cudaEventCreateWithFlags(&u->ready[i], cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        if (is_sticky(e)) mark_unusable(s->ctx, dev, e);
+        return err_fail(dev, "creating streams and events", e);
+    }
+    return WISP_OK;
+}
+
+static int cu_session_open(void *vctx, const int *devs, int ndev, void **out)
+{
+    cuda_ctx *ctx = vctx;
+    *out = NULL;
+    if (!ctx || ndev <= 0 || ndev > WISP_MAX_GPUS)
+        return wisp_fail(WISP_EINVAL, "cuda: a session needs 1 to %d devices, got %d", WISP_MAX_GPUS, ndev);
+    for (int i = 0; i < ndev; i++)
+        if (devs[i] < 0 || devs[i] >= ctx->n || !atomic_load(&ctx->dev[devs[i]].usable))
+            return wisp_fail(WISP_ENODEV, "cuda: gpu:%d is not a usable device", devs[i]);
+    sess *s = wisp_calloc(1, sizeof *s);
+    if (!s) return wisp_fail(WISP_ENOMEM, "cuda: out of host memory for a session");
+    s->ctx = ctx;
+    s->ndev = ndev;
+    memcpy(s->devs, devs, (size_t)ndev * sizeof *devs);
+    const char *f = getenv("WISP_FAULT_GPU");
+    if (f && !strcmp(f, "oom")) s->fault = FAULT_OOM;
+    else if (f && !strcmp(f, "oom1")) s->fault = FAULT_OOM_ONCE;
+    else if (f && !strcmp(f, "sticky")) s->fault = FAULT_STICKY;
+    s->shards_env = env_int("WISP_GPU_SHARDS", 0, 0, MAX_SHARDS);
+    s->parts_env = env_int("WISP_GPU_PARTS", 0, 0, MAX_UNITS);
+    s->chunks_env = env_int("WISP_GPU_CHUNKS", 0, 0, MAX_CHUNKS);
+    s->lanes_env = env_int("WISP_GPU_LANES", 0, 0, 32);
+    if (s->lanes_env != 4 && s->lanes_env != 8 && s->lanes_env != 16 && s->lanes_env != 32) s->lanes_env = 0;
+    s->timing = env_int("WISP_GPU_TIMING", 1, 0, 1);
+    const char *zc = getenv("WISP_GPU_ZEROCOPY");
+    if (zc && !strcmp(zc, "all")) s->zc_rows = WISP_MAX_ROWS;
+    else if (zc && *zc && strcmp(zc, "0") && strcmp(zc, "off")) s->zc_rows = ZC_SMALL_ROWS;
+    /* units: one per device, or WISP_GPU_PARTS round-robin; shards use one per device they land on */
+    int nunits = ndev;
+    if (s->shards_env >= 2) nunits = s->shards_env < ndev ? s->shards_env : ndev;
+    else if (s->parts_env > ndev) nunits = s->parts_env;
+    s->nunits = nunits;
+    for (int i = 0; i < nunits; i++) {
+        int st = unit_create(s, &s->u[i], devs[i % ndev]);
+        if (st != WISP_OK) {
+            cu_session_close(s);
+            return st;
+        }
+    }
+    *out = s;
+    return WISP_OK;
+}
+
+/* ---- scoring -------------------------------------------------------------------- */
+
+static size_t al(size_t x) { return (x + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
+
+static void layout(struct lay *L, size_t rows, size_t nnz, size_t nvals, int vm, int nsh, int zc)
+{
+    size_t o = 0;
+    L->rp = o;   o = al(o + (rows + 1) * 4);
+    L->ids = o;  o = al(o + nnz * 4);
+    L->vp = o;   if (vm == WISP_VALUES_MIXED) o = al(o + (rows + 1) * 4);
+    L->vals = o; if (vm != WISP_VALUES_NONE) o = al(o + nvals * 4);
+    L->cnt = o;  o += 16;
+    L->out = o;  o = al(o + (size_t)nsh * rows * 4);
+    L->oorr = o; if (zc) o = al(o + rows * 4);
+    L->total = o;
+}
+
+/* First row r in [lo, hi] with row_ptr[r] >= target. */
+static size_t lower_row(const uint32_t *rp, size_t lo, size_t hi, uint64_t target)
+{
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (rp[mid] < target) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static int grow_dbuf(sess *s, struct unit *u, size_t need)
+{
+    if (s->fault == FAULT_OOM || (s->fault == FAULT_OOM_ONCE && !s->fault_fired)) {
+        s->fault_fired = 1;
+        return wisp_fail(WISP_EDEVICE, "gpu:%d: out of device memory (%zu bytes for a batch; injected by WISP_FAULT_GPU)",
+                         u->dev, need);
+    }
+    if (need <= u->dcap) return WISP_OK;
+    if (u->dbuf) {
+        /* the streams may still use the old buffer only inside a batch; none is in flight here */
+        cudaFree(u->dbuf);
+        u->dbuf = NULL;
+        u->dcap = 0;
+    }
+    size_t cap = need + need / 2;                       /* geometric growth */
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, cap);
+    if (e == cudaErrorMemoryAllocation) {               /* try exactly what is needed */
+        cudaGetLastError();
+        cap = need;
+        e = cudaMalloc(&p, cap);
+    }
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        if (is_sticky(e)) mark_unusable(s->ctx, u->dev, e);
+        return err_fail(u->dev, "allocating a batch buffer", e);
+    }
+    u->dbuf = p;
+    u->dcap = cap;
+    return WISP_OK;
+}
+
+static int grow_stage(sess *s, size_t need)
+{
+    if (need <= s->stage_cap) return WISP_OK;
+    pin_free(s->ctx, s->stage);
+    s->stage = NULL;
+    s->stage_dev = NULL;
+    s->stage_cap = 0;
+    size_t cap = need + need / 2;
+    char *p = pin_alloc(s->ctx, cap);
+    if (!p) p = pin_alloc(s->ctx, cap = need);
+    if (!p) return WISP_ENOMEM;                         /* callers fall back to unstaged copies */
+    void *dp = NULL;
+    if (cudaHostGetDevicePointer(&dp, p, 0) != cudaSuccess) {
+        cudaGetLastError();
+        dp = NULL;
+    }
+    s->stage = p;
+    s->stage_dev = dp;
+    s->stage_cap = cap;
+    return WISP_OK;
+}
+
+/* One batch in flight. */
+struct job {
+    sess *s;
+    wisp_model *m;
+    const wisp_batch *b;
+    float *out;
+    int vm, dtype, lanes, sharded, nshards, zc, staged, out_pinned;
+    uint32_t nf;
+    uint32_t sh_lo[MAX_SHARDS], sh_span[MAX_SHARDS];
+    cudaError_t err;
+    int err_dev;
+    const char *err_what;
+    uint64_t bytes_h2d, bytes_d2h, ns_stage;
+    uint64_t *stats;
+};
+
+#define JOB_CHECK(j, u, call, what) do { \
+    cudaError_t e_ = (call); \
+    if (e_ != cudaSuccess && (j)->err == cudaSuccess) { (j)->err = e_; (j)->err_dev = (u)->dev; (j)->err_what = (what); } \
+} while (0)
+
+static int use_timing(const struct job *j) { return j->s->timing; }
+
+/* Copy the pieces of chunk c of unit u to the device (packing them into the staging buffer first if staged). */
+static void copy_chunk_in(struct job *j, struct unit *u, int c, cudaStream_t st)
+{
+    const wisp_batch *b = j->b;
+    const size_t a = u->cb[c], z = u->cb[c + 1];
+    const uint32_t *rp = b->row_ptr + u->r0;
+    const size_t k0 = rp[a] - u->base, k1 = rp[z] - u->base;
+    size_t v0 = 0, v1 = 0;
+    const uint32_t *vp = NULL;
+    if (j->vm == WISP_VALUES_MIXED) {
+        vp = b->val_ptr + u->r0;
+        v0 = vp[a] - u->vbase;
+        v1 = vp[z] - u->vbase;
+    } else if (j->vm == WISP_VALUES_ALL) {
+        v0 = k0;
+        v1 = k1;
+    }
+    const struct lay *L = &u->L;
+    struct { size_t off; const void *src; size_t n; } piece[4] = {
+        { L->rp + a * 4, rp + a, (z - a + 1) * 4 },
+        { L->ids + k0 * 4, b->ids + u->base + k0, (k1 - k0) * 4 },
+        { L->vp + a * 4, vp ? (const void *)(vp + a) : NULL, vp ? (z - a + 1) * 4 : 0 },
+        { L->vals + v0 * 4, j->vm == WISP_VALUES_NONE ? NULL
+                            : (const void *)(b->vals + (j->vm == WISP_VALUES_MIXED ? u->vbase : u->base) + v0),
+          j->vm == WISP_VALUES_NONE ? 0 : (v1 - v0) * 4 },
+    };
+    char *hin = j->staged ? j->s->stage + u->soff : NULL;
+    for (int i = 0; i < 4; i++) {
+        if (!piece[i].n) continue;
+        const void *src = piece[i].src;
+        if (hin) {
+            uint64_t t0 = wisp_now_ns();
+            memcpy(hin + piece[i].off, src, piece[i].n);
+            j->ns_stage += wisp_now_ns() - t0;
+            src = hin + piece[i].off;
+        }
+        JOB_CHECK(j, u, cudaMemcpyAsync(u->dbuf + piece[i].off, src, piece[i].n, cudaMemcpyHostToDevice, st), "copying a batch to the device");
+        j->bytes_h2d += piece[i].n;
+    }
+}
+
+static void launch_chunk(struct job *j, struct unit *u, int c, cudaStream_t st)
+{
+    sess *s = j->s;
+    const wisp_model *m = j->m;
+    const size_t a = u->cb[c], z = u->cb[c + 1];
+    if (z == a) return;
+    if (s->fault == FAULT_STICKY && !s->fault_fired) {
+        s->fault_fired = 1;
+        JOB_CHECK(j, u, wisp_k_trap(st), "launching the score kernel");
+        return;
+    }
+    const struct lay *L = &u->L;
+    for (int i = 0; i < u->nsh; i++) {
+        const int sh = u->sh[i];
+        wisp_kparams p;
+        memset(&p, 0, sizeof p);
+        p.row_ptr = (const uint32_t *)(u->dbuf + L->rp) + a;
+        p.ids = (const uint32_t *)(u->dbuf + L->ids);
+        p.val_ptr = j->vm == WISP_VALUES_MIXED ? (const uint32_t *)(u->dbuf + L->vp) + a : NULL;
+        p.vals = j->vm != WISP_VALUES_NONE ? (const float *)(u->dbuf + L->vals) : NULL;
+        p.weights = u->w[i];
+        p.out = (float *)(u->dbuf + L->out) + (size_t)i * (u->r1 - u->r0) + a;
+        p.oor = (!j->sharded || sh == 0) ? (unsigned long long *)(u->dbuf + L->cnt) : NULL;
+        p.rows = (uint32_t)(z - a);
+        p.ptr_base = u->base;
+        p.val_base = u->vbase;
+        p.nnz = u->nnz;
+        p.nvals = u->nvals;
+        p.id_lo = j->sh_lo[sh];
+        p.id_span = j->sh_span[sh];
+        p.num_features = j->nf;
+        p.partial = j->sharded;
+        p.bias = (float)m->bias;
+        p.scale = m->dtype == WISP_I8 ? m->scale : 1.0f;
+        JOB_CHECK(j, u, (cudaError_t)wisp_k_score(&p, j->dtype, j->vm, j->lanes, st), "launching the score kernel");
+    }
+}
+
+/* Enqueue everything unit u does for this batch. */
+static void enqueue_unit(struct job *j, struct unit *u)
+{
+    sess *s = j->s;
+    const size_t rows = u->r1 - u->r0;
+    const struct lay *L = &u->L;
+    const int timing = use_timing(j);
+    JOB_CHECK(j, u, cudaSetDevice(u->dev), "selecting the device");
+    if (j->err != cudaSuccess) return;
+
+    if (j->zc) {
+        /* zero-copy: the kernel reads the rows from mapped host memory and writes the answers there */
+        const wisp_batch *b = j->b;
+        char *hin = s->stage + u->soff, *din = s->stage_dev + u->soff;
+        void *drp = NULL, *dids = NULL, *dvp = NULL, *dvals = NULL;
+        if (!j->staged) {
+            host_pinned(b->row_ptr, &drp);
+            host_pinned(b->ids + u->base, &dids);
+            if (j->vm == WISP_VALUES_MIXED) host_pinned(b->val_ptr, &dvp);
+            if (j->vm != WISP_VALUES_NONE)
+                host_pinned(b->vals + (j->vm == WISP_VALUES_MIXED ? u->vbase : u->base), &dvals);
+        } else {
+            uint64_t t0 = wisp_now_ns();
+            memcpy(hin + L->rp, b->row_ptr, (rows + 1) * 4);
+            memcpy(hin + L->ids, b->ids + u->base, (size_t)u->nnz * 4);
+            if (j->vm == WISP_VALUES_MIXED) memcpy(hin + L->vp, b->val_ptr, (rows + 1) * 4);
+            if (j->vm != WISP_VALUES_NONE)
+                memcpy(hin + L->vals, b->vals + (j->vm == WISP_VALUES_MIXED ? u->vbase : u->base), (size_t)u->nvals * 4);
+            j->ns_stage += wisp_now_ns() - t0;
+            drp = din + L->rp;
+            dids = din + L->ids;
+            dvp = din + L->vp;
+            dvals = din + L->vals;
+        }
+        j->bytes_h2d += (rows + 1) * 4 + (size_t)u->nnz * 4 + (j->vm == WISP_VALUES_MIXED ? (rows + 1) * 4 : 0)
+                        + (j->vm != WISP_VALUES_NONE ? (size_t)u->nvals * 4 : 0);
+        j->bytes_d2h += rows * 8;
+        if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_START], u->comp), "recording an event");
+        if (s->fault == FAULT_STICKY && !s->fault_fired) {
+            s->fault_fired = 1;
+            JOB_CHECK(j, u, wisp_k_trap(u->comp), "launching the score kernel");
+        } else {
+            wisp_kparams p;
+            memset(&p, 0, sizeof p);
+            p.row_ptr = drp;
+            p.ids = dids;
+            p.val_ptr = dvp;
+            p.vals = dvals;
+            p.weights = u->w[0];
+            p.out = (float *)(din + L->out);
+            p.oor_rows = (uint32_t *)(din + L->oorr);
+            p.rows = (uint32_t)rows;
+            p.ptr_base = u->base;
+            p.val_base = u->vbase;
+            p.nnz = u->nnz;
+            p.nvals = u->nvals;
+            p.id_lo = 0;
+            p.id_span = j->nf;
+            p.num_features = j->nf;
+            p.bias = (float)j->m->bias;
+            p.scale = j->m->dtype == WISP_I8 ? j->m->scale : 1.0f;
+            JOB_CHECK(j, u, (cudaError_t)wisp_k_score(&p, j->dtype, j->vm, j->lanes, u->comp), "launching the score kernel");
+        }
+        if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_END], u->comp), "recording an event");
+        u->launched = timing;
+        return;
+    }
+
+    /* one chunk: everything on the compute stream; several: copies on the copy stream */
+    const int single = u->nchunks == 1;
+    u->single_stream = single;
+    cudaStream_t cs = single ? u->comp : u->copy;
+    char *hout = j->staged ? s->stage + u->soff + L->cnt : s->stage + u->soff;
+    if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_START], cs), "recording an event");
+    if (single && j->staged) {
+        /* a small batch: pack it, zero the counter, one copy in */
+        char *hin = s->stage + u->soff;
+        u->cb[0] = 0;
+        u->cb[1] = rows;
+        const wisp_batch *b = j->b;
+        uint64_t t0 = wisp_now_ns();
+        memcpy(hin + L->rp, b->row_ptr + u->r0, (rows + 1) * 4);
+        memcpy(hin + L->ids, b->ids + u->base, (size_t)u->nnz * 4);
+        if (j->vm == WISP_VALUES_MIXED) memcpy(hin + L->vp, b->val_ptr + u->r0, (rows + 1) * 4);
+        if (j->vm != WISP_VALUES_NONE)
+            memcpy(hin + L->vals, b->vals + (j->vm == WISP_VALUES_MIXED ? u->vbase : u->base), (size_t)u->nvals * 4);
+        memset(hin + L->cnt, 0, 16);
+        j->ns_stage += wisp_now_ns() - t0;
+        JOB_CHECK(j, u, cudaMemcpyAsync(u->dbuf, hin, L->cnt + 16, cudaMemcpyHostToDevice, cs), "copying a batch to the device");
+        j->bytes_h2d += L->cnt + 16;
+    } else {
+        JOB_CHECK(j, u, cudaMemsetAsync(u->dbuf + L->cnt, 0, 16, cs), "clearing a counter");
+    }
+    for (int c = 0; c < u->nchunks && j->err == cudaSuccess; c++) {
+        if (!(single && j->staged)) copy_chunk_in(j, u, c, cs);
+        if (!single) {
+            JOB_CHECK(j, u, cudaEventRecord(u->ready[c], cs), "recording an event");
+            JOB_CHECK(j, u, cudaStreamWaitEvent(u->comp, u->ready[c], 0), "ordering streams");
+        }
+        if (timing) {
+            if (c == u->nchunks - 1) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_H2D], cs), "recording an event");
+            JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_CHUNK + 3 * c], u->comp), "recording an event");
+        }
+        launch_chunk(j, u, c, u->comp);
+        if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_CHUNK + 3 * c + 1], u->comp), "recording an event");
+        /* this chunk's answers come back while the next chunk is copied in and scored */
+        const size_t a = u->cb[c], z = u->cb[c + 1];
+        if (z > a && !(single && j->staged)) {
+            for (int i = 0; i < u->nsh; i++) {
+                size_t off = (size_t)i * rows * 4 + a * 4;
+                void *dst = (!j->sharded && j->out_pinned) ? (void *)(j->out + u->r0 + a)
+                                                          : (void *)(hout + (L->out - L->cnt) + off);
+                JOB_CHECK(j, u, cudaMemcpyAsync(dst, u->dbuf + L->out + off, (z - a) * 4, cudaMemcpyDeviceToHost, u->comp),
+                          "copying results from the device");
+                j->bytes_d2h += (z - a) * 4;
+            }
+        }
+        if (c == u->nchunks - 1) {
+            size_t n = (single && j->staged) ? L->out - L->cnt + (size_t)u->nsh * rows * 4 : 8;
+            JOB_CHECK(j, u, cudaMemcpyAsync(hout, u->dbuf + L->cnt, n, cudaMemcpyDeviceToHost, u->comp),
+                      "copying results from the device");
+            j->bytes_d2h += n;
+        }
+        if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[c == u->nchunks - 1 ? EV_END : EV_CHUNK + 3 * c + 2], u->comp),
+                              "recording an event");
+    }
+    u->launched = timing && j->err == cudaSuccess;
+}
+
+static float elapsed_ms(cudaEvent_t a, cudaEvent_t b)
+{
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, a, b) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return ms > 0 ? ms : 0;
+}
+
+/* Plan the batch over the units: rows, shards, chunks, layouts, buffers. */
+static int plan(struct job *j)
+{
+    sess *s = j->s;
+    const wisp_batch *b = j->b;
+    wisp_model *m = j->m;
+    const size_t rows = b->rows;
+    const uint32_t *rp = b->row_ptr;
+    const uint64_t nnz = (uint64_t)rp[rows] - rp[0];
+
+    /* shards: asked for, or needed because the table would not fit one device */
+    int nsh = s->shards_env >= 2 ? s->shards_env : 1;
+    size_t table = (size_t)j->nf * dtype_size(m->dtype);
+    if (nsh == 1 && s->ndev > 1) {
+        uint64_t minmem = UINT64_MAX;
+        for (int i = 0; i < s->ndev; i++)
+            if (s->ctx->dev[s->devs[i]].mem < minmem) minmem = s->ctx->dev[s->devs[i]].mem;
+        if (table > minmem / 10 * 8) nsh = s->nunits;
+    }
+    if (nsh > MAX_SHARDS) nsh = MAX_SHARDS;
+    j->sharded = nsh > 1;
+    j->nshards = nsh;
+    for (int i = 0; i < nsh; i++) {
+        uint64_t lo = (uint64_t)j->nf * i / nsh, hi = (uint64_t)j->nf * (i + 1) / nsh;
+        j->sh_lo[i] = (uint32_t)lo;
+        j->sh_span[i] = (uint32_t)(hi - lo);
+    }
+    j->zc = !j->sharded && s->nunits == 1 && s->zc_rows && rows <= s->zc_rows;
+
+    /* rows over units */
+    size_t stage_need = 0;
+    const int nunits = s->nunits;
+    for (int k = 0; k < nunits; k++) {
+        struct unit *u = &s->u[k];
+        u->launched = 0;
+        u->nsh = 0;
+        if (j->sharded) {
+            u->r0 = 0;
+            u->r1 = rows;
+            for (int i = k; i < nsh; i += nunits) u->sh[u->nsh++] = i;
+        } else {
+            u->r0 = k == 0 ? 0 : lower_row(rp, s->u[k - 1].r1, rows, rp[0] + nnz * (uint64_t)k / nunits);
+            u->r1 = k == nunits - 1 ? rows : lower_row(rp, u->r0, rows, rp[0] + nnz * (uint64_t)(k + 1) / nunits);
+            if (u->r1 < u->r0) u->r1 = u->r0;
+            u->sh[u->nsh++] = 0;
+        }
+    }
+    /* staged: small batches always; large ones when their arrays are not pinned */
+    size_t bytes = (rows + 1) * 4 + nnz * 4;
+    if (j->vm == WISP_VALUES_MIXED) bytes += (rows + 1) * 4;
+    if (j->vm != WISP_VALUES_NONE) bytes += (size_t)b->nvals * 4;
+    int pinned = host_pinned(b->row_ptr, NULL) && host_pinned(b->ids, NULL)
+                 && (j->vm != WISP_VALUES_MIXED || host_pinned(b->val_ptr, NULL))
+                 && (j->vm == WISP_VALUES_NONE || host_pinned(b->vals, NULL));
+    j->staged = !pinned || bytes < STAGE_ALL_BYTES || (j->zc && !pinned);
+    if (j->zc && pinned) j->staged = 0;
+    j->out_pinned = host_pinned(j->out, NULL);
+
+    for (int k = 0; k < nunits; k++) {
+        struct unit *u = &s->u[k];
+        const size_t urows = u->r1 - u->r0;
+        u->base = rp[u->r0];
+        u->nnz = rp[u->r1] - rp[u->r0];
+        if (j->vm == WISP_VALUES_MIXED) {
+            u->vbase = b->val_ptr[u->r0];
+            u->nvals = b->val_ptr[u->r1] - b->val_ptr[u->r0];
+        } else {
+            u->vbase = u->base;
+            u->nvals = j->vm == WISP_VALUES_ALL ? u->nnz : 0;
+        }
+        layout(&u->L, urows, u->nnz, u->nvals, j->vm, u->nsh, j->zc);
+        /* chunks of about CHUNK_NNZ ids, split by nnz */
+        int nch = (int)((u->nnz + CHUNK_NNZ - 1) / CHUNK_NNZ);
+        if (nch < 1) nch = 1;
+        if (nch > MAX_CHUNKS) nch = MAX_CHUNKS;
+        if (s->chunks_env) nch = s->chunks_env;
+        if ((size_t)nch > urows) nch = urows ? (int)urows : 1;
+        if (j->zc || (j->staged && bytes < STAGE_ALL_BYTES)) nch = 1;
+        u->nchunks = nch;
+        u->cb[0] = 0;
+        for (int c = 1; c < nch; c++)
+            u->cb[c] = lower_row(rp, u->r0 + u->cb[c - 1], u->r1, (uint64_t)u->base + (uint64_t)u->nnz * c / nch) - u->r0;
+        u->cb[nch] = urows;
+        /* staging: the whole layout when staged, else only the counter and the answers */
+        u->soff = stage_need;
+        stage_need += al((j->staged || j->zc) ? u->L.total : u->L.total - u->L.cnt);
+    }
+    /* allocations: weights, device buffers, the staging buffer; nothing is enqueued before they all exist */
+    for (int k = 0; k < nunits; k++) {
+        struct unit *u = &s->u[k];
+        cudaError_t e = cudaSetDevice(u->dev);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            if (is_sticky(e)) mark_unusable(s->ctx, u->dev, e);
+            return err_fail(u->dev, "selecting the device", e);
+        }
+        for (int i = 0; i < u->nsh; i++) {
+            int st = get_weights(s->ctx, m, u->dev, j->sh_lo[u->sh[i]], j->sh_span[u->sh[i]], &u->w[i], j->stats);
+            if (st != WISP_OK) return st;
+        }
+        if (!j->zc) {
+            int st = grow_dbuf(s, u, u->L.total);
+            if (st != WISP_OK) return st;
+        }
+    }
+    if (grow_stage(s, stage_need) != WISP_OK)
+        return wisp_fail(WISP_EDEVICE, "cuda: cannot pin %zu bytes of host memory for staging "
+                         "(pinned so far: %zu of at most %zu bytes, WISP_PINNED_MAX_MB)", stage_need,
+                         atomic_load(&s->ctx->pinned), s->ctx->pinned_max);
+    if (j->zc && !s->stage_dev) return wisp_fail(WISP_EDEVICE, "cuda: the staging buffer is not mapped for zero-copy");
+    return WISP_OK;
+}

@@ -1,0 +1,900 @@
+/* model.c — the .wisp model file: validated mmap loading, accessors, fp16/int8 codecs, atomic writing and conversion. */
+
+/*
+ * On-disk layout of a .wisp file (format version 1). Every integer is
+ * little-endian; offsets and sizes are in bytes from the start of the file.
+ *
+ *   header, 64 bytes at offset 0
+ *     0  char magic[8]            "WISPMDL\0"
+ *     8  u32  version             WISP_FORMAT_VERSION (1)
+ *    12  u32  section_count       1 .. 256
+ *    16  u64  file_size           must equal the real size of the file
+ *    24  u64  section_table_off   64-byte aligned, >= 64
+ *    32  u64  num_features        1 .. WISP_MAX_FEATURES; == weights' count
+ *    40  f64  bias                finite
+ *    48  u64  header_checksum     XXH64 (seed 0) of the 64 header bytes with
+ *                                 bytes 48..55 zeroed, followed by the
+ *                                 section_count * 64 bytes of the table
+ *    56  8 bytes reserved         written as zero (covered by the checksum)
+ *
+ *   section table: section_count entries of 64 bytes at section_table_off
+ *     0  char name[16]            NUL-terminated, NUL-padded, non-empty,
+ *                                 printable ASCII; names are unique
+ *    16  u32  dtype               0 f32, 1 f16, 2 i8 (weights), 16 text (bytes)
+ *    20  f32  scale               i8: the dequantization scale (finite, > 0);
+ *                                 1.0 for every other known section
+ *    24  u64  offset              64-byte aligned
+ *    32  u64  size                bytes; size == count * element size
+ *    40  u64  count               elements
+ *    48  u64  checksum            XXH64 (seed 0) of the section's `size` bytes
+ *    56  8 bytes reserved         written as zero (covered by the header checksum)
+ *
+ *   sections (non-empty ones may not overlap each other, the header or the table):
+ *     "meta"     required, dtype text: "key=value\n" lines; keys are
+ *                [A-Za-z0-9_.-]+ and unique, values have no NUL or '\n';
+ *                empty lines are allowed. No NUL byte anywhere.
+ *     "weights"  required, dtype f32/f16/i8, count == num_features, every
+ *                weight finite; weight(id) = w[id] (f16 widened; i8: scale * q).
+ *     "columns"  optional, dtype text: the feature-column description (no NUL).
+ *     any other name: ignored (forward compatible) after its bounds,
+ *                alignment, overlap and checksum are checked.
+ *
+ * The writer puts the table right after the header, then meta and columns
+ * (each 64-byte aligned), then the weights at a 4096-byte aligned offset
+ * (page aligned: madvise and device copies work on whole pages); the file
+ * ends with the last weight byte. Gaps are zero and not checksummed.
+ *
+ * Validation order: magic, version, header size, file_size, table bounds,
+ * header checksum, limits and bias, each entry (name, alignment, bounds,
+ * overlap, dtype/count/scale), required sections, section checksums, meta
+ * text, columns text, finite weights. A model file is untrusted input:
+ * nothing is used before all of that passed.
+ *
+ * The file is mapped MAP_SHARED read-only, so processes loading one model
+ * share the page cache. Files are replaced by rename (wisp_model_write), never
+ * rewritten in place: a mapping keeps its inode. Truncating a mapped model
+ * file in place would SIGBUS its readers (no file format can prevent that;
+ * WISP_LOAD_HUGEPAGES copies the weights and avoids it for scoring).
+ *
+ * MADV_RANDOM is not applied: loading reads every byte once (the checksums),
+ * so the pages are resident afterwards and read-ahead no longer matters;
+ * during the load itself sequential read-ahead is what we want.
+ */
+
+#include "internal.h"
+
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "wisp maps little-endian model files in place: a little-endian host is required"
+#endif
+
+#define HDR_SIZE        64u
+#define ENTRY_SIZE      64u
+#define SEC_ALIGN       64u
+#define WEIGHTS_ALIGN   4096u
+#define MAX_SECTIONS    256u
+#define NAME_LEN        16u
+#define DT_TEXT         16u
+#define HUGE_PAGE       (2u << 20)
+
+/* header field offsets */
+enum { H_MAGIC = 0, H_VERSION = 8, H_COUNT = 12, H_FILE_SIZE = 16, H_TABLE = 24,
+       H_NFEAT = 32, H_BIAS = 40, H_CHECKSUM = 48 };
+/* section entry field offsets */
+enum { E_NAME = 0, E_DTYPE = 16, E_SCALE = 20, E_OFFSET = 24, E_SIZE = 32, E_COUNT = 40,
+       E_CHECKSUM = 48 };
+
+typedef unsigned long long ull;
+
+static uint32_t rd32(const unsigned char *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t rd64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static float    rdf32(const unsigned char *p) { float v; memcpy(&v, p, 4); return v; }
+static double   rdf64(const unsigned char *p) { double v; memcpy(&v, p, 8); return v; }
+static void wr32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
+static void wr64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
+static void wrf32(unsigned char *p, float v) { memcpy(p, &v, 4); }
+static void wrf64(unsigned char *p, double v) { memcpy(p, &v, 8); }
+
+static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+static const char *errstr(int e, char *buf, size_t n)
+{
+    return strerror_r(e, buf, n);   /* GNU variant: returns the message */
+}
+
+static size_t dtype_size(int dtype)
+{
+    switch (dtype) {
+    case WISP_F32: return 4;
+    case WISP_F16: return 2;
+    case WISP_I8:  return 1;
+    default:       return 0;
+    }
+}
+
+/* ---- dtypes and fp16 ---------------------------------------------------- */
+
+const char *wisp_dtype_name(int dtype)
+{
+    switch (dtype) {
+    case WISP_F32: return "f32";
+    case WISP_F16: return "f16";
+    case WISP_I8:  return "i8";
+    default:       return NULL;
+    }
+}
+
+int wisp_dtype_parse(const char *name)
+{
+    static const struct { const char *name; int dtype; } names[] = {
+        { "f32", WISP_F32 }, { "fp32", WISP_F32 }, { "float32", WISP_F32 }, { "float", WISP_F32 },
+        { "f16", WISP_F16 }, { "fp16", WISP_F16 }, { "float16", WISP_F16 }, { "half", WISP_F16 },
+        { "i8", WISP_I8 },   { "int8", WISP_I8 },
+    };
+    if (!name) return -1;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcasecmp(name, names[i].name) == 0) return names[i].dtype;
+    return -1;
+}
+
+float wisp_half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+    if (e == 0x1f) {
+        x = sign | 0x7f800000u | (m << 13);               /* inf, NaN (payload kept) */
+    } else if (e != 0) {
+        x = sign | ((e + 112u) << 23) | (m << 13);        /* normal: rebias 15 -> 127 */
+    } else if (m == 0) {
+        x = sign;                                          /* +-0 */
+    } else {                                               /* subnormal: m * 2^-24 */
+        uint32_t sh = 0;
+        while (!(m & 0x400u)) { m <<= 1; sh++; }
+        x = sign | ((113u - sh) << 23) | ((m & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+uint16_t wisp_float_to_half(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) {                               /* inf or NaN */
+        if (ax == 0x7f800000u) return sign | 0x7c00u;
+        uint32_t payload = (ax >> 13) & 0x3ffu;            /* keep the top payload bits */
+        return sign | 0x7c00u | (payload ? payload : 0x200u);
+    }
+    if (ax >= 0x477ff000u) return sign | 0x7c00u;          /* >= 65520: rounds to inf */
+    if (ax >= 0x38800000u) {                               /* half normal range (>= 2^-14) */
+        uint32_t r = ax - 0x38000000u;                     /* rebias 127 -> 15 */
+        r += 0xfffu + ((r >> 13) & 1u);                    /* round to nearest, ties to even */
+        return sign | (uint16_t)(r >> 13);
+    }
+    /* half subnormal or zero: result = round(value / 2^-24) */
+    uint32_t e = ax >> 23;
+    if (e < 102) return sign;                              /* < 2^-25: rounds to 0 */
+    uint32_t m = (ax & 0x7fffffu) | 0x800000u;             /* value = m * 2^(e-150) */
+    uint32_t s = 126u - e;                                 /* units of 2^-24: m >> s; 14 <= s <= 24 */
+    uint32_t q = m >> s, rem = m & ((1u << s) - 1u), half = 1u << (s - 1u);
+    if (rem > half || (rem == half && (q & 1u))) q++;
+    return sign | (uint16_t)q;
+}
+
+/* ---- meta text ------------------------------------------------------------ */
+
+static bool key_char(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '.' || c == '-';
+}
+
+static int cmp_strp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Validate meta text t[0..n) and build the key/value array: one allocation
+ * holding (2k+1) pointers and the split strings. Failures return `status`
+ * with a message prefixed by `who`. *kv_out may be NULL (validate only). */
+static int parse_meta(const char *t, size_t n, int status, const char *who, char ***kv_out)
+{
+    if (kv_out) *kv_out = NULL;
+    const char *nul = memchr(t, '\0', n);
+    if (nul) {
+        size_t line = 1;
+        for (const char *q = t; q < nul; q++) line += (*q == '\n');
+        return wisp_fail(status, "%s: meta line %zu: contains a NUL byte", who, line);
+    }
+    /* pass 1: validate and count */
+    size_t k = 0, lineno = 0;
+    for (size_t i = 0; i < n;) {
+        const char *ln = t + i;
+        const char *nl = memchr(ln, '\n', n - i);
+        size_t len = nl ? (size_t)(nl - ln) : n - i;
+        lineno++;
+        i += len + (nl ? 1 : 0);
+        if (len == 0) continue;
+        const char *eq = memchr(ln, '=', len);
+        if (!eq) return wisp_fail(status, "%s: meta line %zu: expected key=value", who, lineno);
+        if (eq == ln) return wisp_fail(status, "%s: meta line %zu: empty key", who, lineno);
+        for (const char *q = ln; q < eq; q++)
+            if (!key_char((unsigned char)*q))
+                return wisp_fail(status, "%s: meta line %zu: key has a character other than "
+                                 "[A-Za-z0-9_.-] (byte 0x%02x)", who, lineno, (unsigned)(unsigned char)*q);
+        k++;
+    }
+    size_t ptr_bytes = (2 * k + 1) * sizeof(char *);
+    char **kv = wisp_malloc(ptr_bytes + n + 1);
+    if (!kv) return wisp_fail(WISP_ENOMEM, "%s: out of memory for the meta keys", who);
+    char *s = (char *)kv + ptr_bytes;
+    memcpy(s, t, n);
+    s[n] = '\0';
+    size_t j = 0;
+    for (size_t i = 0; i < n;) {
+        char *ln = s + i;
+        char *nl = memchr(ln, '\n', n - i);
+        size_t len = nl ? (size_t)(nl - ln) : n - i;
+        i += len + (nl ? 1 : 0);
+        if (nl) *nl = '\0';
+        if (len == 0) continue;
+        char *eq = strchr(ln, '=');
+        *eq = '\0';
+        kv[j++] = ln;
+        kv[j++] = eq + 1;
+    }
+    kv[j] = NULL;
+    /* unique keys: sort a copy of the key pointers */
+    if (k > 1) {
+        char **keys = wisp_malloc(k * sizeof *keys);
+        if (!keys) { wisp_free(kv); return wisp_fail(WISP_ENOMEM, "%s: out of memory for the meta keys", who); }
+        for (size_t i = 0; i < k; i++) keys[i] = kv[2 * i];
+        qsort(keys, k, sizeof *keys, cmp_strp);
+        for (size_t i = 1; i < k; i++)
+            if (strcmp(keys[i - 1], keys[i]) == 0) {
+                int st = wisp_fail(status, "%s: meta key '%.64s' appears more than once", who, keys[i]);
+                wisp_free(keys);
+                wisp_free(kv);
+                return st;
+            }
+        wisp_free(keys);
+    }
+    if (kv_out) *kv_out = kv;
+    else wisp_free(kv);
+    return WISP_OK;
+}
+
+/* ---- loading ------------------------------------------------------------ */
+
+struct sec {
+    char name[NAME_LEN + 1];
+    uint32_t dtype;
+    float scale;
+    uint64_t off, size, count, sum;
+};
+
+struct layout {
+    uint64_t num_features;
+    double bias;
+    const struct sec *meta, *weights, *columns;
+    struct sec secs[MAX_SECTIONS];
+    uint32_t nsec;
+};
+
+static const char *dtype_label(uint32_t dt)
+{
+    if (dt == DT_TEXT) return "text";
+    const char *n = wisp_dtype_name((int)dt);
+    return n ? n : "unknown";
+}
+
+static int check_weights_finite(const char *path, const void *w, uint64_t n, int dtype)
+{
+    uint64_t bad = UINT64_MAX;
+    if (dtype == WISP_F32) {
+        const uint32_t *b = w;
+        for (uint64_t i = 0; i < n; i++)
+            if ((b[i] & 0x7f800000u) == 0x7f800000u) { bad = i; break; }
+    } else if (dtype == WISP_F16) {
+        const uint16_t *b = w;
+        for (uint64_t i = 0; i < n; i++)
+            if ((b[i] & 0x7c00u) == 0x7c00u) { bad = i; break; }
+    }
+    if (bad != UINT64_MAX)
+        return wisp_fail(WISP_EFORMAT, "%s: section 'weights': weight %llu is not finite (inf or NaN)",
+                         path, (ull)bad);
+    return WISP_OK;
+}
+
+/* Validate the whole file image p[0..size); fills *L with pointers into p. */
+static int parse_file(const unsigned char *p, uint64_t size, const char *path, struct layout *L)
+{
+    memset(L, 0, sizeof *L);
+    if (size < 8)
+        return wisp_fail(WISP_EFORMAT, "%s: truncated: the file is %llu bytes, shorter than the "
+                         "%u-byte header", path, (ull)size, HDR_SIZE);
+    if (memcmp(p + H_MAGIC, WISP_MAGIC, 8) != 0)
+        return wisp_fail(WISP_EFORMAT, "%s: not a wisp model file (bad magic %02x %02x %02x %02x "
+                         "%02x %02x %02x %02x, expected \"WISPMDL\\0\")", path,
+                         p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+    if (size < 12)
+        return wisp_fail(WISP_EFORMAT, "%s: truncated: the file is %llu bytes, shorter than the "
+                         "%u-byte header", path, (ull)size, HDR_SIZE);
+    uint32_t version = rd32(p + H_VERSION);
+    if (version != WISP_FORMAT_VERSION)
+        return wisp_fail(WISP_EVERSION, "%s: file format version %u, this build of wisp reads version %u",
+                         path, version, (unsigned)WISP_FORMAT_VERSION);
+    if (size < HDR_SIZE)
+        return wisp_fail(WISP_EFORMAT, "%s: truncated: the file is %llu bytes, shorter than the "
+                         "%u-byte header", path, (ull)size, HDR_SIZE);
+    uint64_t file_size = rd64(p + H_FILE_SIZE);
+    if (file_size != size)
+        return wisp_fail(WISP_EFORMAT, "%s: the header says the file is %llu bytes but it is %llu (%s)",
+                         path, (ull)file_size, (ull)size, size < file_size ? "truncated" : "extra bytes");
+    uint32_t nsec = rd32(p + H_COUNT);
+    if (nsec == 0 || nsec > MAX_SECTIONS)
+        return wisp_fail(WISP_EFORMAT, "%s: section count %u is out of range (1 .. %u)", path, nsec, MAX_SECTIONS);
+    uint64_t toff = rd64(p + H_TABLE), tsize = (uint64_t)nsec * ENTRY_SIZE, tend;
+    if (toff < HDR_SIZE || toff % SEC_ALIGN != 0)
+        return wisp_fail(WISP_EFORMAT, "%s: the section table offset %llu is not a 64-byte aligned offset "
+                         "after the header", path, (ull)toff);
+    if (__builtin_add_overflow(toff, tsize, &tend) || tend > size)
+        return wisp_fail(WISP_EFORMAT, "%s: the section table extends past the end of the file "
+                         "(offset %llu + %llu > %llu)", path, (ull)toff, (ull)tsize, (ull)size);
+    const unsigned char *table = p + toff;
+
+    /* header checksum: header with its checksum field zeroed, then the table */
+    unsigned char hdr[HDR_SIZE];
+    memcpy(hdr, p, HDR_SIZE);
+    memset(hdr + H_CHECKSUM, 0, 8);
+    XXH64_state_t st;
+    XXH64_reset(&st, 0);
+    XXH64_update(&st, hdr, HDR_SIZE);
+    XXH64_update(&st, table, (size_t)tsize);
+    uint64_t hsum = XXH64_digest(&st), want = rd64(p + H_CHECKSUM);
+    if (hsum != want)
+        return wisp_fail(WISP_ECHECKSUM, "%s: checksum mismatch in the header and section table "
+                         "(stored %016llx, computed %016llx)", path, (ull)want, (ull)hsum);
+
+    L->num_features = rd64(p + H_NFEAT);
+    L->bias = rdf64(p + H_BIAS);
+    if (L->num_features == 0)
+        return wisp_fail(WISP_EFORMAT, "%s: the model has no features (num_features 0)", path);
+    if (L->num_features > WISP_MAX_FEATURES)
+        return wisp_fail(WISP_ELIMIT, "%s: num_features %llu exceeds the limit of %llu", path,
+                         (ull)L->num_features, (ull)WISP_MAX_FEATURES);
+    if (!isfinite(L->bias))
+        return wisp_fail(WISP_EFORMAT, "%s: the bias is not finite (%g)", path, L->bias);
+
+    L->nsec = nsec;
+    for (uint32_t i = 0; i < nsec; i++) {
+        const unsigned char *e = table + (size_t)i * ENTRY_SIZE;
+        struct sec *s = &L->secs[i];
+        const unsigned char *nul = memchr(e + E_NAME, '\0', NAME_LEN);
+        if (!nul)
+            return wisp_fail(WISP_EFORMAT, "%s: section %u: the name is not NUL-terminated", path, i);
+        size_t nlen = (size_t)(nul - (e + E_NAME));
+        if (nlen == 0)
+            return wisp_fail(WISP_EFORMAT, "%s: section %u has an empty name", path, i);
+        for (size_t c = 0; c < nlen; c++)
+            if (e[E_NAME + c] < 0x21 || e[E_NAME + c] > 0x7e)
+                return wisp_fail(WISP_EFORMAT, "%s: section %u: the name has a non-printable byte 0x%02x",
+                                 path, i, e[E_NAME + c]);
+        memcpy(s->name, e + E_NAME, nlen);
+        s->name[nlen] = '\0';
+        s->dtype = rd32(e + E_DTYPE);
+        s->scale = rdf32(e + E_SCALE);
+        s->off = rd64(e + E_OFFSET);
+        s->size = rd64(e + E_SIZE);
+        s->count = rd64(e + E_COUNT);
+        s->sum = rd64(e + E_CHECKSUM);
+        for (uint32_t j = 0; j < i; j++)
+            if (strcmp(L->secs[j].name, s->name) == 0)
+                return wisp_fail(WISP_EFORMAT, "%s: section '%s' is listed twice (entries %u and %u)",
+                                 path, s->name, j, i);
+        uint64_t end;
+        if (__builtin_add_overflow(s->off, s->size, &end) || end > size)
+            return wisp_fail(WISP_EFORMAT, "%s: section '%s' extends past the end of the file "
+                             "(offset %llu + %llu > %llu)", path, s->name, (ull)s->off, (ull)s->size, (ull)size);
+        if (s->off % SEC_ALIGN != 0)
+            return wisp_fail(WISP_EFORMAT, "%s: section '%s' is not 64-byte aligned (offset %llu)",
+                             path, s->name, (ull)s->off);
+        if (s->size > 0) {
+            if (s->off < HDR_SIZE)
+                return wisp_fail(WISP_EFORMAT, "%s: section '%s' overlaps the header (offset %llu)",
+                                 path, s->name, (ull)s->off);
+            if (s->off < tend && toff < end)
+                return wisp_fail(WISP_EFORMAT, "%s: section '%s' overlaps the section table "
+                                 "([%llu, %llu) and [%llu, %llu))", path, s->name,
+                                 (ull)s->off, (ull)end, (ull)toff, (ull)tend);
+            for (uint32_t j = 0; j < i; j++) {
+                const struct sec *o = &L->secs[j];
+                if (o->size > 0 && s->off < o->off + o->size && o->off < end)
+                    return wisp_fail(WISP_EFORMAT, "%s: sections '%s' and '%s' overlap ([%llu, %llu) and "
+                                     "[%llu, %llu))", path, o->name, s->name, (ull)o->off,
+                                     (ull)(o->off + o->size), (ull)s->off, (ull)end);
+            }
+        }
+        bool is_meta = strcmp(s->name, "meta") == 0, is_cols = strcmp(s->name, "columns") == 0;
+        if (is_meta || is_cols) {
+            if (s->dtype != DT_TEXT)
+                return wisp_fail(WISP_EFORMAT, "%s: section '%s' has dtype %u, expected %u (text)",
+                                 path, s->name, s->dtype, DT_TEXT);
+            if (s->count != s->size)
+                return wisp_fail(WISP_EFORMAT, "%s: section '%s': count %llu does not match its size "
+                                 "%llu bytes", path, s->name, (ull)s->count, (ull)s->size);
+            if (s->scale != 1.0f)
+                return wisp_fail(WISP_EFORMAT, "%s: section '%s': scale %g, expected 1", path, s->name,
+                                 (double)s->scale);
+            if (is_meta) L->meta = s; else L->columns = s;
+        } else if (strcmp(s->name, "weights") == 0) {
+            size_t es = dtype_size((int)s->dtype);
+            uint64_t bytes;
+            if (es == 0)
+                return wisp_fail(WISP_EFORMAT, "%s: section 'weights' has unknown dtype %u (expected "
+                                 "0 f32, 1 f16 or 2 i8)", path, s->dtype);
+            if (__builtin_mul_overflow(s->count, (uint64_t)es, &bytes))
+                return wisp_fail(WISP_EFORMAT, "%s: section 'weights': count %llu of %s overflows "
+                                 "a 64-bit size", path, (ull)s->count, dtype_label(s->dtype));
+            if (bytes != s->size)
+                return wisp_fail(WISP_EFORMAT, "%s: section 'weights': %llu %s values need %llu bytes, "
+                                 "the section has %llu", path, (ull)s->count, dtype_label(s->dtype),
+                                 (ull)bytes, (ull)s->size);
+            if (s->count != L->num_features)
+                return wisp_fail(WISP_EFORMAT, "%s: section 'weights' holds %llu weights but the header "
+                                 "says num_features %llu", path, (ull)s->count, (ull)L->num_features);
+            if (s->dtype == WISP_I8) {
+                if (!(isfinite(s->scale) && s->scale > 0))
+                    return wisp_fail(WISP_EFORMAT, "%s: section 'weights': int8 scale %g is not a finite "
+                                     "positive number", path, (double)s->scale);
+            } else if (s->scale != 1.0f) {
+                return wisp_fail(WISP_EFORMAT, "%s: section 'weights': scale %g on %s weights, expected 1",
+                                 path, (double)s->scale, dtype_label(s->dtype));
+            }
+            L->weights = s;
+        }
+        /* other names: from a later writer; bounds checked above, checksum below */
+    }
+    if (!L->weights) return wisp_fail(WISP_EFORMAT, "%s: missing section 'weights'", path);
+    if (!L->meta) return wisp_fail(WISP_EFORMAT, "%s: missing section 'meta'", path);
+
+    for (uint32_t i = 0; i < nsec; i++) {
+        const struct sec *s = &L->secs[i];
+        uint64_t h = XXH64(p + s->off, (size_t)s->size, 0);
+        if (h != s->sum)
+            return wisp_fail(WISP_ECHECKSUM, "%s: checksum mismatch in section '%s' (stored %016llx, "
+                             "computed %016llx)", path, s->name, (ull)s->sum, (ull)h);
+    }
+    int rc = parse_meta((const char *)p + L->meta->off, (size_t)L->meta->size, WISP_EFORMAT, path, NULL);
+    if (rc) return rc;
+    if (L->columns && memchr(p + L->columns->off, '\0', (size_t)L->columns->size))
+        return wisp_fail(WISP_EFORMAT, "%s: section 'columns' contains a NUL byte", path);
+    return check_weights_finite(path, p + L->weights->off, L->num_features, (int)L->weights->dtype);
+}
+
+static char *copy_text(const unsigned char *p, uint64_t n)
+{
+    char *s = wisp_malloc((size_t)n + 1);
+    if (s) { if (n) memcpy(s, p, (size_t)n); s[n] = '\0'; }
+    return s;
+}
+
+static size_t huge_copy_size(const wisp_model *m)
+{
+    return (size_t)align_up(m->num_features * dtype_size(m->dtype), HUGE_PAGE);
+}
+
+/* The huge-page copy of the weights: 2 MiB aligned anonymous memory. */
+static int copy_to_hugepages(wisp_model *m)
+{
+    size_t bytes = (size_t)(m->num_features * dtype_size(m->dtype));
+    size_t len = huge_copy_size(m);
+    char buf[128];
+    unsigned char *raw = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED)
+        return wisp_fail(WISP_ENOMEM, "%s: cannot map %zu bytes for the huge-page copy of the weights: %s",
+                         m->path, len, errstr(errno, buf, sizeof buf));
+    unsigned char *al = (unsigned char *)(uintptr_t)align_up((uintptr_t)raw, HUGE_PAGE);
+    if (al > raw) munmap(raw, (size_t)(al - raw));
+    size_t tail = (size_t)((raw + len + HUGE_PAGE) - (al + len));
+    if (tail) munmap(al + len, tail);
+#ifdef MADV_HUGEPAGE
+    if (madvise(al, len, MADV_HUGEPAGE) != 0 && m->eng)
+        wisp_log(m->eng, WISP_LOG_DEBUG, "%s: madvise(MADV_HUGEPAGE) failed: %s (transparent huge pages "
+                 "disabled?)", m->path, errstr(errno, buf, sizeof buf));
+#endif
+    memcpy(al, m->weights, bytes);
+    mprotect(al, len, PROT_READ);
+    m->private_weights = al;
+    m->weights = al;
+    return WISP_OK;
+}
+
+static void model_destroy(wisp_model *m)
+{
+    if (m->private_weights) munmap(m->private_weights, huge_copy_size(m));
+    if (m->map) munmap(m->map, m->map_size);
+    wisp_free(m->meta);
+    wisp_free(m->columns);
+    wisp_free(m->meta_kv);
+    wisp_free(m->path);
+    pthread_mutex_destroy(&m->dev_lock);
+    wisp_free(m);
+}
+
+int wisp_model_load_ex(wisp_engine *eng, const char *path, unsigned flags, wisp_model **out)
+{
+    if (out) *out = NULL;
+    if (!eng || !path || !out)
+        return wisp_fail(WISP_EINVAL, "wisp_model_load: %s is NULL", !eng ? "eng" : !path ? "path" : "out");
+    if (flags & ~(unsigned)WISP_LOAD_HUGEPAGES)
+        return wisp_fail(WISP_EINVAL, "%s: unknown load flags 0x%x", path, flags);
+    char buf[128];
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return wisp_fail(WISP_EIO, "%s: cannot open: %s", path, errstr(errno, buf, sizeof buf));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return wisp_fail(WISP_EIO, "%s: cannot stat: %s", path, errstr(e, buf, sizeof buf));
+    }
+    if (S_ISDIR(sb.st_mode)) { close(fd); return wisp_fail(WISP_EIO, "%s: is a directory, not a model file", path); }
+    if (!S_ISREG(sb.st_mode)) { close(fd); return wisp_fail(WISP_EIO, "%s: not a regular file", path); }
+    if (sb.st_size == 0) { close(fd); return wisp_fail(WISP_EFORMAT, "%s: empty file (0 bytes), not a wisp model", path); }
+    size_t size = (size_t)sb.st_size;
+    void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    int map_errno = errno;
+    close(fd);
+    if (map == MAP_FAILED)
+        return wisp_fail(WISP_EIO, "%s: cannot map %zu bytes: %s", path, size, errstr(map_errno, buf, sizeof buf));
+
+    struct layout *L = wisp_malloc(sizeof *L);
+    if (!L) { munmap(map, size); return wisp_fail(WISP_ENOMEM, "%s: out of memory", path); }
+    int rc = parse_file(map, size, path, L);
+    if (rc) { wisp_free(L); munmap(map, size); return rc; }
+
+    wisp_model *m = wisp_calloc(1, sizeof *m);
+    if (!m) { wisp_free(L); munmap(map, size); return wisp_fail(WISP_ENOMEM, "%s: out of memory", path); }
+    atomic_init(&m->refs, 1);
+    pthread_mutex_init(&m->dev_lock, NULL);
+    m->map = map;
+    m->map_size = size;
+    const unsigned char *p = map;
+    m->num_features = L->num_features;
+    m->bias = L->bias;
+    m->dtype = (int)L->weights->dtype;
+    m->scale = m->dtype == WISP_I8 ? L->weights->scale : 1.0f;
+    m->weights = p + L->weights->off;
+    m->eng = eng;                /* the reference is taken once the load succeeded */
+    m->path = wisp_strdup(path);
+    m->meta = copy_text(p + L->meta->off, L->meta->size);
+    m->columns = L->columns ? copy_text(p + L->columns->off, L->columns->size) : copy_text(p, 0);
+    if (!m->path || !m->meta || !m->columns) {
+        wisp_free(L);
+        model_destroy(m);
+        return wisp_fail(WISP_ENOMEM, "%s: out of memory", path);
+    }
+    rc = parse_meta(m->meta, (size_t)L->meta->size, WISP_EFORMAT, path, &m->meta_kv);
+    wisp_free(L);
+    if (rc == WISP_OK && (flags & WISP_LOAD_HUGEPAGES)) rc = copy_to_hugepages(m);
+    if (rc) { model_destroy(m); return rc; }
+    wisp_engine_retain(eng);
+    *out = m;
+    return WISP_OK;
+}
+
+int wisp_model_load(wisp_engine *eng, const char *path, wisp_model **out)
+{
+    return wisp_model_load_ex(eng, path, 0, out);
+}
+
+void wisp_model_retain(wisp_model *m)
+{
+    if (m) atomic_fetch_add(&m->refs, 1);
+}
+
+void wisp_model_free(wisp_model *m)
+{
+    if (!m || atomic_fetch_sub(&m->refs, 1) != 1) return;
+    wisp_engine *eng = m->eng;
+    const wisp_backend *gpu = NULL;
+    void *gpu_ctx = NULL;
+    if (eng) {
+        pthread_mutex_lock(&eng->lock);
+        gpu = eng->gpu;
+        gpu_ctx = eng->gpu_ctx;
+        pthread_mutex_unlock(&eng->lock);
+    }
+    if (gpu && gpu->model_release) gpu->model_release(gpu_ctx, m);
+    model_destroy(m);
+    wisp_engine_free(eng);
+}
+
+/* ---- accessors ------------------------------------------------------------ */
+
+uint64_t    wisp_model_num_features(const wisp_model *m) { return m ? m->num_features : 0; }
+double      wisp_model_bias(const wisp_model *m) { return m ? m->bias : 0.0; }
+int         wisp_model_dtype(const wisp_model *m) { return m ? m->dtype : -1; }
+float       wisp_model_scale(const wisp_model *m) { return m ? m->scale : 1.0f; }
+const char *wisp_model_path(const wisp_model *m) { return m ? m->path : NULL; }
+uint64_t    wisp_model_file_size(const wisp_model *m) { return m ? (uint64_t)m->map_size : 0; }
+const char *wisp_model_meta_text(const wisp_model *m) { return m ? m->meta : ""; }
+const char *wisp_model_columns(const wisp_model *m) { return m ? m->columns : ""; }
+
+float wisp_model_weight(const wisp_model *m, uint64_t id)
+{
+    if (!m || id >= m->num_features) return 0.0f;
+    switch (m->dtype) {
+    case WISP_F32: { float f; memcpy(&f, (const char *)m->weights + id * 4, 4); return f; }
+    case WISP_F16: { uint16_t h; memcpy(&h, (const char *)m->weights + id * 2, 2); return wisp_half_to_float(h); }
+    case WISP_I8:  return m->scale * (float)((const int8_t *)m->weights)[id];
+    default:       return 0.0f;
+    }
+}
+
+const char *wisp_model_meta(const wisp_model *m, const char *key)
+{
+    if (!m || !key || !m->meta_kv) return NULL;
+    for (char **kv = m->meta_kv; kv[0]; kv += 2)
+        if (strcmp(kv[0], key) == 0) return kv[1];
+    return NULL;
+}
+
+/* ---- writing ---------------------------------------------------------------- */
+
+/* Produces n fp32 weights starting at index start into dst. */
+typedef void (*fill_fn)(const void *ctx, uint64_t start, size_t n, float *dst);
+
+static void fill_from_array(const void *ctx, uint64_t start, size_t n, float *dst)
+{
+    memcpy(dst, (const float *)ctx + start, n * sizeof(float));
+}
+
+static void fill_from_model(const void *ctx, uint64_t start, size_t n, float *dst)
+{
+    const wisp_model *m = ctx;
+    for (size_t i = 0; i < n; i++) dst[i] = wisp_model_weight(m, start + i);
+}
+
+static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (w == 0) { errno = EIO; return -1; }
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+static void put_entry(unsigned char *e, const char *name, uint32_t dtype, float scale, uint64_t off,
+                      uint64_t size, uint64_t count, uint64_t sum)
+{
+    memset(e, 0, ENTRY_SIZE);
+    memcpy(e + E_NAME, name, strlen(name));
+    wr32(e + E_DTYPE, dtype);
+    wrf32(e + E_SCALE, scale);
+    wr64(e + E_OFFSET, off);
+    wr64(e + E_SIZE, size);
+    wr64(e + E_COUNT, count);
+    wr64(e + E_CHECKSUM, sum);
+}
+
+#define CHUNK 65536u
+
+static int write_model(const char *path, fill_fn fill, const void *ctx, uint64_t n, double bias,
+                       int dtype, const char *meta, const char *columns)
+{
+    char ebuf[128];
+    if (!path || !*path) return wisp_fail(WISP_EINVAL, "wisp_model_write: path is NULL or empty");
+    size_t es = dtype_size(dtype);
+    if (es == 0) return wisp_fail(WISP_EINVAL, "%s: unknown weight dtype %d (f32 0, f16 1, i8 2)", path, dtype);
+    if (n == 0) return wisp_fail(WISP_EINVAL, "%s: a model needs at least one feature (num_features 0)", path);
+    if (n > WISP_MAX_FEATURES)
+        return wisp_fail(WISP_ELIMIT, "%s: num_features %llu exceeds the limit of %llu", path, (ull)n,
+                         (ull)WISP_MAX_FEATURES);
+    if (!isfinite(bias)) return wisp_fail(WISP_EINVAL, "%s: the bias is not finite (%g)", path, bias);
+
+    /* meta: validated, and ended with a newline */
+    size_t mlen = meta ? strlen(meta) : 0;
+    int rc = parse_meta(meta ? meta : "", mlen, WISP_EINVAL, path, NULL);
+    if (rc) return rc;
+    size_t clen = columns ? strlen(columns) : 0;
+
+    float *fbuf = wisp_malloc(CHUNK * sizeof(float));
+    unsigned char *obuf = wisp_malloc(CHUNK * 4);
+    char *mtext = wisp_malloc(mlen + 2);
+    char *tmp = wisp_malloc(strlen(path) + 64);
+    if (!fbuf || !obuf || !mtext || !tmp) {
+        wisp_free(fbuf); wisp_free(obuf); wisp_free(mtext); wisp_free(tmp);
+        return wisp_fail(WISP_ENOMEM, "%s: out of memory", path);
+    }
+    memcpy(mtext, meta ? meta : "", mlen);
+    if (mlen > 0 && mtext[mlen - 1] != '\n') mtext[mlen++] = '\n';
+    mtext[mlen] = '\0';
+
+    /* pass 1: every weight finite and representable; max |w| for int8 */
+    float maxabs = 0.0f;
+    rc = WISP_OK;
+    for (uint64_t start = 0; start < n && rc == WISP_OK; start += CHUNK) {
+        size_t k = (size_t)(n - start < CHUNK ? n - start : CHUNK);
+        fill(ctx, start, k, fbuf);
+        for (size_t i = 0; i < k; i++) {
+            float a = fabsf(fbuf[i]);
+            if (!isfinite(a)) {
+                rc = wisp_fail(WISP_EINVAL, "%s: weight %llu is %s", path, (ull)(start + i),
+                               isnan(a) ? "NaN" : "infinite");
+                break;
+            }
+            if (dtype == WISP_F16 && a >= 65520.0f) {
+                rc = wisp_fail(WISP_EINVAL, "%s: weight %llu (%g) is outside the fp16 range "
+                               "(|w| < 65520)", path, (ull)(start + i), (double)fbuf[i]);
+                break;
+            }
+            if (a > maxabs) maxabs = a;
+        }
+    }
+    float scale = 1.0f;
+    if (dtype == WISP_I8 && maxabs > 0.0f) {
+        scale = (float)((double)maxabs / 127.0);
+        if (!(scale >= FLT_MIN)) scale = FLT_MIN;   /* tiny tables: keep the scale normal and positive */
+    }
+
+    /* layout */
+    uint32_t nsec = clen ? 3 : 2;
+    uint64_t toff = HDR_SIZE, tsize = (uint64_t)nsec * ENTRY_SIZE;
+    uint64_t moff = align_up(toff + tsize, SEC_ALIGN);
+    uint64_t coff = align_up(moff + mlen, SEC_ALIGN);
+    uint64_t woff = align_up(clen ? coff + clen : moff + mlen, WEIGHTS_ALIGN);
+    uint64_t wbytes = n * es, fsize = woff + wbytes;
+
+    int fd = -1;
+    bool created = false;
+    if (rc == WISP_OK) {
+        static atomic_uint counter;
+        for (int tries = 0; tries < 100; tries++) {
+            snprintf(tmp, strlen(path) + 64, "%s.tmp-%ld-%u", path, (long)getpid(),
+                     atomic_fetch_add(&counter, 1) + 1);
+            fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+            if (fd >= 0 || errno != EEXIST) break;
+        }
+        if (fd < 0) rc = wisp_fail(WISP_EIO, "%s: cannot create the temporary file %s: %s", path, tmp,
+                                   errstr(errno, ebuf, sizeof ebuf));
+        else created = true;
+    }
+    int io_errno = 0;
+    const char *what = NULL;
+    uint64_t wsum = 0;
+    if (rc == WISP_OK) {
+        XXH64_state_t st;
+        XXH64_reset(&st, 0);
+        for (uint64_t start = 0; start < n; start += CHUNK) {
+            size_t k = (size_t)(n - start < CHUNK ? n - start : CHUNK);
+            fill(ctx, start, k, fbuf);
+            if (dtype == WISP_F32) {
+                memcpy(obuf, fbuf, k * 4);
+            } else if (dtype == WISP_F16) {
+                for (size_t i = 0; i < k; i++) {
+                    uint16_t h = wisp_float_to_half(fbuf[i]);
+                    memcpy(obuf + 2 * i, &h, 2);
+                }
+            } else {
+                for (size_t i = 0; i < k; i++) {
+                    double q = nearbyint((double)fbuf[i] / (double)scale);
+                    if (q > 127) q = 127;
+                    if (q < -127) q = -127;
+                    ((int8_t *)obuf)[i] = (int8_t)q;
+                }
+            }
+            XXH64_update(&st, obuf, k * es);
+            if (pwrite_all(fd, obuf, k * es, woff + start * es)) { io_errno = errno; what = "write"; break; }
+        }
+        wsum = XXH64_digest(&st);
+    }
+    if (rc == WISP_OK && !what) {
+        if ((mlen && pwrite_all(fd, mtext, mlen, moff)) ||
+            (clen && pwrite_all(fd, columns, clen, coff))) { io_errno = errno; what = "write"; }
+    }
+    if (rc == WISP_OK && !what) {
+        unsigned char head[HDR_SIZE + 3 * ENTRY_SIZE];
+        memset(head, 0, sizeof head);
+        memcpy(head + H_MAGIC, WISP_MAGIC, 8);
+        wr32(head + H_VERSION, WISP_FORMAT_VERSION);
+        wr32(head + H_COUNT, nsec);
+        wr64(head + H_FILE_SIZE, fsize);
+        wr64(head + H_TABLE, toff);
+        wr64(head + H_NFEAT, n);
+        wrf64(head + H_BIAS, bias);
+        unsigned char *t = head + HDR_SIZE;
+        put_entry(t, "meta", DT_TEXT, 1.0f, moff, mlen, mlen, XXH64(mtext, mlen, 0));
+        put_entry(t + ENTRY_SIZE, "weights", (uint32_t)dtype, scale, woff, wbytes, n, wsum);
+        if (clen) put_entry(t + 2 * ENTRY_SIZE, "columns", DT_TEXT, 1.0f, coff, clen, clen, XXH64(columns, clen, 0));
+        wr64(head + H_CHECKSUM, XXH64(head, HDR_SIZE + tsize, 0));
+        if (pwrite_all(fd, head, HDR_SIZE + tsize, 0)) { io_errno = errno; what = "write"; }
+        else if (ftruncate(fd, (off_t)fsize)) { io_errno = errno; what = "resize"; }
+        else if (fsync(fd)) { io_errno = errno; what = "fsync"; }
+    }
+    if (fd >= 0) {
+        if (close(fd) && rc == WISP_OK && !what) { io_errno = errno; what = "close"; }
+    }
+    if (rc == WISP_OK && !what && rename(tmp, path)) { io_errno = errno; what = "rename"; }
+    if (rc == WISP_OK && what)
+        rc = wisp_fail(WISP_EIO, "%s: cannot %s %s: %s", path, what,
+                       strcmp(what, "rename") == 0 ? "the temporary file into place" : "the temporary file",
+                       errstr(io_errno, ebuf, sizeof ebuf));
+    if (rc != WISP_OK && created) unlink(tmp);
+    if (rc == WISP_OK) {
+        /* make the rename durable: fsync the directory (best effort) */
+        char *dir = wisp_strdup(path);
+        if (dir) {
+            char *slash = strrchr(dir, '/');
+            const char *d = slash ? (slash == dir ? "/" : (*slash = '\0', dir)) : ".";
+            int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            if (dfd >= 0) { fsync(dfd); close(dfd); }
+            wisp_free(dir);
+        }
+    }
+    wisp_free(fbuf); wisp_free(obuf); wisp_free(mtext); wisp_free(tmp);
+    return rc;
+}
+
+int wisp_model_write(const char *path, const float *weights, uint64_t num_features, double bias, int dtype,
+                     const char *meta, const char *columns)
+{
+    if (!weights && num_features > 0)
+        return wisp_fail(WISP_EINVAL, "%s: weights is NULL", path ? path : "wisp_model_write");
+    return write_model(path, fill_from_array, weights, num_features, bias, dtype, meta, columns);
+}
+
+int wisp_model_convert(const wisp_model *m, const char *path, int dtype)
+{
+    if (!m) return wisp_fail(WISP_EINVAL, "wisp_model_convert: model is NULL");
+    if (!wisp_dtype_name(dtype))
+        return wisp_fail(WISP_EINVAL, "%s: unknown weight dtype %d (f32 0, f16 1, i8 2)", path ? path : "?", dtype);
+    /* the meta without any converted_from line, then converted_from=<dtype> */
+    const char *from = wisp_dtype_name(m->dtype);
+    size_t len = strlen(m->meta);
+    char *meta = wisp_malloc(len + 128);
+    if (!meta) return wisp_fail(WISP_ENOMEM, "%s: out of memory", path ? path : "?");
+    size_t o = 0;
+    for (const char *ln = m->meta; *ln;) {
+        const char *nl = strchr(ln, '\n');
+        size_t l = nl ? (size_t)(nl - ln) : strlen(ln);
+        if (l > 0 && strncmp(ln, "converted_from=", 15) != 0) {
+            memcpy(meta + o, ln, l);
+            o += l;
+            meta[o++] = '\n';
+        }
+        ln += l + (nl ? 1 : 0);
+    }
+    o += (size_t)snprintf(meta + o, 64, "converted_from=%s\n", from ? from : "unknown");
+    meta[o] = '\0';
+    int rc = write_model(path, fill_from_model, m, m->num_features, m->bias, dtype, meta,
+                         m->columns[0] ? m->columns : NULL);
+    wisp_free(meta);
+    return rc;
+}

@@ -1,0 +1,66 @@
+/* score.cuh — the contract between the CUDA host code (engine/cuda.c, plain C) and the scoring kernels (kernels/score.cu). */
+#ifndef WISP_KERNELS_SCORE_CUH
+#define WISP_KERNELS_SCORE_CUH
+
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One launch scores rows [0, rows) of a CSR slice that lives in memory the
+ * device can read (device memory, or mapped pinned host memory in the
+ * zero-copy mode). Offsets in row_ptr/val_ptr are the batch's own; the
+ * slice's first id is at ids[0], so the kernel subtracts ptr_base (and
+ * val_base for vals in the mixed mode). Every index is clamped to nnz /
+ * nvals: a malformed slice can never make the kernel read out of bounds. */
+typedef struct wisp_kparams {
+    const uint32_t *row_ptr;    /* rows + 1 entries */
+    const uint32_t *ids;        /* nnz entries */
+    const uint32_t *val_ptr;    /* rows + 1 entries; value mode MIXED only */
+    const float    *vals;       /* ALL: nnz entries; MIXED: nvals entries; NONE: NULL */
+    const void     *weights;    /* the table (or a shard of it): element i is the weight of id id_lo + i */
+    float          *out;        /* rows floats: probabilities, or partial sums when partial != 0 */
+    unsigned long long *oor;    /* if not NULL: atomically += ids >= num_features */
+    uint32_t       *oor_rows;   /* if not NULL: oor_rows[r] = out-of-range ids of row r (zero-copy mode) */
+    uint32_t rows;
+    uint32_t ptr_base;          /* row_ptr value of the slice's first id */
+    uint32_t val_base;          /* val_ptr value of the slice's first value (MIXED) */
+    uint32_t nnz;               /* ids in the slice */
+    uint32_t nvals;             /* values in the slice (MIXED) */
+    uint32_t id_lo;             /* ids in [id_lo, id_lo + id_span) are looked up */
+    uint32_t id_span;
+    uint32_t num_features;      /* ids >= num_features are out of range (counted, skipped) */
+    int   partial;              /* 0: out = sigmoid(bias + scale * sum); 1: out = scale * sum */
+    float bias;
+    float scale;                /* int8 dequantization scale; 1 otherwise */
+} wisp_kparams;
+
+/* Value modes (the same numbers as WISP_VALUES_* in internal.h). */
+enum { WISP_KV_NONE = 0, WISP_KV_ALL = 1, WISP_KV_MIXED = 2 };
+
+/* The lanes per row the kernel would pick for a mean row width. */
+int wisp_k_lanes_for(double mean_row_width);
+
+/* Launch the score kernel for dtype (WISP_F32/F16/I8), value mode and
+ * lanes (4, 8, 16 or 32; 0 = pick from nnz / rows) on stream. Returns a
+ * cudaError_t (cudaSuccess = 0); checks its arguments, launches nothing
+ * for rows == 0. */
+int wisp_k_score(const wisp_kparams *p, int dtype, int value_mode, int lanes, cudaStream_t stream);
+
+/* The ceiling probe: read weights[ids[k] mod span] for every k, nothing
+ * else (the same random reads as scoring, no rows, no values); one float
+ * per block goes to sink[blockIdx] so the reads cannot be optimised away.
+ * sink needs wisp_k_probe_blocks() floats. */
+int wisp_k_probe(const uint32_t *ids, uint32_t nnz, const void *weights, int dtype, uint32_t span,
+                 float *sink, cudaStream_t stream);
+int wisp_k_probe_blocks(void);
+
+/* Test hook: a kernel that traps, leaving a sticky error on the device. */
+int wisp_k_trap(cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

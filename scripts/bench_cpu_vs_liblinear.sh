@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# bench_cpu_vs_liblinear.sh — LIBLINEAR's own predictor against `wisp score` on the same file, side by side.
+#
+# A Criteo-like libsvm data set (13 numeric + 26 Zipf categorical features a row,
+# 1-based ids over 13 + 26*BUCKETS features) is generated, a LIBLINEAR model is
+# trained on it with `liblinear-train -s 0 -B 1`, imported with `wisp import
+# liblinear`, and a held-out file is scored end to end (file in, predictions out)
+# by `liblinear-predict -b 1` and `wisp score`. Checks the probabilities agree
+# (first probability column = the model's first label) and records both timings.
+#
+# usage: scripts/bench_cpu_vs_liblinear.sh [--rows N] [--buckets B] [--repeat R] [--threads T]
+# output: scripts/results/bench_cpu_vs_liblinear.json (+ a table on stdout)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rows=200000 buckets=262144 repeat=5 threads=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rows) rows=$2; shift 2 ;;
+        --buckets) buckets=$2; shift 2 ;;
+        --repeat) repeat=$2; shift 2 ;;
+        --threads) threads=$2; shift 2 ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        *) echo "bench_cpu_vs_liblinear: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+command -v liblinear-train >/dev/null || { echo "liblinear-tools is not installed (make deps)" >&2; exit 2; }
+make -s all >/dev/null
+wisp=build/wisp
+dir=build/bench_liblinear
+mkdir -p "$dir" scripts/results
+train="$dir/train_${rows}_${buckets}.libsvm" test="$dir/test_${rows}_${buckets}.libsvm"
+model="$dir/model_${rows}_${buckets}.txt" wmodel="$dir/model_${rows}_${buckets}.wisp"
+
+now() { date +%s.%N; }
+calc() { awk "BEGIN { printf \"%.6g\", $1 }"; }
+[ -s "$train" ] || { echo "generating $train"; $wisp run scripts/gen_libsvm.lua --rows "$rows" --buckets "$buckets" --seed 1 --one-based "$train"; }
+[ -s "$test" ]  || { echo "generating $test";  $wisp run scripts/gen_libsvm.lua --rows "$rows" --buckets "$buckets" --seed 2 --one-based "$test"; }
+if [ ! -s "$model" ]; then
+    echo "training: liblinear-train -s 0 -B 1 $train $model"
+    t0=$(now); liblinear-train -s 0 -B 1 "$train" "$model" >/dev/null; t1=$(now)
+    echo "  trained in $(calc "$t1 - $t0") s"
+fi
+$wisp import liblinear "$model" "$wmodel"
+nfeat=$(awk '/^nr_feature/ {print $2}' "$model")
+
+# time a command R times; print the median seconds
+median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+time_cmd() { # R, command...
+    local r=$1; shift
+    for _ in $(seq "$r"); do
+        local t0 t1; t0=$(now); "$@" >/dev/null; t1=$(now)
+        calc "$t1 - $t0"; echo
+    done | median
+}
+# warm the page cache for both readers
+cat "$test" "$model" "$wmodel" >/dev/null
+
+ll_repeat=$(( repeat < 3 ? repeat : 3 ))
+echo "timing liblinear-predict -b 1 ($ll_repeat runs)"
+t_ll=$(time_cmd "$ll_repeat" liblinear-predict -b 1 "$test" "$model" "$dir/liblinear.out")
+echo "timing wisp score --device cpu ($repeat runs)"
+t_wisp=$(time_cmd "$repeat" $wisp score -m "$wmodel" --device cpu --threads "$threads" -o "$dir/wisp.out" "$test")
+t_wisp1=$(time_cmd "$repeat" $wisp score -m "$wmodel" --device cpu --threads 1 -o "$dir/wisp1.out" "$test")
+
+# agreement: column 2 of liblinear's output is P(first label); wisp prints P(first label)
+read -r maxdiff nrows < <(tail -n +2 "$dir/liblinear.out" | cut -d' ' -f2 | paste - "$dir/wisp.out" |
+    awk '{d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++} END {printf "%.3g %d\n", m, n}')
+same_threads=$(cmp -s "$dir/wisp.out" "$dir/wisp1.out" && echo true || echo false)
+speedup=$(calc "$t_ll / $t_wisp")
+speedup1=$(calc "$t_ll / $t_wisp1")
+nnz=$(awk '{n += NF - 1} END {print n}' "$test")
+
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+dirty=$(git status --porcelain 2>/dev/null | grep -q . && echo "+uncommitted" || true)
+out=scripts/results/bench_cpu_vs_liblinear.json
+cat > "$out" <<EOF
+{
+  "benchmark": "bench_cpu_vs_liblinear",
+  "command": "scripts/bench_cpu_vs_liblinear.sh --rows $rows --buckets $buckets --repeat $repeat --threads $threads",
+  "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
+  "commit": "$commit$dirty",
+  "machine": {"cpu": "$cpu", "cores": $(nproc), "gpu": "none used (--device cpu)"},
+  "data": {"rows": $nrows, "features_in_file": $nnz, "features_per_row": $(calc "$nnz / $nrows"),
+           "model_features": $nfeat, "trainer": "liblinear-train -s 0 -B 1"},
+  "peers": {
+    "liblinear_predict_s": $t_ll,
+    "wisp_score_s": $t_wisp,
+    "wisp_score_1thread_s": $t_wisp1
+  },
+  "speedup": $speedup,
+  "speedup_1thread": $speedup1,
+  "max_abs_prob_diff": $maxdiff,
+  "identical_output_1_vs_all_threads": $same_threads,
+  "target": {"speedup_min": 15, "max_abs_prob_diff": 1e-6},
+  "note": "end to end: file in, predictions out, median of runs; liblinear prints %g (6 significant digits)"
+}
+EOF
+printf '\n%-34s %10s\n' "command ($nrows rows, $nfeat features)" "seconds"
+printf '%-34s %10.3f\n' "liblinear-predict -b 1" "$t_ll" "wisp score (all cores)" "$t_wisp" "wisp score --threads 1" "$t_wisp1"
+printf 'speedup %.1fx (1 thread: %.1fx); max |p_liblinear - p_wisp| = %s; 1 vs all threads identical: %s\n' \
+    "$speedup" "$speedup1" "$maxdiff" "$same_threads"
+echo "wrote $out"
