@@ -22,7 +22,7 @@ static int is_dir(const char *p)
 
 /* Where the Lua modules are: $WISP_LUA_PATH, the source tree next to the
  * binary (build/wisp -> lua/), the install prefix next to the binary
- * (bin/wisp -> share/lua/5.1), then the configured install directory. */
+ * (bin/wisp -> share/lua/5.1), ./lua, then the configured install directory. */
 static void find_lua_dir(char *out, size_t len)
 {
     const char *env = getenv("WISP_LUA_PATH");
@@ -41,6 +41,7 @@ static void find_lua_dir(char *out, size_t len)
             if (is_dir(probe)) { snprintf(out, len, "%s", cand); return; }
         }
     }
+    if (is_dir("lua/wisp")) { snprintf(out, len, "lua"); return; }   /* run from a source tree */
     snprintf(out, len, "%s", WISP_LUA_DIR);
 }
 

@@ -233,6 +233,14 @@ static int host_pinned(const void *p, void **devp)
     return !devp || a.devicePointer != NULL;
 }
 
+/* p is NULL, or mapped pinned memory: *dp gets its device address. */
+static int mapped(const void *p, void **dp)
+{
+    *dp = NULL;
+    if (!p) return 1;
+    return host_pinned(p, dp) && *dp != NULL;
+}
+
 /* ---- weights on the devices -------------------------------------------------------
  * m->dev[dev] holds the copies on that device: the whole table, or shards
  * (an id range each). Uploaded lazily, under m->dev_lock, kept in the model's
@@ -253,7 +261,6 @@ static int err_fail(int dev, const char *what, cudaError_t e)
 static int get_weights(cuda_ctx *ctx, wisp_model *m, int dev, uint32_t lo, uint32_t span,
                        const void **out, uint64_t *stats)
 {
-    (void)ctx;
     int st = WISP_OK;
     pthread_mutex_lock(&m->dev_lock);
     struct dmodel *dm = m->dev[dev];
@@ -519,9 +526,9 @@ static int grow_stage(sess *s, size_t need)
     if (!p) p = pin_alloc(s->ctx, cap = need);
     if (!p) return WISP_ENOMEM;                         /* callers fall back to unstaged copies */
     void *dp = NULL;
-    if (cudaHostGetDevicePointer(&dp, p, 0) != cudaSuccess) {
+    if (cudaHostGetDevicePointer(&dp, p, 0) != cudaSuccess || !dp) {
         cudaGetLastError();
-        dp = NULL;
+        dp = p;                                         /* unified addressing: the same address */
     }
     s->stage = p;
     s->stage_dev = dp;
@@ -536,6 +543,7 @@ struct job {
     const wisp_batch *b;
     float *out;
     int vm, dtype, lanes, sharded, nshards, zc, staged, out_pinned;
+    void *zc_rp, *zc_ids, *zc_vp, *zc_vals;   /* zero-copy from a pinned batch: its device addresses */
     uint32_t nf;
     uint32_t sh_lo[MAX_SHARDS], sh_span[MAX_SHARDS];
     cudaError_t err;
@@ -645,14 +653,8 @@ static void enqueue_unit(struct job *j, struct unit *u)
         /* zero-copy: the kernel reads the rows from mapped host memory and writes the answers there */
         const wisp_batch *b = j->b;
         char *hin = s->stage + u->soff, *din = s->stage_dev + u->soff;
-        void *drp = NULL, *dids = NULL, *dvp = NULL, *dvals = NULL;
-        if (!j->staged) {
-            host_pinned(b->row_ptr, &drp);
-            host_pinned(b->ids + u->base, &dids);
-            if (j->vm == WISP_VALUES_MIXED) host_pinned(b->val_ptr, &dvp);
-            if (j->vm != WISP_VALUES_NONE)
-                host_pinned(b->vals + (j->vm == WISP_VALUES_MIXED ? u->vbase : u->base), &dvals);
-        } else {
+        void *drp = j->zc_rp, *dids = j->zc_ids, *dvp = j->zc_vp, *dvals = j->zc_vals;
+        if (j->staged) {
             uint64_t t0 = wisp_now_ns();
             memcpy(hin + L->rp, b->row_ptr, (rows + 1) * 4);
             memcpy(hin + L->ids, b->ids + u->base, (size_t)u->nnz * 4);
@@ -702,6 +704,7 @@ static void enqueue_unit(struct job *j, struct unit *u)
     /* one chunk: everything on the compute stream; several: copies on the copy stream */
     const int single = u->nchunks == 1;
     u->single_stream = single;
+    u->direct_out = !j->sharded && j->out_pinned && !(single && j->staged);
     cudaStream_t cs = single ? u->comp : u->copy;
     char *hout = j->staged ? s->stage + u->soff + L->cnt : s->stage + u->soff;
     if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_START], cs), "recording an event");
@@ -741,7 +744,7 @@ static void enqueue_unit(struct job *j, struct unit *u)
         if (z > a && !(single && j->staged)) {
             for (int i = 0; i < u->nsh; i++) {
                 size_t off = (size_t)i * rows * 4 + a * 4;
-                void *dst = (!j->sharded && j->out_pinned) ? (void *)(j->out + u->r0 + a)
+                void *dst = u->direct_out ? (void *)(j->out + u->r0 + a)
                                                           : (void *)(hout + (L->out - L->cnt) + off);
                 JOB_CHECK(j, u, cudaMemcpyAsync(dst, u->dbuf + L->out + off, (z - a) * 4, cudaMemcpyDeviceToHost, u->comp),
                           "copying results from the device");
@@ -811,7 +814,7 @@ static int plan(struct job *j)
             u->r1 = rows;
             for (int i = k; i < nsh; i += nunits) u->sh[u->nsh++] = i;
         } else {
-            u->r0 = k == 0 ? 0 : lower_row(rp, s->u[k - 1].r1, rows, rp[0] + nnz * (uint64_t)k / nunits);
+            u->r0 = k == 0 ? 0 : s->u[k - 1].r1;
             u->r1 = k == nunits - 1 ? rows : lower_row(rp, u->r0, rows, rp[0] + nnz * (uint64_t)(k + 1) / nunits);
             if (u->r1 < u->r0) u->r1 = u->r0;
             u->sh[u->nsh++] = 0;
@@ -824,8 +827,14 @@ static int plan(struct job *j)
     int pinned = host_pinned(b->row_ptr, NULL) && host_pinned(b->ids, NULL)
                  && (j->vm != WISP_VALUES_MIXED || host_pinned(b->val_ptr, NULL))
                  && (j->vm == WISP_VALUES_NONE || host_pinned(b->vals, NULL));
-    j->staged = !pinned || bytes < STAGE_ALL_BYTES || (j->zc && !pinned);
-    if (j->zc && pinned) j->staged = 0;
+    j->staged = !pinned || bytes < STAGE_ALL_BYTES;
+    if (j->zc && pinned) {
+        /* zero-copy straight from the batch: every array must be mapped */
+        const uint32_t vb = j->vm == WISP_VALUES_MIXED ? b->val_ptr[0] : rp[0];
+        j->staged = !(mapped(b->row_ptr, &j->zc_rp) && mapped(nnz ? b->ids + rp[0] : NULL, &j->zc_ids)
+                      && (j->vm != WISP_VALUES_MIXED || mapped(b->val_ptr, &j->zc_vp))
+                      && (j->vm == WISP_VALUES_NONE || mapped(b->nvals || nnz ? b->vals + vb : NULL, &j->zc_vals)));
+    }
     j->out_pinned = host_pinned(j->out, NULL);
 
     for (int k = 0; k < nunits; k++) {
@@ -882,3 +891,255 @@ static int plan(struct job *j)
     if (j->zc && !s->stage_dev) return wisp_fail(WISP_EDEVICE, "cuda: the staging buffer is not mapped for zero-copy");
     return WISP_OK;
 }
+
+static int unit_active(const struct job *j, const struct unit *u)
+{
+    return j->sharded || u->r1 > u->r0;
+}
+
+static int cu_score(void *vs, wisp_model *m, const wisp_batch *b, float *out, uint64_t *stats)
+{
+    sess *s = vs;
+    if (!s || !m || !b || (!out && b->rows))
+        return wisp_fail(WISP_EINVAL, "cuda: score: %s is NULL", !s ? "session" : !m ? "model" : !b ? "batch" : "out");
+    const size_t rows = b->rows;
+    if (rows == 0) return WISP_OK;
+    const uint32_t *rp = b->row_ptr;
+    if (rows > WISP_MAX_ROWS || !rp)
+        return wisp_fail(WISP_EINVAL, "cuda: score: a batch of %zu rows%s", rows, rp ? " is over the limit" : " has no row offsets");
+    if (rp[rows] < rp[0])
+        return wisp_fail(WISP_EINVAL, "cuda: score: row offsets decrease (row_ptr[0] = %u, row_ptr[%zu] = %u)", rp[0], rows, rp[rows]);
+    const int vm = b->value_mode;
+    if ((rp[rows] > rp[0] && !b->ids) || vm < WISP_VALUES_NONE || vm > WISP_VALUES_MIXED
+        || (vm == WISP_VALUES_MIXED && (!b->val_ptr || (b->val_ptr[rows] < b->val_ptr[0])))
+        || (vm != WISP_VALUES_NONE && !b->vals && (vm == WISP_VALUES_ALL ? rp[rows] > rp[0] : b->val_ptr[rows] > b->val_ptr[0])))
+        return wisp_fail(WISP_EINVAL, "cuda: score: the batch's arrays do not match its value mode %d", vm);
+    if (m->num_features > WISP_MAX_FEATURES || (m->num_features && !m->weights)
+        || m->dtype < WISP_F32 || m->dtype > WISP_I8)
+        return wisp_fail(WISP_EINVAL, "cuda: score: the model has no usable weight table");
+
+    struct job j;
+    memset(&j, 0, sizeof j);
+    j.s = s;
+    j.m = m;
+    j.b = b;
+    j.out = out;
+    j.vm = vm;
+    j.dtype = m->dtype;
+    j.nf = (uint32_t)m->num_features;
+    j.stats = stats;
+    j.err = cudaSuccess;
+    j.lanes = s->lanes_env ? s->lanes_env : wisp_k_lanes_for((double)(rp[rows] - rp[0]) / (double)rows);
+    int st = plan(&j);
+    if (st != WISP_OK) return st;               /* nothing was enqueued */
+
+    const uint64_t t_enq = wisp_now_ns();
+    for (int k = 0; k < s->nunits && j.err == cudaSuccess; k++)
+        if (unit_active(&j, &s->u[k])) enqueue_unit(&j, &s->u[k]);
+    cudaError_t serr = cudaSuccess;
+    int sdev = -1;
+    for (int k = 0; k < s->nunits; k++) {
+        struct unit *u = &s->u[k];
+        if (!unit_active(&j, u)) continue;
+        cudaError_t e = cudaSetDevice(u->dev);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(u->comp);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(u->copy);
+        if (e != cudaSuccess && serr == cudaSuccess) {
+            serr = e;
+            sdev = u->dev;
+        }
+    }
+    const uint64_t t_done = wisp_now_ns();
+    if (j.err == cudaSuccess && serr != cudaSuccess) {
+        j.err = serr;
+        j.err_dev = sdev;
+        j.err_what = "scoring a batch";
+    }
+    if (j.err != cudaSuccess) {
+        cudaError_t e = j.err;
+        cudaGetLastError();                     /* clears a recoverable error */
+        int sticky = is_sticky(e);
+        if (!sticky) {                          /* does the device still answer? */
+            for (int k = 0; k < s->nunits && !sticky; k++) {
+                if (s->u[k].dev != j.err_dev) continue;
+                cudaError_t q = cudaSetDevice(j.err_dev);
+                if (q == cudaSuccess) q = cudaStreamQuery(s->u[k].comp);
+                if (q != cudaSuccess && q != cudaErrorNotReady) {
+                    sticky = is_sticky(q);
+                    cudaGetLastError();
+                }
+            }
+        }
+        if (sticky) mark_unusable(s->ctx, j.err_dev, e);
+        st = err_fail(j.err_dev, j.err_what ? j.err_what : "scoring a batch", e);
+        if (sticky) wisp_fail_context(st, "sticky CUDA error, gpu:%d is marked unusable", j.err_dev);
+        return st;
+    }
+
+    /* answers: straight in out, or from the staging buffer; shards add up here */
+    uint64_t oor = 0;
+    for (int k = 0; k < s->nunits; k++) {
+        struct unit *u = &s->u[k];
+        if (!unit_active(&j, u)) continue;
+        const size_t urows = u->r1 - u->r0;
+        const struct lay *L = &u->L;
+        if (j.zc) {
+            const char *h = s->stage + u->soff;
+            memcpy(out + u->r0, h + L->out, urows * 4);
+            const uint32_t *o = (const uint32_t *)(h + L->oorr);
+            for (size_t r = 0; r < urows; r++) oor += o[r];
+            continue;
+        }
+        const char *hout = j.staged ? s->stage + u->soff + L->cnt : s->stage + u->soff;
+        uint64_t c;
+        memcpy(&c, hout, sizeof c);
+        oor += c;
+        if (!j.sharded && !u->direct_out) memcpy(out + u->r0, hout + (L->out - L->cnt), urows * 4);
+    }
+    if (j.sharded) {
+        const float bias = (float)m->bias;
+        for (int sh = 0; sh < j.nshards; sh++) {
+            const struct unit *u = &s->u[sh % s->nunits];
+            const size_t i = (size_t)(sh / s->nunits);
+            const char *hout = (j.staged ? s->stage + u->soff + u->L.cnt : s->stage + u->soff) + (u->L.out - u->L.cnt);
+            const float *part = (const float *)hout + i * rows;
+            if (sh == 0) memcpy(out, part, rows * 4);
+            else for (size_t r = 0; r < rows; r++) out[r] += part[r];
+        }
+        for (size_t r = 0; r < rows; r++) out[r] = 1.f / (1.f + expf(-(bias + out[r])));
+    }
+
+    /* statistics */
+    uint64_t h2d = 0, ker = 0, d2h = 0;
+    if (s->timing) {
+        for (int k = 0; k < s->nunits; k++) {
+            struct unit *u = &s->u[k];
+            if (!unit_active(&j, u) || !u->launched) continue;
+            double uh = 0, uk = 0, ud = 0;
+            if (j.zc) {
+                uk = elapsed_ms(u->ev[EV_START], u->ev[EV_END]);
+            } else {
+                uh = elapsed_ms(u->ev[EV_START], u->ev[EV_H2D]);
+                for (int c = 0; c < u->nchunks; c++) {
+                    uk += elapsed_ms(u->ev[EV_CHUNK + 3 * c], u->ev[EV_CHUNK + 3 * c + 1]);
+                    ud += elapsed_ms(u->ev[EV_CHUNK + 3 * c + 1], u->ev[c == u->nchunks - 1 ? EV_END : EV_CHUNK + 3 * c + 2]);
+                }
+            }
+            if ((uint64_t)(uh * 1e6) > h2d) h2d = (uint64_t)(uh * 1e6);
+            if ((uint64_t)(uk * 1e6) > ker) ker = (uint64_t)(uk * 1e6);
+            if ((uint64_t)(ud * 1e6) > d2h) d2h = (uint64_t)(ud * 1e6);
+        }
+    } else {
+        ker = t_done - t_enq;
+    }
+    const uint64_t wall = t_done - t_enq, staged = h2d + ker + d2h + j.ns_stage;
+    stats[WISP_STAT_NS_H2D] += h2d + j.ns_stage;
+    stats[WISP_STAT_NS_KERNEL] += ker;
+    stats[WISP_STAT_NS_D2H] += d2h;
+    stats[WISP_STAT_NS_SYNC] += wall > staged ? wall - staged : 0;
+    stats[WISP_STAT_BYTES_H2D] += j.bytes_h2d;
+    stats[WISP_STAT_BYTES_D2H] += j.bytes_d2h;
+    stats[WISP_STAT_OUT_OF_RANGE] += oor;
+    return WISP_OK;
+}
+
+/* ---- test and benchmark hook (not in wisp.h) ---------------------------------------
+ * Run only the score kernel (what = 0) or the random-read probe (what = 1)
+ * over batch b held on the device, iters times, each launch timed with CUDA
+ * events into ms[i]. The session must have scored a batch on a GPU (so its
+ * device state exists); its first device is used. lanes: 0 = automatic.
+ * out (may be NULL) receives the last run's probabilities (what = 0). */
+int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int lanes, int iters, float *ms, float *out);
+
+int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int lanes, int iters, float *ms, float *out)
+{
+    if (!ws || !b || !ms || iters <= 0 || b->rows == 0)
+        return wisp_fail(WISP_EINVAL, "wisp_cuda_time_resident: bad arguments");
+    sess *s = ws->gpu_sctx;
+    if (!s || ws->eng->gpu != wisp_cuda_backend())
+        return wisp_fail(WISP_ESTATE, "wisp_cuda_time_resident: the session has not scored on a GPU yet");
+    wisp_model *m = ws->model;
+    struct unit *u = &s->u[0];
+    const size_t rows = b->rows;
+    const uint32_t *rp = b->row_ptr;
+    const int vm = b->value_mode;
+    const uint32_t nnz = rp[rows] - rp[0];
+    const uint32_t nvals = vm == WISP_VALUES_MIXED ? b->val_ptr[rows] - b->val_ptr[0] : vm == WISP_VALUES_ALL ? nnz : 0;
+    const uint32_t vbase = vm == WISP_VALUES_MIXED ? b->val_ptr[0] : rp[0];
+    cudaError_t e = cudaSetDevice(u->dev);
+    if (e != cudaSuccess) return err_fail(u->dev, "selecting the device", e);
+    uint64_t junk[WISP_STAT_COUNT] = { 0 };
+    const void *w = NULL;
+    int st = get_weights(s->ctx, m, u->dev, 0, (uint32_t)m->num_features, &w, junk);
+    if (st != WISP_OK) return st;
+    struct lay L;
+    layout(&L, rows, nnz, nvals, vm, 1, 0);
+    st = grow_dbuf(s, u, L.total);
+    if (st != WISP_OK) return st;
+    char *d = u->dbuf;
+    e = cudaMemcpy(d + L.rp, rp, (rows + 1) * 4, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess && nnz) e = cudaMemcpy(d + L.ids, b->ids + rp[0], (size_t)nnz * 4, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess && vm == WISP_VALUES_MIXED)
+        e = cudaMemcpy(d + L.vp, b->val_ptr, (rows + 1) * 4, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess && nvals) e = cudaMemcpy(d + L.vals, b->vals + vbase, (size_t)nvals * 4, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaMemset(d + L.cnt, 0, 16);
+    float *sink = NULL;
+    if (e == cudaSuccess && what == 1) e = cudaMalloc((void **)&sink, (size_t)wisp_k_probe_blocks() * sizeof(float));
+    wisp_kparams p;
+    memset(&p, 0, sizeof p);
+    p.row_ptr = (const uint32_t *)(d + L.rp);
+    p.ids = (const uint32_t *)(d + L.ids);
+    p.val_ptr = vm == WISP_VALUES_MIXED ? (const uint32_t *)(d + L.vp) : NULL;
+    p.vals = vm != WISP_VALUES_NONE ? (const float *)(d + L.vals) : NULL;
+    p.weights = w;
+    p.out = (float *)(d + L.out);
+    p.oor = (unsigned long long *)(d + L.cnt);
+    p.rows = (uint32_t)rows;
+    p.ptr_base = rp[0];
+    p.val_base = vbase;
+    p.nnz = nnz;
+    p.nvals = nvals;
+    p.id_span = (uint32_t)m->num_features;
+    p.num_features = (uint32_t)m->num_features;
+    p.bias = (float)m->bias;
+    p.scale = m->dtype == WISP_I8 ? m->scale : 1.0f;
+    if (!lanes) lanes = wisp_k_lanes_for((double)nnz / (double)rows);
+    for (int i = 0; i < iters && e == cudaSuccess; i++) {
+        e = cudaEventRecord(u->ev[EV_START], u->comp);
+        if (e == cudaSuccess)
+            e = what == 1 ? (cudaError_t)wisp_k_probe(p.ids, nnz, w, m->dtype, p.id_span ? p.id_span : 1, sink, u->comp)
+                          : (cudaError_t)wisp_k_score(&p, m->dtype, vm, lanes, u->comp);
+        if (e == cudaSuccess) e = cudaEventRecord(u->ev[EV_END], u->comp);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(u->comp);
+        ms[i] = elapsed_ms(u->ev[EV_START], u->ev[EV_END]);
+    }
+    if (e == cudaSuccess && out && what == 0) e = cudaMemcpy(out, d + L.out, rows * 4, cudaMemcpyDeviceToHost);
+    if (sink) cudaFree(sink);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        if (is_sticky(e)) mark_unusable(s->ctx, u->dev, e);
+        return err_fail(u->dev, "timing a resident batch", e);
+    }
+    return WISP_OK;
+}
+
+/* ---- the backend table ------------------------------------------------------------ */
+
+static const wisp_backend cuda_backend = {
+    .version = WISP_BACKEND_VERSION,
+    .name = "cuda",
+    .init = cu_init,
+    .shutdown = cu_shutdown,
+    .device_name = cu_device_name,
+    .device_memory = cu_device_memory,
+    .device_capability = cu_device_capability,
+    .device_usable = cu_device_usable,
+    .session_open = cu_session_open,
+    .session_close = cu_session_close,
+    .score = cu_score,
+    .model_release = cu_model_release,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
+};
+
+const wisp_backend *wisp_cuda_backend(void) { return &cuda_backend; }

@@ -48,33 +48,69 @@ enum { NUM_OK = 0, NUM_SYNTAX = 1, NUM_TOOLONG = 2 };
 
 #define NUM_MAX_TOKEN 511
 
+static const uint64_t pow10_u64[9] = { 1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000 };
+
+/* The leading decimal digits of the 8 bytes at p (all readable): returns
+ * how many (0..8) and their value in *val. Eight digits at once: no
+ * per-digit branch, so no mispredicted loop exit per token. */
+static inline __attribute__((always_inline)) unsigned swar_digits(const char *p, uint64_t *val)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);                                   /* little-endian: p[0] is the low byte */
+    uint64_t lo = w - 0x3030303030303030ull;            /* digit bytes become 0..9 */
+    uint64_t hi = w + 0x4646464646464646ull;            /* bytes above '9' get their top bit */
+    uint64_t nondigit = (lo | hi) & 0x8080808080808080ull;
+    unsigned n = nondigit ? (unsigned)__builtin_ctzll(nondigit) >> 3 : 8;
+    if (n == 0) { *val = 0; return 0; }
+    uint64_t d = lo << (64 - 8 * n);                    /* keep the n digits, leading zeros below */
+    d = (d * 10 + (d >> 8)) & 0x00FF00FF00FF00FFull;
+    d = (d * 100 + (d >> 16)) & 0x0000FFFF0000FFFFull;
+    d = (d * 10000 + (d >> 32)) & 0xFFFFFFFFull;
+    *val = d;
+    return n;
+}
+
+/* Digits at *pp into *m (m = m * 10^k + digits, wrapping past 19 digits):
+ * eight at a time while 8 bytes are readable before `bufend`, then byte by
+ * byte up to e. Returns the number of digits. */
+static inline __attribute__((always_inline)) size_t read_digits(const char **pp, const char *e, const char *bufend,
+                                                               uint64_t *m)
+{
+    const char *p = *pp, *s = p;
+    uint64_t v = *m, chunk;
+    unsigned n = 8, d;
+    while (n == 8 && bufend - p >= 8) {
+        n = swar_digits(p, &chunk);
+        v = v * pow10_u64[n] + chunk + (n == 3);
+        p += n;
+    }
+    if (n == 8)
+        while (p < e && (d = (unsigned char)*p - '0') <= 9) { v = v * 10 + d; p++; }
+    *pp = p;
+    *m = v;
+    return (size_t)(p - s);
+}
+
 /* Parse a decimal number at *pp (not past e) into *out, exactly as strtod
- * would; *pp moves past it. NaN and infinity spellings are syntax errors. */
-static inline int parse_number(const char **pp, const char *e, double *out)
+ * would; *pp moves past it. NaN and infinity spellings are syntax errors.
+ * Bytes up to bufend may be read (the digits stop at e: the byte there is
+ * a line end or a blank, never a digit). */
+static inline __attribute__((always_inline)) int parse_number(const char **pp, const char *e, const char *bufend,
+                                                              double *out)
 {
     const char *p = *pp, *start = p;
     int neg = 0;
     if (p < e && (*p == '-' || *p == '+')) { neg = *p == '-'; p++; }
-    uint64_t m = 0;
-    int nd = 0, any = 0, trunc = 0;
-    long exp10 = 0;
+    uint64_t m = 0;                 /* wraps past 19 digits; then strtod decides */
     unsigned d;
-    while (p < e && (d = (unsigned char)*p - '0') <= 9) {
-        any = 1;
-        if (nd < 19) { m = m * 10 + d; nd += m != 0; }
-        else { exp10++; trunc |= d != 0; }
-        p++;
-    }
+    size_t ndig = read_digits(&p, e, bufend, &m), nfrac = 0;
     if (p < e && *p == '.') {
         p++;
-        while (p < e && (d = (unsigned char)*p - '0') <= 9) {
-            any = 1;
-            if (nd < 19) { m = m * 10 + d; nd += m != 0; exp10--; }
-            else trunc |= d != 0;
-            p++;
-        }
+        nfrac = read_digits(&p, e, bufend, &m);
+        ndig += nfrac;
     }
-    if (!any) return NUM_SYNTAX;
+    if (WISP_UNLIKELY(ndig == 0)) return NUM_SYNTAX;
+    long exp10 = -(long)nfrac;
     if (p < e && (*p | 0x20) == 'e') {
         const char *q = p + 1;
         int eneg = 0;
@@ -89,9 +125,9 @@ static inline int parse_number(const char **pp, const char *e, double *out)
         p = q;
     }
     *pp = p;
-    if (!trunc) {
+    if (WISP_LIKELY(ndig <= 19)) {             /* m is exact */
         if (m == 0) { *out = neg ? -0.0 : 0.0; return NUM_OK; }
-        if (m < (1ull << 53) && exp10 >= -22 && exp10 <= 22) {
+        if (WISP_LIKELY(m < (1ull << 53) && exp10 >= -22 && exp10 <= 22)) {
             double v = (double)m;
             v = exp10 < 0 ? v / pow10_exact[-exp10] : v * pow10_exact[exp10];
             *out = neg ? -v : v;
@@ -146,12 +182,11 @@ enum { LINE_OK = 0, LINE_BAD = 1, LINE_LIMIT = 2 };
  * e at its end ('\r' stripped). At most `lim` features; `row_lim` says
  * whether lim is WISP_MAX_ROW_FEATURES (a bad line) or the batch's
  * remaining WISP_MAX_NNZ room (WISP_ELIMIT). */
-static int parse_line(const char *p, const char *e, size_t lim, int row_lim,
+static int parse_line(const char *p, const char *e, const char *bufend, size_t lim, int row_lim,
                       uint32_t *vid, float *vv, uint32_t *bid, struct line_out *o)
 {
     char ex[48];
     size_t nv = 0, nb = 0;
-    unsigned d;
 
     /* the label: a first token without ':' */
     const char *t = p;
@@ -159,7 +194,7 @@ static int parse_line(const char *p, const char *e, size_t lim, int row_lim,
     if (t == e || *t != ':') {
         const char *q = p;
         double v;
-        int r = parse_number(&q, t, &v);
+        int r = parse_number(&q, t, bufend, &v);
         if (r != NUM_OK || q != t || !isfinite(v)) {
             o->err_at = p;
             snprintf(o->what, sizeof o->what, "bad label '%s' (expected a number)", excerpt(p, e, ex));
@@ -178,7 +213,7 @@ static int parse_line(const char *p, const char *e, size_t lim, int row_lim,
             return LINE_BAD;
         }
         uint64_t id = 0;
-        while (p < e && (d = (unsigned char)*p - '0') <= 9) { id = id * 10 + d; p++; }
+        read_digits(&p, e, bufend, &id);
         if (WISP_UNLIKELY(p - tok > 19)) {     /* 20+ digits: recount with overflow checks */
             const char *q = tok;
             id = 0;
@@ -204,9 +239,15 @@ static int parse_line(const char *p, const char *e, size_t lim, int row_lim,
                 snprintf(o->what, sizeof o->what, "missing value after ':' in '%s'", excerpt(tok, e, ex));
                 return LINE_BAD;
             }
+            if (*p == '1' && (p + 1 == e || is_blank(p[1]))) {   /* "id:1", the common binary form */
+                bid[nb++] = id32(id);
+                p++;
+                while (p < e && is_blank(*p)) p++;
+                continue;
+            }
             const char *vs = p;
             double v;
-            int r = parse_number(&p, e, &v);
+            int r = parse_number(&p, e, bufend, &v);
             if (WISP_UNLIKELY(r != NUM_OK || (p < e && !is_blank(*p)))) {
                 if (r == NUM_OK && *p == ':') {
                     o->err_at = p;
@@ -318,7 +359,7 @@ int wisp_batch_parse_libsvm(wisp_batch *b, const char *text, size_t len, int fin
                 wisp_fail_context(st, "line %llu", (unsigned long long)this_line);
                 break;
             }
-            int r = parse_line(p, e, lim, row_lim, vid, vv, bid, &o);
+            int r = parse_line(p, e, text + len, lim, row_lim, vid, vv, bid, &o);
             if (r == LINE_OK) {
                 if ((st = wisp_batch__commit_line(b, o.nv, o.nb)) != WISP_OK) {
                     wisp_fail_context(st, "line %llu", (unsigned long long)this_line);

@@ -29,6 +29,10 @@
 #define WISP_SCORE_CHUNK 4096
 #endif
 #define ROW_COST 4
+/* Rows summed side by side (1 or 2). */
+#ifndef WISP_SCORE_ROWS
+#define WISP_SCORE_ROWS 2
+#endif
 
 #define AI static inline __attribute__((always_inline))
 
@@ -101,31 +105,60 @@ AI double load_weight(const char *w, uint32_t id, int kind)
     }
 }
 
-/* Prefetch the weight of feature k + distance. Out-of-range ids prefetch
- * w[0] (never an address outside the table). */
-AI void prefetch_ahead(const struct kern_args *a, uint64_t k, int kind)
+/* Prefetch the weight of the feature at flat position *pk, then advance it.
+ * Out-of-range ids prefetch w[0] (never an address outside the table). */
+AI void prefetch_next(const struct kern_args *a, uint64_t *pk, int kind)
 {
-    uint64_t pk = k + WISP_SCORE_PF_DIST;
-    if (WISP_LIKELY(pk < a->pf_end)) {
-        uint32_t id = a->ids[pk];
+    uint64_t k = (*pk)++;
+    if (WISP_LIKELY(k < a->pf_end)) {
+        uint32_t id = a->ids[k];
         id = id < a->lim ? id : 0;
         __builtin_prefetch(a->w + (size_t)id * kind_size(kind), 0, WISP_SCORE_PF_HINT);
     }
 }
 
-/* Add features [s, e) to acc in order; v (NULL: binary) holds their values. */
-AI double gather(const struct kern_args *a, uint32_t s, uint32_t e, const float *v, double acc,
-                 uint64_t *oor, int kind)
+/* A row being summed: features ids[k .. e), those before vend valued with
+ * vals[k + voff]; acc is the running sum in feature order. */
+struct row_cursor {
+    uint32_t k, e, vend;
+    int64_t voff;
+    double acc;
+};
+
+AI void row_open(const struct kern_args *a, size_t r, struct row_cursor *c, int mode)
 {
-    const uint32_t *ids = a->ids;
-    for (uint32_t k = s; k < e; k++) {
-        prefetch_ahead(a, k, kind);
-        uint32_t id = ids[k];
-        if (WISP_UNLIKELY(id >= a->lim)) { (*oor)++; continue; }
-        double w = load_weight(a->w, id, kind);
-        acc += v ? w * (double)v[k - s] : w;
+    uint32_t s = a->row_ptr[r], e = a->row_ptr[r + 1];
+    if (WISP_UNLIKELY(e < s)) e = s;                   /* a corrupt row_ptr reads nothing */
+    c->k = s;
+    c->e = e;
+    c->acc = 0.0;
+    c->vend = s;
+    c->voff = 0;
+    if (mode == WISP_VALUES_ALL) {
+        c->vend = e;
+    } else if (mode == WISP_VALUES_MIXED) {
+        uint32_t v0 = a->val_ptr[r], v1 = a->val_ptr[r + 1];
+        uint32_t nv = v1 > v0 ? v1 - v0 : 0;
+        if (nv > e - s) nv = e - s;
+        c->vend = s + nv;
+        c->voff = (int64_t)v0 - (int64_t)s;
     }
-    return acc;
+}
+
+/* Add the row's next feature. An out-of-range id adds 0 and is counted
+ * (its load reads w[0], so there is no branch to mispredict). The same
+ * operations in the same order whichever rows are interleaved: results do
+ * not depend on how rows were split over tasks. */
+AI void row_step(const struct kern_args *a, struct row_cursor *c, uint64_t *oor, int kind, int mode)
+{
+    uint32_t k = c->k++;
+    uint32_t id = a->ids[k];
+    bool in = id < a->lim;
+    double t = load_weight(a->w, in ? id : 0, kind);
+    if (mode == WISP_VALUES_ALL) t *= (double)a->vals[k];
+    else if (mode == WISP_VALUES_MIXED && k < c->vend) t *= (double)a->vals[(int64_t)k + c->voff];
+    c->acc += in ? t : 0.0;
+    *oor += !in;
 }
 
 /* sigmoid without overflow: exp of a non-positive number only. */
@@ -136,33 +169,46 @@ AI float sigmoid(double z)
     return (float)(e / (1.0 + e));
 }
 
+AI float row_finish(const struct kern_args *a, const struct row_cursor *c, int kind)
+{
+    double acc = c->acc;
+    if (kind == K_I8) acc *= a->scale;
+    return sigmoid(a->bias + acc);
+}
+
+/* Rows [r0, r1), WISP_SCORE_ROWS at a time: interleaving two rows gives the
+ * core two independent add chains (the double add's latency, not the
+ * loads, bounds a row whose weights are in cache). The prefetch cursor
+ * walks the flat ids array a fixed distance ahead of the features consumed. */
 AI uint64_t score_rows_generic(const struct kern_args *a, size_t r0, size_t r1, float *out, int kind, int mode)
 {
-    const uint32_t *rp = a->row_ptr;
     uint64_t oor = 0;
-    /* prime the first `distance` features of the range */
-    for (uint64_t k = rp[r0], end = rp[r0] + (uint64_t)WISP_SCORE_PF_DIST; k < end && k < a->pf_end; k++) {
-        uint32_t id = a->ids[k];
-        id = id < a->lim ? id : 0;
-        __builtin_prefetch(a->w + (size_t)id * kind_size(kind), 0, WISP_SCORE_PF_HINT);
-    }
-    for (size_t r = r0; r < r1; r++) {
-        uint32_t s = rp[r], e = rp[r + 1];
-        if (WISP_UNLIKELY(e < s)) e = s;               /* a corrupt row_ptr reads nothing */
-        double acc = 0.0;
-        if (mode == WISP_VALUES_NONE) {
-            acc = gather(a, s, e, NULL, acc, &oor, kind);
-        } else if (mode == WISP_VALUES_ALL) {
-            acc = gather(a, s, e, a->vals + s, acc, &oor, kind);
-        } else {
-            uint32_t v0 = a->val_ptr[r], v1 = a->val_ptr[r + 1];
-            uint32_t nv = v1 > v0 ? v1 - v0 : 0;
-            if (nv > e - s) nv = e - s;
-            acc = gather(a, s, s + nv, a->vals + v0, acc, &oor, kind);
-            acc = gather(a, s + nv, e, NULL, acc, &oor, kind);
+    uint64_t pk = a->row_ptr[r0];
+    for (int i = 0; i < WISP_SCORE_PF_DIST; i++) prefetch_next(a, &pk, kind);
+    size_t r = r0;
+#if WISP_SCORE_ROWS >= 2
+    for (; r + 1 < r1; r += 2) {
+        struct row_cursor c0, c1;
+        row_open(a, r, &c0, mode);
+        row_open(a, r + 1, &c1, mode);
+        uint32_t n0 = c0.e - c0.k, n1 = c1.e - c1.k, n = n0 < n1 ? n0 : n1;
+        for (uint32_t i = 0; i < n; i++) {
+            prefetch_next(a, &pk, kind);
+            prefetch_next(a, &pk, kind);
+            row_step(a, &c0, &oor, kind, mode);
+            row_step(a, &c1, &oor, kind, mode);
         }
-        if (kind == K_I8) acc *= a->scale;
-        out[r] = sigmoid(a->bias + acc);
+        while (c0.k < c0.e) { prefetch_next(a, &pk, kind); row_step(a, &c0, &oor, kind, mode); }
+        while (c1.k < c1.e) { prefetch_next(a, &pk, kind); row_step(a, &c1, &oor, kind, mode); }
+        out[r] = row_finish(a, &c0, kind);
+        out[r + 1] = row_finish(a, &c1, kind);
+    }
+#endif
+    for (; r < r1; r++) {
+        struct row_cursor c;
+        row_open(a, r, &c, mode);
+        while (c.k < c.e) { prefetch_next(a, &pk, kind); row_step(a, &c, &oor, kind, mode); }
+        out[r] = row_finish(a, &c, kind);
     }
     return oor;
 }
@@ -219,6 +265,9 @@ static bool prepare(const wisp_model *m, const wisp_batch *b, struct kern_args *
     a->lim = m->weights ? (nf > UINT32_MAX ? UINT32_MAX : (uint32_t)nf) : 0;
     a->pf_end = b->row_ptr[b->rows];
     if (!a->ids) { a->pf_end = 0; a->lim = 0; }
+    /* out-of-range ids read w[0] (and add 0): give an empty table one zero */
+    static const uint64_t zero_weight = 0;
+    if (a->lim == 0) a->w = (const char *)&zero_weight;
     a->bias = m->bias;
     a->scale = 1.0;
     switch (m->dtype) {

@@ -1,0 +1,582 @@
+/* test_gpu.c — the CUDA backend: CPU fallback without a GPU; with WISP_TEST_GPU=1, conformance against a float64 reference and the CPU, splits, shards, faults. */
+#include "internal.h"
+#include "check.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* the test-only timing hook of engine/cuda.c (absent in a build without CUDA) */
+int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int lanes, int iters, float *ms, float *out)
+    __attribute__((weak));
+
+/* ---- random numbers: splitmix64, Zipf by rejection-inversion -------------------- */
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void)
+{
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double rnd01(void) { return (double)(rnd() >> 11) * 0x1p-53; }
+static uint64_t rnd_below(uint64_t n) { return n ? rnd() % n : 0; }
+
+struct zipf { double n, s, hx1, hn, thr; };
+static double zh1(double x) { return fabs(x) > 1e-8 ? log1p(x) / x : 1 - x * (0.5 - x * (1.0 / 3 - 0.25 * x)); }
+static double zh2(double x) { return fabs(x) > 1e-8 ? expm1(x) / x : 1 + x * 0.5 * (1 + x / 3 * (1 + 0.25 * x)); }
+static double zH(const struct zipf *z, double x) { double l = log(x); return zh2((1 - z->s) * l) * l; }
+static double zh(const struct zipf *z, double x) { return exp(-z->s * log(x)); }
+static double zHinv(const struct zipf *z, double x)
+{
+    double t = x * (1 - z->s);
+    if (t < -1) t = -1;
+    return exp(zh1(t) * x);
+}
+static struct zipf zipf_new(double n, double s)
+{
+    struct zipf z = { n, s, 0, 0, 0 };
+    z.hx1 = zH(&z, 1.5) - 1.0;
+    z.hn = zH(&z, n + 0.5);
+    z.thr = 2.0 - zHinv(&z, zH(&z, 2.5) - zh(&z, 2));
+    return z;
+}
+static uint64_t zipf_rank(const struct zipf *z)
+{
+    for (;;) {
+        double u = z->hn + rnd01() * (z->hx1 - z->hn);
+        double x = zHinv(z, u);
+        double k = floor(x + 0.5);
+        if (k < 1) k = 1;
+        else if (k > z->n) k = z->n;
+        if (k - x <= z->thr || u >= zH(z, k + 0.5) - zh(z, k)) return (uint64_t)k;
+    }
+}
+
+/* ---- models -------------------------------------------------------------------------- */
+
+static int model_seq;
+
+static wisp_model *make_model(wisp_engine *eng, uint64_t nf, int dtype, double bias)
+{
+    float *w = malloc((nf ? nf : 1) * sizeof *w);
+    for (uint64_t i = 0; i < nf; i++) w[i] = (float)((rnd01() - 0.5) * 0.8);
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/wisp_test_gpu_%d_%d.wisp", (int)getpid(), model_seq++);
+    wisp_model *m = NULL;
+    CHECK_OK(wisp_model_write(path, w, nf, bias, dtype, "source=test_gpu\n", NULL));
+    CHECK_OK(wisp_model_load(eng, path, &m));
+    unlink(path);
+    free(w);
+    return m;
+}
+
+/* ---- batches: generated flat, then built (pinned builders) or wrapped (caller memory) ---- */
+
+enum { VM_NONE = 0, VM_ALL = 1, VM_MIXED = 2 };
+enum { ID_UNIFORM = 0, ID_ZIPF = 1 };
+
+struct spec {
+    size_t rows;
+    int vm, dist;
+    unsigned wmin, wmax;         /* row width range */
+    double p_empty, p_edge, p_dup;
+};
+
+struct data {
+    size_t rows, nnz, nvals;
+    uint32_t *row_ptr, *val_ptr, *ids;
+    uint64_t *ids64;             /* as given to the builders (ids >= 2^32 stay large) */
+    float *vals;
+    double *ref;                 /* float64 probabilities */
+    uint64_t oor;
+};
+
+static void data_free(struct data *d)
+{
+    free(d->row_ptr); free(d->val_ptr); free(d->ids); free(d->ids64); free(d->vals); free(d->ref);
+    memset(d, 0, sizeof *d);
+}
+
+static uint64_t edge_id(uint64_t nf)
+{
+    switch (rnd_below(6)) {
+    case 0: return 0;
+    case 1: return nf ? nf - 1 : 0;
+    case 2: return nf;                               /* just out of range */
+    case 3: return nf + 1 + rnd_below(1000);
+    case 4: return 0xFFFFFFFFull;                    /* stored as WISP_ID_NONE */
+    default: return (1ull << 32) + rnd_below(1000);  /* >= 2^32 */
+    }
+}
+
+static void gen(struct data *d, const struct spec *sp, const wisp_model *m)
+{
+    const uint64_t nf = wisp_model_num_features(m);
+    struct zipf z = zipf_new((double)(nf ? nf : 1), 1.1);
+    memset(d, 0, sizeof *d);
+    d->rows = sp->rows;
+    size_t cap = sp->rows * (size_t)(sp->wmax + 1) + 1;
+    d->row_ptr = malloc((sp->rows + 1) * sizeof *d->row_ptr);
+    d->val_ptr = malloc((sp->rows + 1) * sizeof *d->val_ptr);
+    d->ids = malloc(cap * sizeof *d->ids);
+    d->ids64 = malloc(cap * sizeof *d->ids64);
+    d->vals = malloc(cap * sizeof *d->vals);
+    d->ref = malloc(sp->rows * sizeof *d->ref);
+    d->row_ptr[0] = d->val_ptr[0] = 0;
+    const double bias = wisp_model_bias(m);
+    for (size_t r = 0; r < sp->rows; r++) {
+        unsigned n = sp->wmin + (unsigned)rnd_below(sp->wmax - sp->wmin + 1);
+        if (rnd01() < sp->p_empty) n = 0;
+        unsigned nv = sp->vm == VM_NONE ? 0 : sp->vm == VM_ALL ? n : (unsigned)rnd_below(n + 1);
+        double zsum = bias;
+        for (unsigned k = 0; k < n; k++) {
+            uint64_t id;
+            if (k > 0 && rnd01() < sp->p_dup) id = d->ids64[d->nnz - 1 - rnd_below(k)];
+            else if (rnd01() < sp->p_edge) id = edge_id(nf);
+            else if (sp->dist == ID_ZIPF) id = ((zipf_rank(&z) - 1) * 2654435761ull) % (nf ? nf : 1);
+            else id = rnd_below(nf);
+            d->ids64[d->nnz] = id;
+            d->ids[d->nnz] = id >= (1ull << 32) ? WISP_ID_NONE : (uint32_t)id;
+            double v = 1.0;
+            if (k < nv) {
+                float fv = (float)(rnd01() * 4.0 - 1.0);
+                d->vals[d->nvals++] = fv;
+                v = fv;
+            }
+            if (id < nf) zsum += (double)wisp_model_weight(m, id) * v;
+            else d->oor++;
+            d->nnz++;
+        }
+        d->row_ptr[r + 1] = (uint32_t)d->nnz;
+        d->val_ptr[r + 1] = (uint32_t)d->nvals;
+        d->ref[r] = 1.0 / (1.0 + exp(-zsum));
+    }
+}
+
+/* the batch of d: appended row by row to a builder (pinned when a GPU is live) or wrapped */
+static wisp_batch *make_batch(wisp_engine *eng, const struct data *d, int vm, int wrap)
+{
+    wisp_batch *b = NULL;
+    if (wrap) {
+        CHECK_OK(wisp_batch_wrap(eng, d->rows, d->row_ptr, d->ids, vm == VM_MIXED ? d->val_ptr : NULL,
+                                 vm == VM_NONE ? NULL : d->vals, &b));
+        return b;
+    }
+    CHECK_OK(wisp_batch_new(eng, &b));
+    if (!b) return NULL;
+    int st = WISP_OK;
+    for (size_t r = 0; r < d->rows && st == WISP_OK; r++) {
+        const uint64_t *ids = d->ids64 + d->row_ptr[r];
+        size_t n = d->row_ptr[r + 1] - d->row_ptr[r], nv = d->val_ptr[r + 1] - d->val_ptr[r];
+        const float *v = d->vals + d->val_ptr[r];
+        if (vm == VM_NONE) st = wisp_batch_add_row(b, ids, NULL, n);
+        else if (vm == VM_ALL) st = wisp_batch_add_row(b, ids, v, n);
+        else st = wisp_batch_add_row_mixed(b, ids, v, nv, ids + nv, n - nv);
+    }
+    CHECK_OK(st);
+    return b;
+}
+
+/* ---- one conformance case -------------------------------------------------------------- */
+
+struct outcome { double maxerr; double maxerr_cpu; uint64_t fallbacks, oor; int unwritten; char last[32]; };
+
+static struct outcome run_case(wisp_engine *eng, wisp_model *m, const struct data *d, int vm, int wrap,
+                               const char *device)
+{
+    struct outcome o = { 0, 0, 0, 0, 0, "" };
+    wisp_batch *b = make_batch(eng, d, vm, wrap);
+    wisp_session *s = NULL, *cpu = NULL;
+    CHECK_OK(wisp_session_new(eng, m, device, &s));
+    CHECK_OK(wisp_session_new(eng, m, "cpu", &cpu));
+    float *out = malloc((d->rows ? d->rows : 1) * sizeof *out), *outc = malloc((d->rows ? d->rows : 1) * sizeof *out);
+    for (size_t r = 0; r < d->rows; r++) out[r] = outc[r] = NAN;       /* poison: every row must be written */
+    if (b && s && cpu) {
+        CHECK_OK(wisp_session_score(s, b, out));
+        CHECK_OK(wisp_session_score(cpu, b, outc));
+        for (size_t r = 0; r < d->rows; r++) {
+            if (isnan(out[r])) { o.unwritten++; continue; }
+            double e = fabs(out[r] - d->ref[r]), ec = fabs((double)out[r] - outc[r]);
+            if (e > o.maxerr) o.maxerr = e;
+            if (ec > o.maxerr_cpu) o.maxerr_cpu = ec;
+        }
+        o.fallbacks = wisp_session_stat(s, WISP_STAT_FALLBACKS);
+        o.oor = wisp_session_stat(s, WISP_STAT_OUT_OF_RANGE);
+        snprintf(o.last, sizeof o.last, "%s", wisp_session_last_device(s));
+    }
+    free(out); free(outc);
+    wisp_session_free(s); wisp_session_free(cpu); wisp_batch_free(b);
+    return o;
+}
+
+#define TOL 1e-5
+
+/* a case that must run on the GPU and agree with the float64 reference and the CPU */
+static void expect_gpu(const char *what, wisp_engine *eng, wisp_model *m, const struct spec *sp, int wrap,
+                       const char *device)
+{
+    struct data d;
+    gen(&d, sp, m);
+    struct outcome o = run_case(eng, m, &d, sp->vm, wrap, device);
+    CHECK_MSG(o.unwritten == 0 && o.maxerr <= TOL && o.maxerr_cpu <= TOL && o.fallbacks == 0 && o.oor == d.oor
+              && !strncmp(o.last, "gpu", 3),
+              "%s [%s, dtype %s, rows %zu, vm %d, %s ids, width %u-%u, %s]: unwritten %d, max |gpu - f64| %.3g, "
+              "max |gpu - cpu| %.3g, fallbacks %llu, out of range %llu (want %llu), last device %s",
+              what, device, wisp_dtype_name(wisp_model_dtype(m)), sp->rows, sp->vm, sp->dist ? "zipf" : "uniform",
+              sp->wmin, sp->wmax, wrap ? "wrapped" : "built", o.unwritten, o.maxerr, o.maxerr_cpu,
+              (unsigned long long)o.fallbacks, (unsigned long long)o.oor, (unsigned long long)d.oor, o.last);
+    data_free(&d);
+}
+
+/* a case that must fall back to the CPU and still be right */
+static void expect_fallback(const char *what, wisp_engine *eng, wisp_model *m, const struct spec *sp, const char *device)
+{
+    struct data d;
+    gen(&d, sp, m);
+    struct outcome o = run_case(eng, m, &d, sp->vm, 0, device);
+    CHECK_MSG(o.unwritten == 0 && o.maxerr <= 1e-6 && o.fallbacks == 1 && o.oor == d.oor && !strcmp(o.last, "cpu"),
+              "%s [%s, rows %zu]: unwritten %d, max err %.3g, fallbacks %llu, oor %llu/%llu, last device %s",
+              what, device, sp->rows, o.unwritten, o.maxerr, (unsigned long long)o.fallbacks,
+              (unsigned long long)o.oor, (unsigned long long)d.oor, o.last);
+    data_free(&d);
+}
+
+static void set_env(const char *k, const char *v)
+{
+    if (v) setenv(k, v, 1);
+    else unsetenv(k);
+}
+
+/* ---- without a usable GPU: everything still answers, on the CPU -------------------------- */
+
+static void test_no_gpu(wisp_engine *eng)
+{
+    wisp_model *m = make_model(eng, 5000, WISP_F32, -0.25);
+    const char *devs[] = { "gpu", "gpu:0", "gpus", "auto" };
+    for (int i = 0; i < 4; i++) {
+        struct spec sp = { 300, i % 3, ID_UNIFORM, 0, 60, 0.05, 0.05, 0.05 };
+        struct data d;
+        gen(&d, &sp, m);
+        struct outcome o = run_case(eng, m, &d, sp.vm, i & 1, devs[i]);
+        int gpu_asked = strcmp(devs[i], "auto") != 0;
+        CHECK_MSG(o.unwritten == 0 && o.maxerr <= 1e-6 && !strcmp(o.last, "cpu")
+                  && o.fallbacks == (uint64_t)(gpu_asked ? 1 : 0) && o.oor == d.oor,
+                  "no GPU, device %s: unwritten %d, err %.3g, last %s, fallbacks %llu, oor %llu/%llu", devs[i],
+                  o.unwritten, o.maxerr, o.last, (unsigned long long)o.fallbacks, (unsigned long long)o.oor,
+                  (unsigned long long)d.oor);
+        data_free(&d);
+    }
+    wisp_model_free(m);
+}
+
+/* ---- with a GPU ---------------------------------------------------------------------- */
+
+struct thread_arg { wisp_engine *eng; wisp_model *m; int vm; double maxerr; int ok; };
+
+static void *thread_main(void *p)
+{
+    struct thread_arg *a = p;
+    struct spec sp = { 20000, a->vm, ID_UNIFORM, 1, 80, 0.02, 0.01, 0.02 };
+    struct data d;
+    gen(&d, &sp, a->m);                      /* rnd() is shared: the data differ, the reference is per thread */
+    wisp_batch *b = NULL;
+    wisp_session *s = NULL;
+    float *out = malloc(d.rows * sizeof *out);
+    a->ok = wisp_batch_wrap(a->eng, d.rows, d.row_ptr, d.ids, a->vm == VM_MIXED ? d.val_ptr : NULL,
+                            a->vm == VM_NONE ? NULL : d.vals, &b) == WISP_OK
+            && wisp_session_new(a->eng, a->m, "gpu", &s) == WISP_OK;
+    for (int rep = 0; a->ok && rep < 5; rep++) {
+        for (size_t r = 0; r < d.rows; r++) out[r] = NAN;
+        a->ok = wisp_session_score(s, b, out) == WISP_OK && !strncmp(wisp_session_last_device(s), "gpu", 3);
+        for (size_t r = 0; r < d.rows; r++) {
+            double e = isnan(out[r]) ? 1.0 : fabs(out[r] - d.ref[r]);
+            if (e > a->maxerr) a->maxerr = e;
+        }
+    }
+    free(out);
+    wisp_session_free(s);
+    wisp_batch_free(b);
+    data_free(&d);
+    return NULL;
+}
+
+static pthread_mutex_t rng_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void test_gpu(wisp_engine *eng, int quick)
+{
+    const int dtypes[] = { WISP_F32, WISP_F16, WISP_I8 };
+    /* 1. every dtype x value mode x id distribution, small tables (edges often hit) and a large one */
+    for (int t = 0; t < 3; t++) {
+        wisp_model *small = make_model(eng, 1000, dtypes[t], 0.3);
+        wisp_model *large = make_model(eng, (uint64_t)1 << 22, dtypes[t], -0.7);
+        for (int vm = 0; vm < 3; vm++)
+            for (int dist = 0; dist < 2; dist++) {
+                const size_t sizes[] = { 1, 2, 31, 33, 1000, 70001 };
+                for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+                    struct spec sp = { sizes[k], vm, dist, 0, 400, 0.05, 0.02, 0.05 };
+                    expect_gpu("small table", eng, small, &sp, (int)(k & 1), "gpu");
+                    struct spec sq = { sizes[k], vm, dist, 10, 60, 0.02, 0.001, 0.01 };
+                    expect_gpu("large table", eng, large, &sq, (int)((k + 1) & 1), k % 3 == 0 ? "gpus" : "gpu:0");
+                }
+            }
+        wisp_model_free(small);
+        wisp_model_free(large);
+    }
+
+    wisp_model *m = make_model(eng, (uint64_t)1 << 24, WISP_F32, 0.1);
+    /* 2. row widths that pick every lane count, and each lane count forced */
+    const unsigned widths[][2] = { { 1, 8 }, { 20, 40 }, { 60, 120 }, { 200, 400 }, { 0, 3 } };
+    for (int i = 0; i < 5; i++) {
+        struct spec sp = { 5000, VM_MIXED, ID_UNIFORM, widths[i][0], widths[i][1], 0.03, 0.01, 0.03 };
+        expect_gpu("row widths", eng, m, &sp, i & 1, "gpu");
+    }
+    const char *lanes[] = { "4", "8", "16", "32" };
+    for (int i = 0; i < 4; i++) {
+        set_env("WISP_GPU_LANES", lanes[i]);
+        struct spec sp = { 3000, i % 3, ID_ZIPF, 0, 150, 0.03, 0.01, 0.03 };
+        expect_gpu("forced lanes", eng, m, &sp, 0, "gpu");
+    }
+    set_env("WISP_GPU_LANES", NULL);
+
+    /* 3. big batches: chunked pipeline from pinned memory, staged from pageable memory, 1M rows */
+    {
+        struct spec sp = { quick ? 100000 : 1000000, VM_MIXED, ID_UNIFORM, 39, 39, 0.0, 0.0, 0.0 };
+        /* 13 valued + 26 binary per row, the benchmark's shape */
+        struct data d;
+        gen(&d, &sp, m);
+        for (size_t r = 0; r < d.rows; r++) d.val_ptr[r + 1] = d.val_ptr[r] + 13;
+        /* regenerate the reference for 13 valued features a row */
+        d.nvals = 0;
+        for (size_t r = 0; r < d.rows; r++) {
+            double z = wisp_model_bias(m);
+            for (uint32_t k = d.row_ptr[r]; k < d.row_ptr[r + 1]; k++) {
+                unsigned j = k - d.row_ptr[r];
+                double v = 1.0;
+                if (j < 13) { d.vals[d.nvals] = (float)(rnd01() * 2 - 1); v = d.vals[d.nvals++]; }
+                if (d.ids64[k] < wisp_model_num_features(m)) z += (double)wisp_model_weight(m, d.ids64[k]) * v;
+            }
+            d.ref[r] = 1.0 / (1.0 + exp(-z));
+        }
+        for (int wrap = 0; wrap < 2; wrap++) {
+            struct outcome o = run_case(eng, m, &d, VM_MIXED, wrap, "gpu");
+            CHECK_MSG(o.unwritten == 0 && o.maxerr <= TOL && o.fallbacks == 0 && !strcmp(o.last, "gpu:0"),
+                      "%zu rows x 39 (%s): unwritten %d, err %.3g, fallbacks %llu, last %s", d.rows,
+                      wrap ? "pageable" : "pinned", o.unwritten, o.maxerr, (unsigned long long)o.fallbacks, o.last);
+        }
+        set_env("WISP_GPU_CHUNKS", "1");
+        struct outcome o = run_case(eng, m, &d, VM_MIXED, 0, "gpu");
+        CHECK_MSG(o.unwritten == 0 && o.maxerr <= TOL && o.fallbacks == 0, "one chunk: err %.3g", o.maxerr);
+        set_env("WISP_GPU_CHUNKS", NULL);
+        data_free(&d);
+    }
+
+    /* 4. the N-device paths on one GPU: rows split over 3 parts, the table in 2 and 3 logical shards */
+    set_env("WISP_GPU_PARTS", "3");
+    for (int vm = 0; vm < 3; vm++) {
+        struct spec sp = { vm == 1 ? 2 : 150000, vm, ID_UNIFORM, 0, 80, 0.05, 0.01, 0.02 };
+        expect_gpu("3 parts", eng, m, &sp, vm & 1, "gpus");
+    }
+    set_env("WISP_GPU_PARTS", NULL);
+    const char *shards[] = { "2", "3" };
+    for (int i = 0; i < 2; i++) {
+        set_env("WISP_GPU_SHARDS", shards[i]);
+        for (int vm = 0; vm < 3; vm++) {
+            struct spec sp = { vm == 2 ? 1 : 120000, vm, vm ? ID_ZIPF : ID_UNIFORM, 0, 80, 0.05, 0.01, 0.02 };
+            expect_gpu("logical shards", eng, m, &sp, vm & 1, "gpu");
+        }
+        wisp_model *sm = make_model(eng, 1001, WISP_I8, 0.0);   /* shard edges on a small table */
+        struct spec sp = { 5000, VM_MIXED, ID_UNIFORM, 0, 50, 0.05, 0.1, 0.05 };
+        expect_gpu("logical shards, small table", eng, sm, &sp, 0, "gpu");
+        wisp_model_free(sm);
+    }
+    set_env("WISP_GPU_SHARDS", NULL);
+
+    /* 5. zero-copy: small batches (staged and straight from a pinned batch), then every batch */
+    set_env("WISP_GPU_ZEROCOPY", "1");
+    for (int vm = 0; vm < 3; vm++) {
+        struct spec sp = { 10, vm, ID_UNIFORM, 0, 60, 0.1, 0.05, 0.05 };
+        expect_gpu("zero-copy small", eng, m, &sp, 0, "gpu");
+        expect_gpu("zero-copy small", eng, m, &sp, 1, "gpu");
+    }
+    set_env("WISP_GPU_ZEROCOPY", "all");
+    {
+        struct spec sp = { 100000, VM_MIXED, ID_ZIPF, 0, 80, 0.02, 0.01, 0.02 };
+        expect_gpu("zero-copy all", eng, m, &sp, 0, "gpu");
+        expect_gpu("zero-copy all", eng, m, &sp, 1, "gpu");
+    }
+    set_env("WISP_GPU_ZEROCOPY", NULL);
+
+    /* 6. without event timing */
+    set_env("WISP_GPU_TIMING", "0");
+    {
+        struct spec sp = { 5000, VM_ALL, ID_UNIFORM, 0, 60, 0.02, 0.01, 0.02 };
+        expect_gpu("no timing", eng, m, &sp, 0, "gpu");
+    }
+    set_env("WISP_GPU_TIMING", NULL);
+
+    /* 7. stats: stages and bytes are counted; a session keeps working over many batches */
+    {
+        struct spec sp = { 50000, VM_MIXED, ID_UNIFORM, 20, 60, 0.0, 0.0, 0.0 };
+        struct data d;
+        gen(&d, &sp, m);
+        wisp_batch *b = make_batch(eng, &d, VM_MIXED, 0);
+        wisp_session *s = NULL;
+        CHECK_OK(wisp_session_new(eng, m, "gpu", &s));
+        float *out = malloc(d.rows * sizeof *out);
+        double err = 0;
+        for (int rep = 0; rep < 20; rep++) {
+            CHECK_OK(wisp_session_score(s, b, out));
+            for (size_t r = 0; r < d.rows; r++) err = fmax(err, isnan(out[r]) ? 1 : fabs(out[r] - d.ref[r]));
+        }
+        CHECK_NEAR(err, 0, TOL);
+        CHECK(wisp_session_stat(s, WISP_STAT_BATCHES) == 20);
+        CHECK(wisp_session_stat(s, WISP_STAT_FALLBACKS) == 0);
+        CHECK(wisp_session_stat(s, WISP_STAT_NS_KERNEL) > 0);
+        CHECK(wisp_session_stat(s, WISP_STAT_NS_H2D) > 0);
+        CHECK(wisp_session_stat(s, WISP_STAT_NS_D2H) > 0);
+        CHECK(wisp_session_stat(s, WISP_STAT_BYTES_H2D) >= 20 * (uint64_t)d.nnz * 4);
+        CHECK(wisp_session_stat(s, WISP_STAT_BYTES_D2H) >= 20 * (uint64_t)d.rows * 4);
+        /* the resident-kernel hook agrees too */
+        if (wisp_cuda_time_resident) {
+            float ms[3];
+            for (size_t r = 0; r < d.rows; r++) out[r] = NAN;
+            CHECK_OK(wisp_cuda_time_resident(s, b, 0, 0, 3, ms, out));
+            double e2 = 0;
+            for (size_t r = 0; r < d.rows; r++) e2 = fmax(e2, isnan(out[r]) ? 1 : fabs(out[r] - d.ref[r]));
+            CHECK_NEAR(e2, 0, TOL);
+            CHECK(ms[2] > 0);
+            CHECK_OK(wisp_cuda_time_resident(s, b, 1, 0, 2, ms, NULL));
+            CHECK(ms[1] > 0);
+        }
+        free(out);
+        wisp_session_free(s);
+        wisp_batch_free(b);
+        data_free(&d);
+    }
+
+    /* 8. several threads share one model (uploaded once, lazily, under its lock) */
+    {
+        wisp_model *tm = make_model(eng, (uint64_t)1 << 20, WISP_F16, 0.5);
+        pthread_t th[4];
+        struct thread_arg ta[4];
+        pthread_mutex_lock(&rng_lock);
+        for (int i = 0; i < 4; i++) {
+            ta[i] = (struct thread_arg){ eng, tm, i % 3, 0, 0 };
+            thread_main(&(struct thread_arg){ eng, tm, 0, 0, 0 }) ;   /* warm the allocator paths once */
+            break;
+        }
+        /* generate in the threads one after another would race rnd(); give each a turn under the lock */
+        pthread_mutex_unlock(&rng_lock);
+        for (int i = 0; i < 4; i++) CHECK(pthread_create(&th[i], NULL, thread_main, &ta[i]) == 0);
+        for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+        for (int i = 0; i < 4; i++) CHECK_MSG(ta[i].ok && ta[i].maxerr <= TOL, "thread %d: ok %d, err %.3g", i, ta[i].ok, ta[i].maxerr);
+        wisp_model_free(tm);
+    }
+
+    /* 9. device out of memory: the batch moves to the CPU, the device stays usable */
+    set_env("WISP_FAULT_GPU", "oom");
+    {
+        struct spec sp = { 4000, VM_MIXED, ID_UNIFORM, 0, 60, 0.05, 0.02, 0.02 };
+        expect_fallback("injected oom", eng, m, &sp, "gpu");
+        CHECK(wisp_engine_gpu_usable(eng, 0) == 1);
+        char log[512];
+        CHECK(wisp_engine_last_log(eng, log, sizeof log) > 0 && strstr(log, "out of device memory"));
+    }
+    set_env("WISP_FAULT_GPU", "oom1");
+    {
+        struct spec sp = { 4000, VM_ALL, ID_UNIFORM, 0, 60, 0.05, 0.02, 0.02 };
+        struct data d;
+        gen(&d, &sp, m);
+        wisp_batch *b = make_batch(eng, &d, VM_ALL, 0);
+        wisp_session *s = NULL;
+        CHECK_OK(wisp_session_new(eng, m, "gpu", &s));
+        float *out = malloc(d.rows * sizeof *out);
+        for (int rep = 0; rep < 3; rep++) {
+            for (size_t r = 0; r < d.rows; r++) out[r] = NAN;
+            CHECK_OK(wisp_session_score(s, b, out));
+            double e = 0;
+            for (size_t r = 0; r < d.rows; r++) e = fmax(e, isnan(out[r]) ? 1 : fabs(out[r] - d.ref[r]));
+            CHECK_NEAR(e, 0, TOL);
+            CHECK(!strcmp(wisp_session_last_device(s), rep == 0 ? "cpu" : "gpu:0"));
+        }
+        CHECK(wisp_session_stat(s, WISP_STAT_FALLBACKS) == 1);
+        free(out);
+        wisp_session_free(s);
+        wisp_batch_free(b);
+        data_free(&d);
+    }
+    set_env("WISP_FAULT_GPU", NULL);
+    wisp_model_free(m);
+}
+
+/* a sticky error ruins the process's context on that device: this runs last */
+static void test_sticky(wisp_engine *eng)
+{
+    wisp_model *m = make_model(eng, 100000, WISP_F32, 0.2);
+    set_env("WISP_FAULT_GPU", "sticky");
+    struct spec sp = { 3000, VM_MIXED, ID_UNIFORM, 0, 60, 0.05, 0.02, 0.02 };
+    expect_fallback("injected sticky error", eng, m, &sp, "gpu");
+    set_env("WISP_FAULT_GPU", NULL);
+    CHECK(wisp_engine_gpu_usable(eng, 0) == 0);
+    char log[512];
+    CHECK(wisp_engine_last_log(eng, log, sizeof log) > 0);
+    CHECK_MSG(strstr(log, "sticky") || strstr(log, "no longer usable"), "last log: %s", log);
+    /* later sessions and batches keep answering, on the CPU */
+    expect_fallback("after a sticky error", eng, m, &sp, "gpu");
+    expect_fallback("after a sticky error", eng, m, &sp, "gpus");
+    wisp_model_free(m);                      /* frees device copies on a failed device: no crash */
+}
+
+int main(void)
+{
+    const char *seed = getenv("WISP_TEST_SEED");
+    rng_state = seed ? strtoull(seed, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    printf("test_gpu: seed %llu (WISP_TEST_SEED to repeat)\n", (unsigned long long)rng_state);
+    const char *tg = getenv("WISP_TEST_GPU");
+    const int want_gpu = tg && *tg && strcmp(tg, "0") != 0;
+    const int quick = getenv("WISP_TEST_GPU_QUICK") != NULL;
+
+    wisp_engine *eng = NULL;
+    CHECK_OK(wisp_engine_new(2, &eng));
+    if (!eng) return CHECK_DONE("test_gpu");
+    wisp_engine_set_log_level(eng, WISP_LOG_OFF);
+    const int n = wisp_engine_gpu_count(eng);
+    const char *status = wisp_engine_gpu_status(eng);
+    printf("test_gpu: %d GPU(s): %s\n", n, status);
+    CHECK(status && *status);
+    CHECK(wisp_engine_gpu_name(eng, n) == NULL && wisp_engine_gpu_memory(eng, -1) == 0);
+
+    if (n == 0) {
+        /* no usable GPU: the status explains why, and every GPU placement answers on the CPU */
+        CHECK_MSG(strstr(status, "no CUDA device") || strstr(status, "WISP_NO_GPU") || strstr(status, "no CUDA backend"),
+                  "status: %s", status);
+        CHECK_MSG(!want_gpu, "WISP_TEST_GPU is set but no GPU is usable: %s", status);
+        test_no_gpu(eng);
+    } else {
+        for (int i = 0; i < n; i++) {
+            printf("test_gpu: gpu:%d %s, %.1f GiB, sm_%d\n", i, wisp_engine_gpu_name(eng, i),
+                   wisp_engine_gpu_memory(eng, i) / 1073741824.0, wisp_engine_gpu_capability(eng, i));
+            CHECK(wisp_engine_gpu_name(eng, i) && wisp_engine_gpu_memory(eng, i) > 0);
+            CHECK(wisp_engine_gpu_capability(eng, i) >= 80 && wisp_engine_gpu_usable(eng, i) == 1);
+        }
+        /* the fallback path, with the GPU switched off for a second engine */
+        setenv("WISP_NO_GPU", "1", 1);
+        wisp_engine *off = NULL;
+        CHECK_OK(wisp_engine_new(2, &off));
+        wisp_engine_set_log_level(off, WISP_LOG_OFF);
+        CHECK(wisp_engine_gpu_count(off) == 0 && strstr(wisp_engine_gpu_status(off), "WISP_NO_GPU"));
+        test_no_gpu(off);
+        wisp_engine_free(off);
+        unsetenv("WISP_NO_GPU");
+        if (want_gpu) {
+            test_gpu(eng, quick);
+            if (!getenv("WISP_TEST_NO_STICKY")) test_sticky(eng);
+        }
+    }
+    wisp_engine_free(eng);
+    return CHECK_DONE("test_gpu");
+}
