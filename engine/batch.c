@@ -380,8 +380,6 @@ int wisp_batch_bad_row(const wisp_batch *b, size_t i, size_t *row, uint64_t *lin
 /* ---- for the text parser (libsvm.c) --------------------------------------------
  * Not in internal.h on purpose: libsvm.c declares these two itself. */
 
-int  wisp_batch__reserve_line(wisp_batch *b, size_t nfeat, uint32_t **ids, float **vals, uint32_t **scratch);
-int  wisp_batch__commit_line(wisp_batch *b, size_t nv, size_t nb);
 
 /* Reserve one row of up to nfeat features; returns where its valued ids,
  * its values and its binary ids (scratch) go. */

@@ -163,7 +163,33 @@ static void input_close(input *in)
     free(in->buf);
 }
 
-/* ---- wisp score ------------------------------------------------------------- */
+/* ---- wisp score ---------------------------------------------------------------
+ * The text is parsed in parallel: each round takes a window of the input, cuts
+ * it into pieces at line ends (one or more per thread), parses every piece into
+ * its own batch on the engine's pool, then scores and writes the pieces in
+ * order. Line numbers are counted per piece and made absolute when reported. */
+
+typedef struct {
+    wisp_batch *batch;
+    const char *text; size_t len;   /* the piece */
+    int final;                      /* the piece may end without '\n' */
+    size_t max_rows;
+    size_t used;                    /* bytes consumed */
+    uint64_t lines;                 /* lines consumed */
+    int status; char err[256];
+} piece;
+
+typedef struct { piece *p; } parse_job;
+
+static void parse_piece(void *ctx, size_t i)
+{
+    piece *pc = &((parse_job *)ctx)->p[i];
+    wisp_batch_clear(pc->batch);
+    pc->lines = 0;
+    pc->used = 0;
+    pc->status = wisp_batch_parse_libsvm(pc->batch, pc->text, pc->len, pc->final, pc->max_rows, &pc->lines, &pc->used);
+    if (pc->status != WISP_OK) snprintf(pc->err, sizeof pc->err, "%s", wisp_errmsg());
+}
 
 static int parse_count(const char *s, const char *what, long lo, long hi, long *out)
 {
@@ -180,6 +206,30 @@ static int write_all(FILE *f, const char *p, size_t n, const char *name)
 {
     if (fwrite(p, 1, n, f) != n) return die("%s: write error: %s", name, strerror(errno));
     return 0;
+}
+
+/* Cut text[0..len) into at most n pieces ending at line ends. The last piece
+ * takes the rest when `final`, else it ends at the last '\n'. Returns the count. */
+static size_t cut_pieces(piece *pc, size_t n, const char *text, size_t len, int final, size_t piece_bytes)
+{
+    size_t k = 0, pos = 0;
+    while (k < n && pos < len) {
+        size_t want = pos + piece_bytes < len ? pos + piece_bytes : len, end;
+        if (want >= len && final) end = len;
+        else {
+            const char *nl = memchr(text + want - (want > pos ? 1 : 0), '\n', len - want + (want > pos ? 1 : 0));
+            if (!nl) {
+                if (!final) break;                  /* an incomplete last line: wait for more text */
+                end = len;
+            } else end = (size_t)(nl - text) + 1;
+        }
+        pc[k].text = text + pos;
+        pc[k].len = end - pos;
+        pc[k].final = end == len && final;
+        k++;
+        pos = end;
+    }
+    return k;
 }
 
 static int cmd_score(int argc, char **argv)
@@ -214,58 +264,85 @@ static int cmd_score(int argc, char **argv)
     if (argc - optind > 1) return die("score: one input file at most (got %d)", argc - optind), 2;
     const char *in_path = optind < argc ? argv[optind] : "-";
 
-    int rc = 1;
-    wisp_engine *eng = NULL; wisp_model *m = NULL; wisp_session *s = NULL; wisp_batch *b = NULL;
+    enum { PIECES_PER_THREAD = 2 };
+    int rc = 1, npieces = 0;
+    wisp_engine *eng = NULL; wisp_model *m = NULL; wisp_session *s = NULL;
+    piece *pc = NULL;
     float *probs = NULL; char *obuf = NULL;
     FILE *out = stdout;
     input in;
-    uint64_t bad_total = 0, rows_total = 0, line_no = 0, t_start = wisp_now_ns(), ns_parse = 0, ns_write = 0;
+    uint64_t bad_total = 0, rows_total = 0, line_base = 0, t_start = wisp_now_ns(), ns_parse = 0, ns_write = 0;
     if (input_open(&in, in_path)) goto done;
     if (wisp_engine_new((int)threads, &eng) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
     if (wisp_model_load_ex(eng, model_path, hugepages ? WISP_LOAD_HUGEPAGES : 0, &m) != WISP_OK) {
         die("%s", wisp_errmsg()); goto done;
     }
     if (wisp_session_new(eng, m, device, &s) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
-    if (wisp_batch_new(eng, &b) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
+    npieces = wisp_engine_threads(eng) * PIECES_PER_THREAD;
+    pc = calloc((size_t)npieces, sizeof *pc);
     probs = malloc((size_t)batch_rows * sizeof *probs);
     obuf = malloc((size_t)batch_rows * 24);
-    if (!probs || !obuf) { die("score: out of memory for a batch of %ld rows", batch_rows); goto done; }
+    if (!pc || !probs || !obuf) { die("score: out of memory for a batch of %ld rows", batch_rows); goto done; }
+    for (int i = 0; i < npieces; i++) {
+        pc[i].max_rows = (size_t)batch_rows;
+        if (wisp_batch_new(eng, &pc[i].batch) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
+    }
     if (out_path && !(out = fopen(out_path, "w"))) { die("%s: cannot open for writing: %s", out_path, strerror(errno)); goto done; }
+    /* piece size: about a batch of rows at ~64 bytes a row, 64 KiB to 4 MiB */
+    size_t piece_bytes = (size_t)batch_rows * 64;
+    if (piece_bytes < (64u << 10)) piece_bytes = 64u << 10;
+    if (piece_bytes > (4u << 20)) piece_bytes = 4u << 20;
 
     for (;;) {
         const char *text; size_t len; int final;
         if (in.map) { text = in.map + in.pos; len = in.map_len - in.pos; final = 1; }
         else {
-            if (!in.eof && in.len - in.pos < (1u << 20) && input_fill(&in)) goto done;
+            if (!in.eof && in.len - in.pos < piece_bytes * (size_t)npieces && input_fill(&in)) goto done;
             text = in.buf + in.pos; len = in.len - in.pos; final = in.eof;
         }
         if (len == 0 && (in.map || in.eof)) break;
-        wisp_batch_clear(b);
-        size_t used = 0;
-        uint64_t t0 = wisp_now_ns();
-        int st = wisp_batch_parse_libsvm(b, text, len, final, (size_t)batch_rows, &line_no, &used);
-        ns_parse += wisp_now_ns() - t0;
-        if (st != WISP_OK) { die("%s: %s", in.name, wisp_errmsg()); goto done; }
-        in.pos += used;
-        size_t rows = wisp_batch_rows(b);
-        if (rows == 0) {
-            if (used == 0 && final) break;          /* nothing left that makes a row */
-            if (used == 0 && !in.map && !in.eof && input_fill(&in)) goto done;
+        size_t k = cut_pieces(pc, (size_t)npieces, text, len, final, piece_bytes);
+        if (k == 0) {   /* no complete line yet: read more, or the line is too long */
+            if (len > WISP_MAX_LINE_BYTES) { die("%s:%llu: line longer than %u bytes", in.name,
+                                                 (unsigned long long)line_base + 1, WISP_MAX_LINE_BYTES); goto done; }
+            if (!in.map && !in.eof && input_fill(&in)) goto done;
             continue;
         }
-        if (wisp_session_score(s, b, probs) != WISP_OK) { die("%s: %s", in.name, wisp_errmsg()); goto done; }
-        for (size_t i = 0, n = wisp_batch_bad_count(b); i < n; i++) {
-            size_t row; uint64_t line; const char *msg;
-            if (wisp_batch_bad_row(b, i, &row, &line, &msg) == WISP_OK)
-                fprintf(stderr, "%s:%llu: %s\n", in.name, (unsigned long long)line, msg);
+        uint64_t t0 = wisp_now_ns();
+        parse_job job = { pc };
+        if (k == 1) parse_piece(&job, 0);
+        else wisp_pool_run(eng->pool, k, parse_piece, &job);
+        ns_parse += wisp_now_ns() - t0;
+        size_t advanced = 0;
+        for (size_t j = 0; j < k; j++) {
+            piece *p = &pc[j];
+            if (p->status != WISP_OK) { die("%s: %s", in.name, p->err); goto done; }
+            size_t rows = wisp_batch_rows(p->batch);
+            if (rows) {
+                if (wisp_session_score(s, p->batch, probs) != WISP_OK) { die("%s: %s", in.name, wisp_errmsg()); goto done; }
+                size_t nbad = wisp_batch_bad_count(p->batch);
+                for (size_t i = 0; i < nbad; i++) {
+                    size_t row; uint64_t line; const char *msg;
+                    if (wisp_batch_bad_row(p->batch, i, &row, &line, &msg) != WISP_OK) continue;
+                    char prefix[32];   /* the message names its piece-relative line: keep one "FILE:LINE:" */
+                    int pn = snprintf(prefix, sizeof prefix, "line %llu: ", (unsigned long long)line);
+                    if (!strncmp(msg, prefix, (size_t)pn)) msg += pn;
+                    fprintf(stderr, "%s:%llu: %s\n", in.name, (unsigned long long)(line_base + line), msg);
+                }
+                bad_total += nbad;
+                rows_total += rows;
+                uint64_t w0 = wisp_now_ns();
+                char *o = obuf;
+                for (size_t i = 0; i < rows; i++) o = fmt_prob(o, probs[i]);
+                if (write_all(out, obuf, (size_t)(o - obuf), out_path ? out_path : "<stdout>")) goto done;
+                ns_write += wisp_now_ns() - w0;
+            }
+            line_base += p->lines;
+            advanced += p->used;
+            if (p->used < p->len) break;   /* stopped at max_rows: the pieces after it are parsed again */
         }
-        bad_total += wisp_batch_bad_count(b);
-        rows_total += rows;
-        t0 = wisp_now_ns();
-        char *p = obuf;
-        for (size_t i = 0; i < rows; i++) p = fmt_prob(p, probs[i]);
-        if (write_all(out, obuf, (size_t)(p - obuf), out_path ? out_path : "<stdout>")) goto done;
-        ns_write += wisp_now_ns() - t0;
+        in.pos += advanced;
+        if (advanced == 0 && final) break;
     }
     if (fflush(out) != 0) { die("%s: write error: %s", out_path ? out_path : "<stdout>", strerror(errno)); goto done; }
     rc = bad_total ? 1 : 0;
@@ -290,7 +367,9 @@ done:
     if (out && out != stdout) fclose(out);
     input_close(&in);
     free(probs); free(obuf);
-    wisp_batch_free(b); wisp_session_free(s); wisp_model_free(m); wisp_engine_free(eng);
+    for (int i = 0; pc && i < npieces; i++) wisp_batch_free(pc[i].batch);
+    free(pc);
+    wisp_session_free(s); wisp_model_free(m); wisp_engine_free(eng);
     return rc;
 }
 

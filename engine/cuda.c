@@ -102,31 +102,22 @@ static int cu_init(wisp_engine *eng, void **out, char *why, size_t whylen)
     }
     ctx->eng = eng;
     if (n > WISP_MAX_GPUS) n = WISP_MAX_GPUS;
+    /* ordinals stay CUDA's, so only the leading run of devices the kernels
+     * were built for (sm_80 and newer) is used */
     int usable = 0;
     for (int i = 0; i < n; i++) {
         struct cudaDeviceProp prop;
-        struct cdev *d = &ctx->dev[usable];
+        struct cdev *d = &ctx->dev[i];
         if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
             cudaGetLastError();
-            continue;
+            break;
         }
-        if (prop.major < 8) continue;          /* the kernels are built for sm_80 and newer */
+        if (prop.major < 8) break;
         snprintf(d->name, sizeof d->name, "%s", prop.name);
         d->mem = prop.totalGlobalMem;
         d->cap = prop.major * 10 + prop.minor;
         atomic_init(&d->usable, 1);
         usable++;
-    }
-    /* ordinals stay those of CUDA: skipping a device would renumber them, so
-     * only a leading run of supported devices is used */
-    if (usable < n) {
-        int lead = 0;
-        for (int i = 0; i < n; i++) {
-            struct cudaDeviceProp prop;
-            if (cudaGetDeviceProperties(&prop, i) != cudaSuccess || prop.major < 8) break;
-            lead++;
-        }
-        usable = lead;
     }
     if (usable == 0) {
         snprintf(why, whylen, "%d CUDA device%s found, none of compute capability 8.0 or newer", n, n == 1 ? "" : "s");
@@ -348,7 +339,6 @@ struct unit {
     int nchunks;
     size_t cb[MAX_CHUNKS + 1];             /* chunk row bounds, relative to r0 */
     int launched;                          /* timing events were recorded */
-    int single_stream;
     int direct_out;                        /* answers were copied straight into the caller's pinned out */
 };
 
@@ -360,8 +350,7 @@ typedef struct sess {
     int fault, fault_fired;
     int shards_env, parts_env, chunks_env, lanes_env, timing;
     size_t zc_rows;                        /* zero-copy up to this many rows (0: off) */
-    char *stage; size_t stage_cap; char *stage_dev;
-    float *combine; size_t combine_cap;    /* host partial sums when sharded */
+    char *stage; size_t stage_cap; char *stage_dev;   /* pinned, mapped staging (host and device addresses) */
 } sess;
 
 static int env_int(const char *name, int def, int lo, int hi)
@@ -390,7 +379,6 @@ static void cu_session_close(void *vs)
     if (!s) return;
     for (int i = 0; i < s->nunits; i++) unit_destroy(&s->u[i]);
     pin_free(s->ctx, s->stage);
-    wisp_free(s->combine);
     wisp_free(s);
 }
 
@@ -703,7 +691,6 @@ static void enqueue_unit(struct job *j, struct unit *u)
 
     /* one chunk: everything on the compute stream; several: copies on the copy stream */
     const int single = u->nchunks == 1;
-    u->single_stream = single;
     u->direct_out = !j->sharded && j->out_pinned && !(single && j->staged);
     cudaStream_t cs = single ? u->comp : u->copy;
     char *hout = j->staged ? s->stage + u->soff + L->cnt : s->stage + u->soff;

@@ -177,6 +177,12 @@ struct wisp_batch {
 
 enum { WISP_VALUES_NONE = 0, WISP_VALUES_ALL = 1, WISP_VALUES_MIXED = 2 };
 
+/* For the text parsers: reserve room for one line of up to nfeat features
+ * (valued ids and values go to ids[] and vals[], binary ids to scratch[]), then commit
+ * nv valued and nb binary features as one row. */
+int wisp_batch__reserve_line(wisp_batch *b, size_t nfeat, uint32_t **ids, float **vals, uint32_t **scratch);
+int wisp_batch__commit_line(wisp_batch *b, size_t nv, size_t nb);
+
 /* Mark row `row` (already appended, with no features) bad. */
 int wisp_batch_mark_bad(wisp_batch *b, size_t row, uint64_t line, const char *msg);
 

@@ -23,6 +23,11 @@
 #ifndef WISP_SCORE_PF_HINT
 #define WISP_SCORE_PF_HINT 3
 #endif
+/* Tables up to this size are taken to stay in the core's L2: no
+ * prefetching (it costs ~35% there, measured with a 16 KB table). */
+#ifndef WISP_SCORE_PF_MIN_BYTES
+#define WISP_SCORE_PF_MIN_BYTES (1u << 20)
+#endif
 /* Work per pool task, in features (a row counts as ROW_COST features of its
  * own for the sigmoid and the store). Tasks are whole rows. */
 #ifndef WISP_SCORE_CHUNK
@@ -51,6 +56,7 @@ struct kern_args {
     double scale;                /* int8: applied to the row's sum; 1 otherwise */
     int mode;                    /* WISP_VALUES_* */
     int kind;                    /* K_* */
+    bool prefetch;               /* the table is larger than WISP_SCORE_PF_MIN_BYTES */
 };
 
 /* fp16 bits -> float, exact (portable; the F16C kernel uses the instruction). */
@@ -107,10 +113,10 @@ AI double load_weight(const char *w, uint32_t id, int kind)
 
 /* Prefetch the weight of the feature at flat position *pk, then advance it.
  * Out-of-range ids prefetch w[0] (never an address outside the table). */
-AI void prefetch_next(const struct kern_args *a, uint64_t *pk, int kind)
+AI void prefetch_next(const struct kern_args *a, uint64_t *pk, int kind, bool pf)
 {
     uint64_t k = (*pk)++;
-    if (WISP_LIKELY(k < a->pf_end)) {
+    if (pf && WISP_LIKELY(k < a->pf_end)) {
         uint32_t id = a->ids[k];
         id = id < a->lim ? id : 0;
         __builtin_prefetch(a->w + (size_t)id * kind_size(kind), 0, WISP_SCORE_PF_HINT);
@@ -145,20 +151,51 @@ AI void row_open(const struct kern_args *a, size_t r, struct row_cursor *c, int 
     }
 }
 
-/* Add the row's next feature. An out-of-range id adds 0 and is counted
- * (its load reads w[0], so there is no branch to mispredict). The same
- * operations in the same order whichever rows are interleaved: results do
- * not depend on how rows were split over tasks. */
-AI void row_step(const struct kern_args *a, struct row_cursor *c, uint64_t *oor, int kind, int mode)
+/* Add the row's next feature, valued or binary as the caller knows it is
+ * (k < vend). An out-of-range id adds nothing and is counted. Every row sees
+ * the same operations in the same order whichever rows it is interleaved
+ * with, so results do not depend on how rows were split over tasks. */
+AI void row_step(const struct kern_args *a, struct row_cursor *c, bool valued, uint64_t *oor, int kind)
 {
     uint32_t k = c->k++;
     uint32_t id = a->ids[k];
-    bool in = id < a->lim;
-    double t = load_weight(a->w, in ? id : 0, kind);
-    if (mode == WISP_VALUES_ALL) t *= (double)a->vals[k];
-    else if (mode == WISP_VALUES_MIXED && k < c->vend) t *= (double)a->vals[(int64_t)k + c->voff];
-    c->acc += in ? t : 0.0;
-    *oor += !in;
+    if (WISP_LIKELY(id < a->lim)) {
+        double t = load_weight(a->w, id, kind);
+        if (valued) t *= (double)a->vals[(int64_t)k + c->voff];
+        c->acc += t;
+    } else {
+        (*oor)++;
+    }
+}
+
+/* n features of a row, all valued or all binary. */
+AI void row_steps(const struct kern_args *a, struct row_cursor *c, uint32_t n, bool valued, uint64_t *pk,
+                  uint64_t *oor, int kind, bool pf)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        prefetch_next(a, pk, kind, pf);
+        row_step(a, c, valued, oor, kind);
+    }
+}
+
+/* n features of each of two rows, side by side. */
+AI void pair_steps(const struct kern_args *a, struct row_cursor *c0, struct row_cursor *c1, uint32_t n,
+                   bool valued0, bool valued1, uint64_t *pk, uint64_t *oor, int kind, bool pf)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        prefetch_next(a, pk, kind, pf);
+        prefetch_next(a, pk, kind, pf);
+        row_step(a, c0, valued0, oor, kind);
+        row_step(a, c1, valued1, oor, kind);
+    }
+}
+
+/* The rest of one row: its valued run, then its binary run. */
+AI void row_rest(const struct kern_args *a, struct row_cursor *c, uint64_t *pk, uint64_t *oor, int kind, int mode,
+                 bool pf)
+{
+    if (mode != WISP_VALUES_NONE && c->k < c->vend) row_steps(a, c, c->vend - c->k, true, pk, oor, kind, pf);
+    row_steps(a, c, c->e - c->k, false, pk, oor, kind, pf);
 }
 
 /* sigmoid without overflow: exp of a non-positive number only. */
@@ -178,28 +215,39 @@ AI float row_finish(const struct kern_args *a, const struct row_cursor *c, int k
 
 /* Rows [r0, r1), WISP_SCORE_ROWS at a time: interleaving two rows gives the
  * core two independent add chains (the double add's latency, not the
- * loads, bounds a row whose weights are in cache). The prefetch cursor
- * walks the flat ids array a fixed distance ahead of the features consumed. */
-AI uint64_t score_rows_generic(const struct kern_args *a, size_t r0, size_t r1, float *out, int kind, int mode)
+ * loads, bounds rows whose weights are in cache). The runs of features that
+ * are valued (or binary) in both rows go through one loop each, so there is
+ * no per-feature test of the value mode. The prefetch cursor walks the flat
+ * ids array a fixed distance ahead of the features consumed. */
+AI uint64_t score_rows_generic(const struct kern_args *a, size_t r0, size_t r1, float *out, int kind, int mode,
+                               bool pf)
 {
     uint64_t oor = 0;
     uint64_t pk = a->row_ptr[r0];
-    for (int i = 0; i < WISP_SCORE_PF_DIST; i++) prefetch_next(a, &pk, kind);
+    if (pf)
+        for (int i = 0; i < WISP_SCORE_PF_DIST; i++) prefetch_next(a, &pk, kind, pf);
     size_t r = r0;
 #if WISP_SCORE_ROWS >= 2
     for (; r + 1 < r1; r += 2) {
         struct row_cursor c0, c1;
         row_open(a, r, &c0, mode);
         row_open(a, r + 1, &c1, mode);
-        uint32_t n0 = c0.e - c0.k, n1 = c1.e - c1.k, n = n0 < n1 ? n0 : n1;
-        for (uint32_t i = 0; i < n; i++) {
-            prefetch_next(a, &pk, kind);
-            prefetch_next(a, &pk, kind);
-            row_step(a, &c0, &oor, kind, mode);
-            row_step(a, &c1, &oor, kind, mode);
+        if (mode == WISP_VALUES_NONE) {
+            uint32_t n0 = c0.e - c0.k, n1 = c1.e - c1.k;
+            pair_steps(a, &c0, &c1, n0 < n1 ? n0 : n1, false, false, &pk, &oor, kind, pf);
+        } else {
+            while (c0.k < c0.e && c1.k < c1.e) {
+                bool v0 = c0.k < c0.vend, v1 = c1.k < c1.vend;
+                uint32_t n0 = (v0 ? c0.vend : c0.e) - c0.k, n1 = (v1 ? c1.vend : c1.e) - c1.k;
+                uint32_t n = n0 < n1 ? n0 : n1;
+                if (v0 && v1) pair_steps(a, &c0, &c1, n, true, true, &pk, &oor, kind, pf);
+                else if (v0) pair_steps(a, &c0, &c1, n, true, false, &pk, &oor, kind, pf);
+                else if (v1) pair_steps(a, &c0, &c1, n, false, true, &pk, &oor, kind, pf);
+                else pair_steps(a, &c0, &c1, n, false, false, &pk, &oor, kind, pf);
+            }
         }
-        while (c0.k < c0.e) { prefetch_next(a, &pk, kind); row_step(a, &c0, &oor, kind, mode); }
-        while (c1.k < c1.e) { prefetch_next(a, &pk, kind); row_step(a, &c1, &oor, kind, mode); }
+        row_rest(a, &c0, &pk, &oor, kind, mode, pf);
+        row_rest(a, &c1, &pk, &oor, kind, mode, pf);
         out[r] = row_finish(a, &c0, kind);
         out[r + 1] = row_finish(a, &c1, kind);
     }
@@ -207,18 +255,25 @@ AI uint64_t score_rows_generic(const struct kern_args *a, size_t r0, size_t r1, 
     for (; r < r1; r++) {
         struct row_cursor c;
         row_open(a, r, &c, mode);
-        while (c.k < c.e) { prefetch_next(a, &pk, kind); row_step(a, &c, &oor, kind, mode); }
+        row_rest(a, &c, &pk, &oor, kind, mode, pf);
         out[r] = row_finish(a, &c, kind);
     }
     return oor;
 }
 
-/* One function per dtype; the value mode is chosen once per call. */
+/* One function per dtype; the value mode and prefetching are chosen once per call. */
 #define DISPATCH_MODE(kind) \
+    if (a->prefetch) { \
+        switch (a->mode) { \
+        case WISP_VALUES_NONE: return score_rows_generic(a, r0, r1, out, kind, WISP_VALUES_NONE, true); \
+        case WISP_VALUES_ALL:  return score_rows_generic(a, r0, r1, out, kind, WISP_VALUES_ALL, true); \
+        default:               return score_rows_generic(a, r0, r1, out, kind, WISP_VALUES_MIXED, true); \
+        } \
+    } \
     switch (a->mode) { \
-    case WISP_VALUES_NONE: return score_rows_generic(a, r0, r1, out, kind, WISP_VALUES_NONE); \
-    case WISP_VALUES_ALL:  return score_rows_generic(a, r0, r1, out, kind, WISP_VALUES_ALL); \
-    default:               return score_rows_generic(a, r0, r1, out, kind, WISP_VALUES_MIXED); \
+    case WISP_VALUES_NONE: return score_rows_generic(a, r0, r1, out, kind, WISP_VALUES_NONE, false); \
+    case WISP_VALUES_ALL:  return score_rows_generic(a, r0, r1, out, kind, WISP_VALUES_ALL, false); \
+    default:               return score_rows_generic(a, r0, r1, out, kind, WISP_VALUES_MIXED, false); \
     }
 
 static uint64_t score_rows_f32(const struct kern_args *a, size_t r0, size_t r1, float *out) { DISPATCH_MODE(K_F32) }
@@ -276,6 +331,7 @@ static bool prepare(const wisp_model *m, const wisp_batch *b, struct kern_args *
     case WISP_I8:  a->kind = K_I8; a->scale = m->scale; break;
     default:       a->kind = -1; break;
     }
+    a->prefetch = a->kind >= 0 && (uint64_t)a->lim * kind_size(a->kind) > WISP_SCORE_PF_MIN_BYTES;
     return true;
 }
 

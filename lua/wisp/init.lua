@@ -122,6 +122,25 @@ local function check_dtype(depth, n, fname, d)
     argerror(depth + 1, n, fname, fmt("dtype expected (f32, f16 or i8), got %s", tostring(d)))
 end
 
+-- Elements in an FFI array (nil for a pointer: unknown). Raises unless v
+-- converts to `const T *` (probe: a `const T *[1]` box).
+local function ffi_elems(depth, n, fname, v, probe, what, esize)
+    if type(v) ~= "cdata" or not pcall(function() probe[0] = v end) then
+        expected(depth + 1, n, fname, what, v)
+    end
+    probe[0] = nil
+    if tostring(ffi_typeof(v)):find("%*") then return nil end
+    local size = ffi_sizeof(v)
+    if size == nil then return nil end
+    return floor(size / esize)
+end
+
+local function need(depth, n, fname, len, want, name)
+    if len ~= nil and len < want then
+        argerror(depth + 1, n, fname, fmt("%s holds %d elements, %d needed", name, len, want))
+    end
+end
+
 ---------------------------------------------------------------------------
 -- module-level facts
 ---------------------------------------------------------------------------
@@ -279,7 +298,7 @@ local function load_model(fname, e, path, opts, nopts)
     end
     local rc = C.wisp_model_load_ex(e._h, path, flags, model_box)
     if rc ~= 0 then return nil, last_error(rc) end
-    local h = model_box[0]
+    local h = ffi_gc(model_box[0], C.wisp_model_free)
     model_box[0] = nil
     return setmetatable({ _h = h, engine = e }, Model)
 end
@@ -427,17 +446,11 @@ function wisp.write_model(path, weights, a3, a4)
         end
         opts, nopts = a3, 3
     elseif type(weights) == "cdata" then
-        if not pcall(function() f32p_probe[0] = weights end) then
-            expected(1, 2, "write_model", "float array", weights)
-        end
-        f32p_probe[0] = nil
+        local len = ffi_elems(1, 2, "write_model", weights, f32p_probe, "float array", 4)
         n = check_uint(1, 3, "write_model", a3, "n", nil)
         if n == nil then argerror(1, 3, "write_model", "number of weights expected, got nil") end
-        if not ffi_istype(float_ptr, weights) then
-            local size = ffi_sizeof(weights)
-            if size and size < n * 4 then
-                argerror(1, 3, "write_model", fmt("n is %d but the array holds %d floats", n, size / 4))
-            end
+        if len and len < n then
+            argerror(1, 3, "write_model", fmt("n is %d but the array holds %d floats", n, len))
         end
         w = weights
         opts, nopts = a4, 4
@@ -487,7 +500,7 @@ end
 local function new_batch(e)
     local rc = C.wisp_batch_new(e._h, batch_box)
     if rc ~= 0 then return nil, last_error(rc, "batch") end
-    local h = batch_box[0]
+    local h = ffi_gc(batch_box[0], C.wisp_batch_free)
     batch_box[0] = nil
     return new_batch_object(h, e, false)
 end
@@ -727,25 +740,6 @@ end
 
 function Batch:is_closed() return self._h == nil end
 
--- Elements in an FFI array (nil for a pointer: unknown). Raises unless v
--- converts to `const T *` (probe: a `const T *[1]` box).
-local function ffi_elems(depth, n, fname, v, probe, what, esize)
-    if type(v) ~= "cdata" or not pcall(function() probe[0] = v end) then
-        expected(depth + 1, n, fname, what, v)
-    end
-    probe[0] = nil
-    if tostring(ffi_typeof(v)):find("%*") then return nil end
-    local size = ffi_sizeof(v)
-    if size == nil then return nil end
-    return floor(size / esize)
-end
-
-local function need(depth, n, fname, len, want, name)
-    if len ~= nil and len < want then
-        argerror(depth + 1, n, fname, fmt("%s holds %d elements, %d needed", name, len, want))
-    end
-end
-
 local function wrap(fname, e, rows, row_ptr, ids, val_ptr, vals)
     rows = check_uint(2, 1, fname, rows, "rows", nil)
     if rows == nil then argerror(2, 1, fname, "number of rows expected, got nil") end
@@ -763,7 +757,7 @@ local function wrap(fname, e, rows, row_ptr, ids, val_ptr, vals)
     end
     local rc = C.wisp_batch_wrap(e._h, rows, row_ptr, ids, val_ptr, vals, batch_box)
     if rc ~= 0 then return nil, last_error(rc, fname) end
-    local h = batch_box[0]
+    local h = ffi_gc(batch_box[0], C.wisp_batch_free)
     batch_box[0] = nil
     local b = new_batch_object(h, e, true)
     b._refs = { row_ptr = row_ptr, ids = ids, val_ptr = val_ptr, vals = vals }

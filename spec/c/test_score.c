@@ -360,8 +360,10 @@ static void compare(const char *what, const struct tmodel *tm, const struct tbat
 static void test_modes_dtypes(void)
 {
     const int dtypes[] = { WISP_F32, WISP_F16, WISP_I8 };
-    const uint64_t nf = 100003;
+    /* a table that stays in cache (no prefetching) and one that does not */
+    for (int ni = 0; ni < 2; ni++)
     for (int di = 0; di < 3; di++) {
+        const uint64_t nf = ni ? 1500007 : 100003;
         struct tmodel tm;
         tmodel_init(&tm, nf, dtypes[di], -0.25);
         for (int mode = 0; mode < 3; mode++) {
@@ -372,8 +374,9 @@ static void test_modes_dtypes(void)
                 tbatch_mark_bad(&tb, 999);
                 float *out = malloc(1000 * sizeof *out);
                 char what[96];
-                snprintf(what, sizeof what, "dtype %s, values %s, ids %s", dtypes[di] == WISP_F32 ? "f32" :
-                         dtypes[di] == WISP_F16 ? "f16" : "i8", mode_name(mode), dist ? "zipf" : "uniform");
+                snprintf(what, sizeof what, "%llu features, dtype %s, values %s, ids %s", (unsigned long long)nf,
+                         dtypes[di] == WISP_F32 ? "f32" : dtypes[di] == WISP_F16 ? "f16" : "i8", mode_name(mode),
+                         dist ? "zipf" : "uniform");
                 uint64_t oor = wisp_score_cpu_rows(&tm.m, &tb.b, 0, 1000, out);
                 compare(what, &tm, &tb, out, oor);
                 CHECK(isnan(out[3]) && isnan(out[999]));

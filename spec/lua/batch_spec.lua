@@ -120,6 +120,21 @@ describe("batches", function()
         assert.equal(1, assert(wisp.batch_from_rows({ { 1 } }, e)):rows())
     end)
 
+    it("return nil, err past a limit, with the batch unchanged", function()
+        local b = wisp.batch()
+        assert(b:add { 1 })
+        local ids = {}
+        for i = 1, wisp.const.WISP_MAX_ROW_FEATURES + 1 do ids[i] = i % 1000 end
+        local ok, err = b:add(ids)
+        assert.is_nil(ok)
+        assert.matches("^add: ", err)
+        assert.equal(1, b:rows())
+        assert.equal(1, b:nnz())
+        ids[#ids] = nil
+        assert.is_true(b:add(ids))   -- exactly the limit is fine
+        assert.equal(2, b:rows())
+    end)
+
     it("clear forgets rows and bad rows, and the batch is reusable", function()
         local b = wisp.batch()
         for r = 1, 100 do assert(b:add({ r, r + 1 }, { 1, 2 })) end

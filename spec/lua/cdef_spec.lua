@@ -187,6 +187,22 @@ describe("wisp.cdef", function()
         end)
     end)
 
+    it("uses the symbols of the wisp CLI inside `wisp run`", function()
+        -- the CLI: $WISP_CLI, else `wisp` next to $WISP_LIB, else build/wisp
+        local cli = os.getenv("WISP_CLI")
+        local lib = os.getenv("WISP_LIB")
+        if not cli and lib then cli = lib:gsub("[^/]*$", "") .. "wisp" end
+        if not (cli and H.file_exists(cli)) then cli = "build/wisp" end
+        if not H.file_exists(cli) then return pending("no wisp CLI built") end
+        local script = H.tmpname(".lua")
+        H.write_file(script, 'local ffi = require "ffi"\n'
+            .. 'print("same " .. tostring(require("wisp.cdef") == ffi.C) .. " " .. require("wisp").version())\n')
+        local p = io.popen(("env -u WISP_LIB %s run %s 2>&1"):format(cli, script))
+        local out = p:read("*a")
+        p:close()
+        assert.matches("same true 0.1.0", out, 1, true)
+    end)
+
     it("can be loaded twice in one Lua state", function()
         package.loaded["wisp.cdef"] = nil
         local C2 = require "wisp.cdef"

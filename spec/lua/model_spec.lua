@@ -112,7 +112,7 @@ describe("models", function()
         for i = 0, nf - 1 do arr[i] = w[i] end
         local p1, p2 = H.tmpname(".wisp"), H.tmpname(".wisp")
         assert.is_true(wisp.write_model(p1, arr, nf, { bias = 1.25, meta = "a=b\n" }))
-        assert.is_true(wisp.write_model(p2, ffi.cast("float *", arr), nf, { bias = 1.25, meta = "a=b\n" }))
+        assert.is_true(wisp.write_model(p2, ffi.cast("const float *", arr), nf, { bias = 1.25, meta = "a=b\n" }))
         for _, p in ipairs { p1, p2 } do
             local m = assert(wisp.load(p))
             assert.equal(nf, m:num_features())

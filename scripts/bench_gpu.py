@@ -1,0 +1,537 @@
+#!/usr/bin/env python3
+"""bench_gpu.py — wisp's CUDA backend beside PyTorch EmbeddingBag and cuSPARSE (CuPy) on one workload, with the floors.
+
+Workload (issue 3): 39 features a row (13 valued, 26 binary), a 2^26-weight table,
+uniform ids unless stated (also Zipf ids, fp16 and int8 tables). Everything is
+measured in one run, on the same data:
+
+  resident   1M rows already on the GPU: wisp's kernel (lanes auto + sweep), the
+             probe kernel (the same random reads, nothing else: the ceiling),
+             the bytes floor (ids + values + offsets + one 32-byte sector per
+             gather + outputs over the measured copy bandwidth), PyTorch
+             EmbeddingBag(mode="sum", per_sample_weights), cuSPARSE SpMV.
+  e2e        200k rows from host memory to probabilities in host memory: wisp
+             from a pinned batch and from pageable arrays, PyTorch from pageable
+             numpy and from pinned tensors with non_blocking copies; the PCIe
+             floor for the bytes wisp shipped over the measured pinned bandwidth.
+  small      10 rows end to end, median latency: wisp (plain, zero-copy), PyTorch.
+  stream     100 batches of 64k rows from pinned memory, one after another.
+
+Usage (on the GPU machine, after `make BUILD=... .../libwisp.so`):
+    python3 scripts/bench_gpu.py --lib build/libwisp.so [--out scripts/results/bench_gpu.json] [--quick]
+"""
+import argparse
+import ctypes as C
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ST = dict(batches=0, rows=1, nnz=2, out_of_range=3, bad_rows=4, fallbacks=5, ns_parse=6, ns_transform=7,
+          ns_h2d=8, ns_kernel=9, ns_d2h=10, ns_sync=11, ns_overhead=12, ns_total=13, bytes_h2d=14, bytes_d2h=15)
+F32, F16, I8 = 0, 1, 2
+K, KV = 39, 13          # features a row, valued features a row
+
+
+def med(xs):
+    return float(statistics.median(xs))
+
+
+class Wisp:
+    def __init__(self, path):
+        L = C.CDLL(path)
+        vp, sz, i32, u64 = C.c_void_p, C.c_size_t, C.c_int, C.c_uint64
+        for name, res, args in [
+            ("wisp_errmsg", C.c_char_p, []),
+            ("wisp_engine_new", i32, [i32, C.POINTER(vp)]),
+            ("wisp_engine_free", None, [vp]),
+            ("wisp_engine_gpu_count", i32, [vp]),
+            ("wisp_engine_gpu_status", C.c_char_p, [vp]),
+            ("wisp_engine_gpu_name", C.c_char_p, [vp, i32]),
+            ("wisp_model_write", i32, [C.c_char_p, vp, u64, C.c_double, i32, C.c_char_p, C.c_char_p]),
+            ("wisp_model_load", i32, [vp, C.c_char_p, C.POINTER(vp)]),
+            ("wisp_model_free", None, [vp]),
+            ("wisp_batch_wrap", i32, [vp, sz, vp, vp, vp, vp, C.POINTER(vp)]),
+            ("wisp_batch_free", None, [vp]),
+            ("wisp_session_new", i32, [vp, vp, C.c_char_p, C.POINTER(vp)]),
+            ("wisp_session_free", None, [vp]),
+            ("wisp_session_score", i32, [vp, vp, vp]),
+            ("wisp_session_stat", u64, [vp, i32]),
+            ("wisp_session_reset_stats", None, [vp]),
+            ("wisp_session_last_device", C.c_char_p, [vp]),
+            ("wisp_cuda_time_resident", i32, [vp, vp, i32, i32, i32, vp, vp]),
+        ]:
+            f = getattr(L, name)
+            f.restype, f.argtypes = res, args
+        self.L = L
+
+    def ok(self, st, what):
+        if st != 0:
+            raise RuntimeError(f"{what}: {st} {self.L.wisp_errmsg().decode()}")
+
+
+def ptr(a):
+    return None if a is None else a.ctypes.data
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def gen_ids(rng, n, nf, dist):
+    if dist == "uniform":
+        return rng.integers(0, nf, size=n, dtype=np.uint64).astype(np.uint32)
+    # Zipf(1.1) ranks scattered over the table, as hashing does
+    r = rng.zipf(1.1, size=n).astype(np.uint64)
+    return (((r - 1) * np.uint64(2654435761)) % np.uint64(nf)).astype(np.uint32)
+
+
+class Batch:
+    """39 features a row: the first 13 valued, 26 binary (value mode MIXED)."""
+
+    def __init__(self, rng, rows, nf, dist):
+        self.rows = rows
+        self.row_ptr = (np.arange(rows + 1, dtype=np.uint64) * K).astype(np.uint32)
+        self.val_ptr = (np.arange(rows + 1, dtype=np.uint64) * KV).astype(np.uint32)
+        self.ids = gen_ids(rng, rows * K, nf, dist)
+        self.vals = rng.uniform(-1, 1, size=rows * KV).astype(np.float32)
+        # PyTorch / cuSPARSE form: one weight per feature (1.0 for the binary ones), row offsets
+        psw = np.ones((rows, K), dtype=np.float32)
+        psw[:, :KV] = self.vals.reshape(rows, KV)
+        self.psw = psw.reshape(-1)
+        self.bytes_wisp = 4 * (2 * (rows + 1) + rows * K + rows * KV)
+
+    def pinned(self, torch):
+        """The same arrays in pinned (page-locked) host memory."""
+        def pin(a):
+            t = torch.empty(a.shape, dtype={np.uint32: torch.int32, np.float32: torch.float32}[a.dtype.type],
+                            pin_memory=True)
+            n = t.numpy().view(a.dtype)
+            n[...] = a
+            return t, n
+        self._keep = []
+        out = {}
+        for k in ("row_ptr", "val_ptr", "ids", "vals"):
+            t, n = pin(getattr(self, k))
+            self._keep.append(t)
+            out[k] = n
+        return out
+
+
+def wrap(w, eng, rows, arrs):
+    b = C.c_void_p()
+    w.ok(w.L.wisp_batch_wrap(eng, rows, ptr(arrs["row_ptr"]), ptr(arrs["ids"]), ptr(arrs["val_ptr"]),
+                             ptr(arrs["vals"]), C.byref(b)), "wisp_batch_wrap")
+    return b
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default="build/libwisp.so")
+    ap.add_argument("--out", default="scripts/results/bench_gpu.json")
+    ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (a smoke run)")
+    ap.add_argument("--log2-features", type=int, default=26)
+    args = ap.parse_args()
+    t_start = time.time()
+
+    import torch
+    import cupy as cp
+    import cupyx.scipy.sparse as cps
+
+    w = Wisp(args.lib)
+    L = w.L
+    dev = torch.device("cuda")
+    rng = np.random.default_rng(12345)
+    nf = 1 << args.log2_features
+    R_RES = 200_000 if args.quick else 1_000_000
+    R_E2E = 200_000
+    REPS = 10 if args.quick else 50
+
+    res = {
+        "script": "scripts/bench_gpu.py",
+        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": os.environ.get("WISP_COMMIT") or "uncommitted",
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "gpu": torch.cuda.get_device_name(0),
+                    "torch": torch.__version__, "cupy": cp.__version__, "numpy": np.__version__},
+        "workload": {"features_per_row": K, "valued_per_row": KV, "binary_per_row": K - KV, "num_features": nf,
+                     "resident_rows": R_RES, "e2e_rows": R_E2E},
+        "notes": [],
+    }
+
+    def log(*a):
+        print(*a, flush=True)
+
+    eng = C.c_void_p()
+    w.ok(L.wisp_engine_new(0, C.byref(eng)), "wisp_engine_new")
+    ngpu = L.wisp_engine_gpu_count(eng)
+    res["machine"]["wisp_gpu_status"] = L.wisp_engine_gpu_status(eng).decode()
+    if ngpu < 1:
+        raise SystemExit("wisp sees no GPU: " + res["machine"]["wisp_gpu_status"])
+
+    # ---- ceilings measured here: device copy bandwidth, pinned PCIe both ways --------------
+    def cuda_time(fn, iters, warm=3):
+        for _ in range(warm):
+            fn()
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(iters):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            ts.append(a.elapsed_time(b))
+        return med(ts)
+
+    x = torch.empty(1 << 28, dtype=torch.float32, device=dev).uniform_()
+    y = torch.empty_like(x)
+    t = cuda_time(lambda: y.copy_(x), 20)
+    bw_dev = 2 * x.numel() * 4 / (t * 1e-3)
+    del x, y
+    hp = torch.empty(1 << 26, dtype=torch.float32, pin_memory=True)
+    hp.numpy()[:] = 1.0
+    dd = torch.empty(1 << 26, dtype=torch.float32, device=dev)
+    t_h2d = cuda_time(lambda: dd.copy_(hp, non_blocking=True), 20)
+    t_d2h = cuda_time(lambda: hp.copy_(dd, non_blocking=True), 20)
+    bw_h2d = hp.numel() * 4 / (t_h2d * 1e-3)
+    bw_d2h = hp.numel() * 4 / (t_d2h * 1e-3)
+    del hp, dd
+    res["ceilings"] = {"device_copy_GBps": bw_dev / 1e9, "pcie_h2d_pinned_GBps": bw_h2d / 1e9,
+                       "pcie_d2h_pinned_GBps": bw_d2h / 1e9,
+                       "how": "torch copy_ of 1 GiB on the device (read + write counted); 256 MiB pinned <-> device, "
+                              "median of 20, CUDA events"}
+    log(f"ceilings: device copy {bw_dev/1e9:.0f} GB/s, pinned H2D {bw_h2d/1e9:.1f} GB/s, D2H {bw_d2h/1e9:.1f} GB/s")
+
+    # ---- models ---------------------------------------------------------------------------
+    weights = rng.normal(0, 0.3, size=nf).astype(np.float32)
+    bias = -1.25
+    tmp = tempfile.mkdtemp(prefix="wisp_bench_")
+    models = {}
+    for name, dt in (("f32", F32), ("f16", F16), ("i8", I8)):
+        p = os.path.join(tmp, name + ".wisp").encode()
+        w.ok(L.wisp_model_write(p, weights.ctypes.data, nf, bias, dt, b"source=bench_gpu\n", None), "write " + name)
+        m = C.c_void_p()
+        w.ok(L.wisp_model_load(eng, p, C.byref(m)), "load " + name)
+        os.unlink(p)
+        models[name] = m
+
+    def session(model, device=b"gpu"):
+        s = C.c_void_p()
+        w.ok(L.wisp_session_new(eng, model, device, C.byref(s)), "session")
+        return s
+
+    # ---- 1. device-resident scoring ------------------------------------------------------------
+    def bytes_floor(rows):
+        return 4 * (rows * K + rows * KV + 2 * (rows + 1) + rows) + 32 * rows * K
+
+    def wisp_resident(model, batch_arrs, rows, what=0, lanes=0, iters=REPS):
+        s = session(model)
+        b = wrap(w, eng, rows, batch_arrs)
+        out = np.empty(rows, dtype=np.float32)
+        w.ok(L.wisp_session_score(s, b, out.ctypes.data), "score (warm-up)")
+        ms = np.zeros(iters, dtype=np.float32)
+        out2 = np.full(rows, np.nan, dtype=np.float32)
+        w.ok(L.wisp_cuda_time_resident(s, b, what, lanes, iters, ms.ctypes.data, out2.ctypes.data if what == 0 else None),
+             "time_resident")
+        L.wisp_batch_free(b)
+        L.wisp_session_free(s)
+        return float(np.median(ms[1:] if iters > 2 else ms)), out, out2
+
+    resident = {}
+    floor_bytes_ms = bytes_floor(R_RES) / bw_dev * 1e3
+    outs = {}
+    for dist in ("uniform", "zipf"):
+        bt = Batch(rng, R_RES, nf, dist)
+        arrs = {k: getattr(bt, k) for k in ("row_ptr", "val_ptr", "ids", "vals")}
+        for name in ("f32", "f16", "i8"):
+            k_ms, out_e2e, out_res = wisp_resident(models[name], arrs, R_RES)
+            p_ms, _, _ = wisp_resident(models[name], arrs, R_RES, what=1)
+            key = f"{name}_{dist}"
+            outs[key] = out_res
+            assert np.allclose(out_e2e, out_res, atol=1e-6), "resident and end-to-end answers differ"
+            resident[key] = {"wisp_kernel_ms": k_ms, "probe_ceiling_ms": p_ms, "bytes_floor_ms": floor_bytes_ms,
+                             "kernel_over_probe": k_ms / p_ms, "kernel_over_bytes_floor": k_ms / floor_bytes_ms,
+                             "gathers_per_s_G": R_RES * K / (k_ms * 1e-3) / 1e9}
+            log(f"resident {key}: wisp {k_ms:.3f} ms, probe {p_ms:.3f} ms ({k_ms/p_ms:.2f}x), bytes floor {floor_bytes_ms:.3f} ms")
+        if dist == "uniform":
+            sweep = {}
+            for lanes in (4, 8, 16, 32):
+                sweep[str(lanes)] = wisp_resident(models["f32"], arrs, R_RES, lanes=lanes)[0]
+            resident["f32_uniform"]["lanes_sweep_ms"] = sweep
+            log("lanes sweep (f32 uniform):", sweep)
+            # PyTorch EmbeddingBag, inputs already on the device
+            ids_d = torch.from_numpy(bt.ids.view(np.int32)).to(dev)
+            offs_d = torch.from_numpy(bt.row_ptr[:-1].view(np.int32)).to(dev)
+            psw_d = torch.from_numpy(bt.psw).to(dev)
+            bag = torch.nn.EmbeddingBag(nf, 1, mode="sum").to(dev)
+            with torch.no_grad():
+                bag.weight.copy_(torch.from_numpy(weights).view(-1, 1))
+
+                def torch_resident():
+                    return torch.sigmoid(bag(ids_d, offs_d, per_sample_weights=psw_d).view(-1) + bias)
+                t_ms = cuda_time(torch_resident, REPS)
+                pt = torch_resident().cpu().numpy()
+            resident["f32_uniform"]["torch_embeddingbag_ms"] = t_ms
+            resident["f32_uniform"]["torch_vs_wisp_max_abs_diff"] = float(np.max(np.abs(pt - outs["f32_uniform"])))
+            del ids_d, offs_d, psw_d
+            # cuSPARSE SpMV through CuPy (the mat-vec alone, then with the sigmoid)
+            A = cps.csr_matrix((cp.asarray(bt.psw), cp.asarray(bt.ids.view(np.int32)), cp.asarray(bt.row_ptr.view(np.int32))),
+                               shape=(R_RES, nf))
+            wv = cp.asarray(weights)
+
+            def cusparse():
+                return A.dot(wv)
+            for _ in range(3):
+                cusparse()
+            cp.cuda.Device().synchronize()
+            ts = []
+            for _ in range(REPS):
+                a, b2 = cp.cuda.Event(), cp.cuda.Event()
+                a.record()
+                cusparse()
+                b2.record()
+                b2.synchronize()
+                ts.append(cp.cuda.get_elapsed_time(a, b2))
+            resident["f32_uniform"]["cusparse_spmv_ms"] = med(ts)
+            ys = cp.asnumpy(1 / (1 + cp.exp(-(A.dot(wv) + bias))))
+            resident["f32_uniform"]["cusparse_vs_wisp_max_abs_diff"] = float(np.max(np.abs(ys - outs["f32_uniform"])))
+            del A, wv
+            log(f"resident peers: torch {t_ms:.3f} ms, cusparse {med(ts):.3f} ms")
+        del bt, arrs
+    for key in ("f16_uniform", "i8_uniform", "f16_zipf", "i8_zipf"):
+        ref = outs["f32_" + key.split("_")[1]]
+        resident[key]["max_abs_diff_vs_f32"] = float(np.max(np.abs(outs[key] - ref)))
+    resident["f32_zipf"]["max_abs_diff_vs_f32"] = 0.0
+    base = resident["f32_uniform"]["wisp_kernel_ms"]
+    for key in ("f16_uniform", "i8_uniform", "f32_zipf"):
+        resident[key]["speedup_vs_f32_uniform"] = base / resident[key]["wisp_kernel_ms"]
+    res["resident_1M"] = resident
+
+    # ---- 2. end to end from host memory, 200k rows --------------------------------------------
+    bt = Batch(rng, R_E2E, nf, "uniform")
+    pinned = bt.pinned(torch)
+    e2e = {}
+    m32 = models["f32"]
+
+    def wisp_e2e(arrs, out, iters=REPS, device=b"gpu"):
+        s = session(m32, device)
+        b = wrap(w, eng, R_E2E, arrs)
+        for _ in range(3):
+            w.ok(L.wisp_session_score(s, b, out.ctypes.data), "score")
+        L.wisp_session_reset_stats(s)
+        ts = []
+        for _ in range(iters):
+            t0 = time.perf_counter_ns()
+            L.wisp_session_score(s, b, out.ctypes.data)
+            ts.append((time.perf_counter_ns() - t0) / 1e6)
+        st = {k: L.wisp_session_stat(s, v) / iters for k, v in ST.items() if k.startswith(("ns_", "bytes_"))}
+        assert L.wisp_session_stat(s, ST["fallbacks"]) == 0, "a fallback in the benchmark"
+        dev_used = L.wisp_session_last_device(s).decode()
+        L.wisp_batch_free(b)
+        L.wisp_session_free(s)
+        return med(ts), st, dev_used
+
+    out_pageable = np.empty(R_E2E, dtype=np.float32)
+    out_pinned_t = torch.empty(R_E2E, dtype=torch.float32, pin_memory=True)
+    out_pinned = out_pinned_t.numpy()
+    ms_pin, st_pin, dev_used = wisp_e2e(pinned, out_pageable)
+    ms_pin2, st_pin2, _ = wisp_e2e(pinned, out_pinned)
+    arrs_pageable = {k: getattr(bt, k) for k in ("row_ptr", "val_ptr", "ids", "vals")}
+    ms_page, st_page, _ = wisp_e2e(arrs_pageable, out_pageable)
+    shipped = st_pin["bytes_h2d"]
+    back = st_pin["bytes_d2h"]
+    pcie_floor_ms = max(shipped / bw_h2d, back / bw_d2h) * 1e3
+    pcie_floor_sum_ms = (shipped / bw_h2d + back / bw_d2h) * 1e3
+    e2e["wisp_pinned_batch_ms"] = ms_pin
+    e2e["wisp_pinned_batch_pinned_out_ms"] = ms_pin2
+    e2e["wisp_pageable_arrays_ms"] = ms_page
+    e2e["wisp_stage_ns_per_batch_pinned"] = st_pin
+    e2e["wisp_stage_ns_per_batch_pageable"] = st_page
+    e2e["bytes_shipped_h2d"] = shipped
+    e2e["bytes_back_d2h"] = back
+    e2e["pcie_floor_ms"] = pcie_floor_ms
+    e2e["pcie_floor_serial_ms"] = pcie_floor_sum_ms
+    e2e["wisp_over_pcie_floor"] = ms_pin / pcie_floor_ms
+    e2e["device"] = dev_used
+    log(f"e2e 200k: wisp pinned {ms_pin:.3f} ms (pinned out {ms_pin2:.3f}), pageable {ms_page:.3f} ms, "
+        f"PCIe floor {pcie_floor_ms:.3f} ms for {shipped/1e6:.1f} MB")
+
+    # PyTorch: the framework-session path from pageable numpy, and from pinned with non_blocking
+    bag = torch.nn.EmbeddingBag(nf, 1, mode="sum").to(dev)
+    with torch.no_grad():
+        bag.weight.copy_(torch.from_numpy(weights).view(-1, 1))
+    ids_np = bt.ids.view(np.int32)
+    offs_np = bt.row_ptr[:-1].view(np.int32).copy()
+    psw_np = bt.psw
+
+    def torch_pageable():
+        with torch.no_grad():
+            i = torch.from_numpy(ids_np).to(dev)
+            o = torch.from_numpy(offs_np).to(dev)
+            p = torch.from_numpy(psw_np).to(dev)
+            return torch.sigmoid(bag(i, o, per_sample_weights=p).view(-1) + bias).cpu().numpy()
+    ids_p = torch.from_numpy(ids_np).pin_memory()
+    offs_p = torch.from_numpy(offs_np).pin_memory()
+    psw_p = torch.from_numpy(psw_np).pin_memory()
+    outp = torch.empty(R_E2E, dtype=torch.float32, pin_memory=True)
+
+    def torch_pinned():
+        with torch.no_grad():
+            i = ids_p.to(dev, non_blocking=True)
+            o = offs_p.to(dev, non_blocking=True)
+            p = psw_p.to(dev, non_blocking=True)
+            outp.copy_(torch.sigmoid(bag(i, o, per_sample_weights=p).view(-1) + bias), non_blocking=True)
+            torch.cuda.current_stream().synchronize()
+            return outp.numpy()
+
+    def wall(fn, iters):
+        for _ in range(3):
+            fn()
+        ts = []
+        for _ in range(iters):
+            t0 = time.perf_counter_ns()
+            fn()
+            ts.append((time.perf_counter_ns() - t0) / 1e6)
+        return med(ts)
+    e2e["torch_pageable_ms"] = wall(torch_pageable, REPS)
+    e2e["torch_pinned_nonblocking_ms"] = wall(torch_pinned, REPS)
+    e2e["torch_vs_wisp_max_abs_diff"] = float(np.max(np.abs(torch_pinned() - out_pageable)))
+    e2e["speedup_vs_torch_pinned"] = e2e["torch_pinned_nonblocking_ms"] / ms_pin
+    e2e["speedup_vs_torch_pageable"] = e2e["torch_pageable_ms"] / ms_pin
+    log(f"e2e 200k peers: torch pageable {e2e['torch_pageable_ms']:.3f} ms, pinned {e2e['torch_pinned_nonblocking_ms']:.3f} ms")
+    res["e2e_200k"] = e2e
+
+    # ---- 3. small batches: 10 rows end to end ---------------------------------------------------
+    small = {}
+    sb = Batch(rng, 10, nf, "uniform")
+    spin = sb.pinned(torch)
+    sout = np.empty(10, dtype=np.float32)
+    NS = 300 if args.quick else 3000
+    for label, env in (("wisp_us", {}), ("wisp_no_event_timing_us", {"WISP_GPU_TIMING": "0"}),
+                       ("wisp_zero_copy_us", {"WISP_GPU_ZEROCOPY": "1"}),
+                       ("wisp_zero_copy_no_event_timing_us", {"WISP_GPU_ZEROCOPY": "1", "WISP_GPU_TIMING": "0"})):
+        for k, v in env.items():
+            os.environ[k] = v
+        s = session(m32)
+        b = wrap(w, eng, 10, spin)
+        for _ in range(50):
+            L.wisp_session_score(s, b, sout.ctypes.data)
+        ts = []
+        for _ in range(NS):
+            t0 = time.perf_counter_ns()
+            L.wisp_session_score(s, b, sout.ctypes.data)
+            ts.append((time.perf_counter_ns() - t0) / 1e3)
+        assert L.wisp_session_stat(s, ST["fallbacks"]) == 0
+        small[label] = med(ts)
+        small[label.replace("_us", "_p99_us")] = float(np.percentile(ts, 99))
+        L.wisp_batch_free(b)
+        L.wisp_session_free(s)
+        for k in env:
+            del os.environ[k]
+    sids, soffs, spsw = sb.ids.view(np.int32), sb.row_ptr[:-1].view(np.int32).copy(), sb.psw
+
+    def torch_small():
+        with torch.no_grad():
+            i = torch.from_numpy(sids).to(dev)
+            o = torch.from_numpy(soffs).to(dev)
+            p = torch.from_numpy(spsw).to(dev)
+            return torch.sigmoid(bag(i, o, per_sample_weights=p).view(-1) + bias).cpu().numpy()
+    for _ in range(50):
+        torch_small()
+    ts = []
+    for _ in range(NS // 3):
+        t0 = time.perf_counter_ns()
+        torch_small()
+        ts.append((time.perf_counter_ns() - t0) / 1e3)
+    small["torch_pageable_us"] = med(ts)
+    small["floor_note"] = "one launch plus two tiny copies, about 25 us with plain launches (DESIGN.md); less with zero-copy"
+    log("small (10 rows):", {k: round(v, 1) for k, v in small.items() if isinstance(v, float)})
+    res["small_10_rows"] = small
+
+    # ---- 4. a stream of batches from pinned memory --------------------------------------------------
+    NB, RB = (20, 65536) if args.quick else (100, 65536)
+    distinct = [Batch(rng, RB, nf, "uniform") for _ in range(4)]
+    pins = [d.pinned(torch) for d in distinct]
+    s = session(m32)
+    bs = [wrap(w, eng, RB, p) for p in pins]
+    outs_t = torch.empty(RB, dtype=torch.float32, pin_memory=True)
+    so = outs_t.numpy()
+    for b in bs:
+        L.wisp_session_score(s, b, so.ctypes.data)
+    L.wisp_session_reset_stats(s)
+    timeline = []
+    prev = {k: 0 for k in ST}
+    t0 = time.perf_counter_ns()
+    for i in range(NB):
+        L.wisp_session_score(s, bs[i % len(bs)], so.ctypes.data)
+        if i < 8:
+            cur = {k: L.wisp_session_stat(s, v) for k, v in ST.items()}
+            timeline.append({k: (cur[k] - prev[k]) / 1e3 for k in ("ns_h2d", "ns_kernel", "ns_d2h", "ns_sync", "ns_total")})
+            prev = cur
+    wall_s = (time.perf_counter_ns() - t0) / 1e9
+    byt = L.wisp_session_stat(s, ST["bytes_h2d"])
+    stream = {"batches": NB, "rows_per_batch": RB, "wall_ms": wall_s * 1e3, "rows_per_s": NB * RB / wall_s,
+              "h2d_GBps": byt / wall_s / 1e9, "fraction_of_pcie_floor": (byt / bw_h2d) / wall_s,
+              "timeline_us_first_batches": timeline,
+              "stage_sums_ms": {k: L.wisp_session_stat(s, ST[k]) / 1e6 for k in ("ns_h2d", "ns_kernel", "ns_d2h", "ns_sync", "ns_total")}}
+    for b in bs:
+        L.wisp_batch_free(b)
+    L.wisp_session_free(s)
+    log(f"stream: {NB} x {RB} rows in {wall_s*1e3:.1f} ms, {stream['h2d_GBps']:.1f} GB/s H2D, "
+        f"{stream['fraction_of_pcie_floor']*100:.0f}% of the PCIe floor")
+    res["stream_64k"] = stream
+
+    # ---- targets (issue 3), met or not, each with its floor ---------------------------------------
+    r = resident
+    res["targets"] = {
+        "resident_f32_uniform_within_1.1x_probe": {
+            "value_ms": r["f32_uniform"]["wisp_kernel_ms"], "probe_ms": r["f32_uniform"]["probe_ceiling_ms"],
+            "bytes_floor_ms": floor_bytes_ms, "met": r["f32_uniform"]["kernel_over_probe"] <= 1.1},
+        "resident_f16_2x_faster_than_f32_uniform": {"speedup": r["f16_uniform"]["speedup_vs_f32_uniform"],
+                                                    "met": r["f16_uniform"]["speedup_vs_f32_uniform"] >= 2},
+        "resident_i8_2x_faster_than_f32_uniform": {"speedup": r["i8_uniform"]["speedup_vs_f32_uniform"],
+                                                   "met": r["i8_uniform"]["speedup_vs_f32_uniform"] >= 2},
+        "resident_zipf_2x_faster_than_f32_uniform": {"speedup": r["f32_zipf"]["speedup_vs_f32_uniform"],
+                                                     "met": r["f32_zipf"]["speedup_vs_f32_uniform"] >= 2},
+        "e2e_2x_faster_than_torch_pinned": {"speedup": e2e["speedup_vs_torch_pinned"], "met": e2e["speedup_vs_torch_pinned"] >= 2},
+        "e2e_15x_faster_than_torch_pageable": {"speedup": e2e["speedup_vs_torch_pageable"],
+                                               "met": e2e["speedup_vs_torch_pageable"] >= 15},
+        "e2e_within_1.2x_pcie_floor": {"ratio": e2e["wisp_over_pcie_floor"], "floor_ms": pcie_floor_ms,
+                                       "met": e2e["wisp_over_pcie_floor"] <= 1.2},
+        "small_10_rows_at_most_15us": {"best_us": min(small["wisp_us"], small["wisp_zero_copy_us"],
+                                                      small["wisp_no_event_timing_us"], small["wisp_zero_copy_no_event_timing_us"]),
+                                       "default_us": small["wisp_us"],
+                                       "met_default": small["wisp_us"] <= 15,
+                                       "met_best": min(small["wisp_us"], small["wisp_zero_copy_us"],
+                                                       small["wisp_zero_copy_no_event_timing_us"]) <= 15},
+        "stream_at_least_85pct_pcie_floor": {"fraction": stream["fraction_of_pcie_floor"],
+                                             "met": stream["fraction_of_pcie_floor"] >= 0.85},
+    }
+    res["seconds"] = time.time() - t_start
+    for m in models.values():
+        L.wisp_model_free(m)
+    L.wisp_engine_free(eng)
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(res, f, indent=2)
+    log("targets:")
+    for k, v in res["targets"].items():
+        log(f"  {k}: {v}")
+    log(f"wrote {args.out} in {res['seconds']:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+-- wisp-scm-1.rockspec — the Lua layer of wisp for LuaRocks users (the C library comes from `make install`).
+rockspec_format = "3.0"
+package = "wisp"
+version = "scm-1"
+
+source = {
+   -- a local checkout: `luarocks make wisp-scm-1.rockspec` from the repository root
+   url = "git+file://./",
+   branch = "main",
+}
+
+description = {
+   summary = "Inference engine for sparse wide (logistic-regression) models on CPUs and CUDA GPUs",
+   detailed = [[
+wisp scores sparse "wide" linear models (hashed categorical features,
+bucketized numerics, crosses; trained with TensorFlow's LinearClassifier,
+LIBLINEAR or Vowpal Wabbit) from a C core with CUDA kernels. This rock is the
+LuaJIT FFI layer: `local wisp = require "wisp"` loads a .wisp model, builds
+batches from Lua tables, FFI buffers or libsvm text, and scores them on the CPU
+or a GPU. It needs LuaJIT (the FFI) and libwisp, installed by the project's
+`make install` (or found through $WISP_LIB).
+]],
+   license = "MIT",
+   labels = { "luajit", "ffi", "machine-learning", "inference", "cuda", "openresty" },
+}
+
+dependencies = {
+   "lua >= 5.1",   -- LuaJIT 2.1 in practice: the modules use its FFI
+}
+
+-- libwisp.so and wisp.h, from `make install PREFIX=...`
+external_dependencies = {
+   WISP = {
+      header = "wisp.h",
+      library = "wisp",
+   },
+}
+
+build = {
+   type = "builtin",
+   -- (LuaRocks also copies everything else under lua/, so modules added
+   -- there later, like wisp.synth, are installed as well)
+   modules = {
+      ["wisp"] = "lua/wisp/init.lua",
+      ["wisp.cdef"] = "lua/wisp/cdef.lua",
+      ["wisp.const"] = "lua/wisp/const.lua",
+   },
+}
+
+test_dependencies = {
+   "busted >= 2.0",
+}
+
+test = {
+   type = "busted",
+   flags = { "--lua=luajit", "--lpath=lua/?.lua;lua/?/init.lua;spec/lua/?.lua", "spec/lua" },
+}
