@@ -43,7 +43,9 @@ static const char usage_main[] =
     "  run      run a Lua script with the wisp module loaded\n"
     "  repl     an interactive Lua prompt with wisp loaded\n"
     "\n"
-    "`wisp COMMAND --help` describes each command. `wisp --version` prints the version.\n";
+    "`wisp COMMAND --help` describes each command. `wisp --version` prints the version.\n"
+    "Exit status: 0 on success, 1 on errors (a message names the file and line),\n"
+    "2 on a usage error.\n";
 
 static const char usage_score[] =
     "usage: wisp score -m MODEL [--format libsvm] [--device DEV] [--batch N] [--threads N]\n"
