@@ -115,7 +115,7 @@ bench: all
 # ---- install -----------------------------------------------------------------
 $(BUILD)/wisp.pc: Makefile
 	@printf 'prefix=%s\nexec_prefix=$${prefix}\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: wisp\nDescription: inference engine for sparse wide models on CPUs and CUDA GPUs\nVersion: %s\nLibs: -L$${libdir} -lwisp\nLibs.private: %s\nCflags: -I$${includedir}\n' \
-	  '$(PREFIX)' '$(VERSION)' '$(LDLIBS)' > $@
+	  '$(PREFIX)' '$(VERSION)' '$(strip $(CUDA_LIBS) $(LDLIBS))' > $@
 
 install: all $(BUILD)/wisp.pc
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(LUADIR)/wisp

@@ -36,5 +36,20 @@ else
     echo "busted specs: luajit or spec/lua missing"; failed=$((failed + 1))
 fi
 
+# install into a scratch DESTDIR and build the C quickstart against it with pkg-config
+stage=$(mktemp -d)
+if make -s install BUILD="$build" PREFIX=/usr DESTDIR="$stage" >"$log" 2>&1 &&
+   PKG_CONFIG_SYSROOT_DIR="$stage" PKG_CONFIG_LIBDIR="$stage/usr/lib/pkgconfig" \
+     sh -c 'cc examples/quickstart.c $(pkg-config --cflags --libs --static wisp) -o "$0/quickstart"' "$stage" >>"$log" 2>&1 &&
+   (cd "$stage" && LD_LIBRARY_PATH="$stage/usr/lib" ./quickstart) >>"$log" 2>&1 &&
+   grep -q "p = 0.924142 0.731059" "$log" &&
+   make -s uninstall BUILD="$build" PREFIX=/usr DESTDIR="$stage" >>"$log" 2>&1 &&
+   [ -z "$(find "$stage/usr" -type f)" ]; then
+    passed=$((passed + 1)); printf '%-24s %5d passed, %d failed\n' "install+quickstart" 1 0
+else
+    failed=$((failed + 1)); printf '%-24s %5d passed, %d failed\n' "install+quickstart" 0 1; sed 's/^/    /' "$log" | tail -n 20
+fi
+rm -rf "$stage"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
