@@ -117,6 +117,24 @@ int wisp_cli_run(int argc, char **argv)
 
 static const char repl_prelude[] =
     "wisp = require 'wisp'\n"
+    /* tables print as {k = v, ...} (sorted keys, two levels deep), everything else as tostring */
+    "local function show(v, depth)\n"
+    "  if type(v) == 'string' then return string.format('%q', v) end\n"
+    "  if type(v) ~= 'table' or depth > 2 then return tostring(v) end\n"
+    "  local keys, parts = {}, {}\n"
+    "  for k in pairs(v) do keys[#keys + 1] = k end\n"
+    "  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)\n"
+    "  for _, k in ipairs(keys) do\n"
+    "    local key = type(k) == 'number' and '' or (tostring(k) .. ' = ')\n"
+    "    parts[#parts + 1] = key .. show(v[k], depth + 1)\n"
+    "  end\n"
+    "  return '{' .. table.concat(parts, ', ') .. '}'\n"
+    "end\n"
+    "function __wisp_repl_print(...)\n"
+    "  local out = {}\n"
+    "  for i = 1, select('#', ...) do out[i] = show((select(i, ...)), 1) end\n"
+    "  print(table.concat(out, '\\t'))\n"
+    "end\n"
     "local path = ...\n"
     "if path then\n"
     "  local m, err = wisp.load(path)\n"
@@ -142,7 +160,7 @@ static void repl_eval(lua_State *L, const char *line)
     if (st) { report(L, st); return; }
     int n = lua_gettop(L);
     if (n > 0) {
-        lua_getglobal(L, "print");
+        lua_getglobal(L, "__wisp_repl_print");
         lua_insert(L, 1);
         if (lua_pcall(L, n, 0, 0)) report(L, 1);
     }
