@@ -34,6 +34,10 @@
 #define WISP_SCORE_CHUNK 4096
 #endif
 #define ROW_COST 4
+/* Use the F16C instruction for fp16 weights when the CPU has it (0: never). */
+#ifndef WISP_SCORE_F16C
+#define WISP_SCORE_F16C 1
+#endif
 /* Rows summed side by side (1 or 2). */
 #ifndef WISP_SCORE_ROWS
 #define WISP_SCORE_ROWS 2
@@ -327,7 +331,7 @@ static bool prepare(const wisp_model *m, const wisp_batch *b, struct kern_args *
     a->scale = 1.0;
     switch (m->dtype) {
     case WISP_F32: a->kind = K_F32; break;
-    case WISP_F16: a->kind = have_f16c() ? K_F16C : K_F16; break;
+    case WISP_F16: a->kind = WISP_SCORE_F16C && have_f16c() ? K_F16C : K_F16; break;
     case WISP_I8:  a->kind = K_I8; a->scale = m->scale; break;
     default:       a->kind = -1; break;
     }

@@ -155,6 +155,8 @@ int wisp_session_score(wisp_session *s, const wisp_batch *b, float *out)
     if (b->rows && s->kind != WISP_PLACE_CPU && s->ngpu > 0 && s->eng->gpu) {
         done = score_gpu(s, b, out) == WISP_OK;
         if (!done) s->stats[WISP_STAT_FALLBACKS]++;
+    } else if (b->rows && s->kind == WISP_PLACE_GPU) {
+        s->stats[WISP_STAT_FALLBACKS]++;   /* a GPU was asked for by name and there is none */
     }
     if (!done) {
         uint64_t k0 = wisp_now_ns(), oor = 0;

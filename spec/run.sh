@@ -3,6 +3,8 @@
 # Environment: WISP_BUILD (build dir, default build), WISP_TEST_GPU=1 for the GPU specs.
 build=${WISP_BUILD:-build}
 cd "$(dirname "$0")/.." || exit 2
+case "$build" in /*) ;; *) build="$PWD/$build" ;; esac
+export WISP_BUILD="$build"
 passed=0 failed=0
 log=$(mktemp) || exit 2
 trap 'rm -f "$log"' EXIT
@@ -25,7 +27,7 @@ done
 
 # busted specs under LuaJIT, TAP output: count "ok" / "not ok" lines
 if command -v luajit >/dev/null 2>&1 && [ -d spec/lua ]; then
-    WISP_LIB="$PWD/$build/libwisp.so" luajit spec/busted.lua -o TAP spec/lua >"$log" 2>&1
+    WISP_LIB="$build/libwisp.so" luajit spec/busted.lua -o TAP spec/lua >"$log" 2>&1
     rc=$?
     p=$(grep -c '^ok ' "$log"); f=$(grep -c '^not ok ' "$log")
     if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
