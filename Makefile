@@ -136,3 +136,6 @@ uninstall:
 
 clean:
 	rm -rf $(BUILD)
+
+# ---- more targets live next to their specs (sanitizers, fuzzing: spec/*.mk) ----
+-include $(wildcard spec/*.mk)

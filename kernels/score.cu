@@ -53,18 +53,26 @@ __global__ void __launch_bounds__(BLOCK) score_kernel(const wisp_kparams p)
     static_assert(L == 4 || L == 8 || L == 16 || L == 32, "lanes per row");
     const uint32_t r = (blockIdx.x * static_cast<uint32_t>(BLOCK) + threadIdx.x) / L;
     const uint32_t lane = threadIdx.x & (L - 1);
-    const bool active = r < p.rows;
+    uint32_t rows = p.rows, nnz = p.nnz, nvals = p.nvals, ptr_base = p.ptr_base, val_base = p.val_base;
+    if (p.hdr) {                                    // sizes of this batch, not of the graph's bucket
+        rows = min(__ldg(p.hdr), p.rows);
+        nnz = min(__ldg(p.hdr + 1), p.nnz);          // p.nnz, p.nvals: the bucket's capacities
+        nvals = min(__ldg(p.hdr + 2), p.nvals);
+        ptr_base = __ldg(p.hdr + 3);
+        val_base = __ldg(p.hdr + 4);
+    }
+    const bool active = r < rows;
 
     // the row's slice, clamped so a malformed batch never reads out of bounds
     uint32_t start = 0, end = 0, vstart = 0, nv = 0;
     if (active) {
-        uint32_t a = min(__ldg(p.row_ptr + r) - p.ptr_base, p.nnz);
-        uint32_t b = min(__ldg(p.row_ptr + r + 1) - p.ptr_base, p.nnz);
+        uint32_t a = min(__ldg(p.row_ptr + r) - ptr_base, nnz);
+        uint32_t b = min(__ldg(p.row_ptr + r + 1) - ptr_base, nnz);
         start = a;
         end = b < a ? a : b;
         if (VM == WISP_KV_MIXED) {
-            uint32_t va = min(__ldg(p.val_ptr + r) - p.val_base, p.nvals);
-            uint32_t vb = min(__ldg(p.val_ptr + r + 1) - p.val_base, p.nvals);
+            uint32_t va = min(__ldg(p.val_ptr + r) - val_base, nvals);
+            uint32_t vb = min(__ldg(p.val_ptr + r + 1) - val_base, nvals);
             vstart = va;
             nv = vb < va ? 0 : min(vb - va, end - start);
         }

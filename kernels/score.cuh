@@ -24,6 +24,10 @@ typedef struct wisp_kparams {
     float          *out;        /* rows floats: probabilities, or partial sums when partial != 0 */
     unsigned long long *oor;    /* if not NULL: atomically += ids >= num_features */
     uint32_t       *oor_rows;   /* if not NULL: oor_rows[r] = out-of-range ids of row r (zero-copy mode) */
+    /* if not NULL: rows, nnz, nvals, ptr_base, val_base are read from hdr[0..4]
+     * on the device (a CUDA graph captured for a bucket of sizes); rows above
+     * is then the bucket's largest row count and sizes the grid */
+    const uint32_t *hdr;
     uint32_t rows;
     uint32_t ptr_base;          /* row_ptr value of the slice's first id */
     uint32_t val_base;          /* val_ptr value of the slice's first value (MIXED) */

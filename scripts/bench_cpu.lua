@@ -149,7 +149,7 @@ end
 local function is_array(t)
     local n = 0
     for _ in pairs(t) do n = n + 1 end
-    return n == #t and (n > 0 or getmetatable(t) == "array")
+    return n > 0 and n == #t          -- an empty table encodes as {}
 end
 
 local function json_encode(v, indent, inline)
@@ -345,12 +345,12 @@ local sizes = opt.sizes or (opt.quick and { 10, 100, 1000, 10000, 100000, 200000
                                       or { 10, 100, 1000, 10000, 100000, 200000, 1000000 })
 table.sort(sizes)
 local max_size = sizes[#sizes]
+local check_rows = 4096
 local pool_rows = opt.pool or (opt.quick and 400000 or 4000000)
-if pool_rows < max_size then pool_rows = max_size end
+pool_rows = max(pool_rows, max_size, check_rows)
 local repeats = opt.repeats or (opt.quick and 3 or 5)
 local min_ns = (opt.min_ms or (opt.quick and 10 or 40)) * 1e6
 local peer_rows = min(opt.peer_rows or (opt.quick and pool_rows or 1000000), pool_rows)
-local check_rows = 4096
 local hp_modes = opt.hugepages == "both" and { false, true } or { opt.hugepages == "on" }
 
 local script_dir = (arg[0] or "scripts/bench_cpu.lua"):match("^(.*)/[^/]*$") or "."
@@ -556,10 +556,13 @@ local function make_pool(dist, rows)
     return { dist = dist, rows = rows, ids = ids, vals = vals }
 end
 
--- Shared offsets: row_ptr[r] = 39 r, val_ptr[r] = 13 r, for windows up to max_size rows.
-local row_ptr = big_array("uint32_t", max_size + 1)
-local val_ptr = big_array("uint32_t", max_size + 1)
-for r = 0, max_size do row_ptr[r] = r * NF; val_ptr[r] = r * NV end
+-- Shared offsets: row_ptr[r] = 39 r, val_ptr[r] = 13 r, for every window (the timed
+-- sizes, the correctness samples, the rows the peer's cross-check compares).
+local peer_check_rows = min(peer_rows, 200000)
+local max_window = max(max_size, check_rows, peer_check_rows)
+local row_ptr = big_array("uint32_t", max_window + 1)
+local val_ptr = big_array("uint32_t", max_window + 1)
+for r = 0, max_window do row_ptr[r] = r * NF; val_ptr[r] = r * NV end
 
 local t0 = now_ns()
 local weights = make_weights()
@@ -644,7 +647,7 @@ local function window(eng, pool, first, rows)
     return b
 end
 
-local out_buf = ffi.new("float[?]", max(max_size, check_rows))
+local out_buf = ffi.new("float[?]", max_window)
 local out_ptr = ffi.cast("float *", out_buf)
 
 local function check(eng, sess, d)
@@ -758,7 +761,7 @@ if opt.peer then
     local ok, err = write_raw(tmpdir .. "/weights.f32", weights, NFEAT * 4)
     if not ok then cleanup(); die(err) end
     -- wisp's probabilities for the first rows, 1 thread, for the peer's cross-check
-    local ncheck = min(peer_rows, 200000)
+    local ncheck = peer_check_rows
     local eng = assert(wisp.engine { threads = 1 })
     local model = assert(eng:load(model_path))
     local sess = assert(model:session("cpu"))
