@@ -19,17 +19,27 @@
 #define POOL_WAIT_SPINS 200
 
 /* Protocol. The caller publishes a job (fn, ctx, ntasks, next = 0) under
- * `lock`, marks it open, bumps `generation` and wakes the workers. A worker
- * that sees a new generation joins the job only while it is still open,
- * counting itself in `active`; it claims tasks with an atomic counter until
- * none are left, then leaves (active--). The caller claims tasks too; when it
- * runs out it closes the job under `lock` (no worker joins after that) and
- * waits for `active` to drop to 0. Every claimed task was claimed by the
- * caller or by a worker counted in `active`, so at that point all are done,
- * and no worker can touch the job's (possibly stack-allocated) ctx later. */
+ * `lock`, marks it open, bumps `generation` and wakes up to ntasks - 1
+ * workers. A worker that sees a new generation joins the job only while it
+ * is still open, counting itself in `active`; it claims tasks with an atomic
+ * counter until none are left, then leaves (active--). The caller claims
+ * tasks too; when it runs out it closes the job under `lock` (no worker
+ * joins after that) and waits for `active` to drop to 0. Every claimed task
+ * was claimed by the caller or by a worker counted in `active`, so at that
+ * point all are done, and no worker can touch the job's (possibly
+ * stack-allocated) ctx later.
+ *
+ * fork(): the engine (and its pool) may be created before a server forks
+ * its workers. Only the forking thread lives on in the child, so an atfork
+ * handler resets every pool's locks there and marks its workers gone; the
+ * child's first wisp_pool_run starts them again (wisp_pool_free never joins
+ * threads of another process). The prepare handler takes every pool's locks,
+ * so a fork waits for jobs in flight and never copies a lock half-held. */
 struct wisp_pool {
     int threads;                 /* total, the caller included */
-    int nworkers;                /* threads - 1 */
+    int nworkers;                /* threads - 1: the workers wanted */
+    int live;                    /* workers running in this process */
+    bool respawn;                /* forked: start the workers again before the next job */
     pthread_t *tids;
     pthread_mutex_t run_lock;    /* serialises wisp_pool_run callers */
     pthread_mutex_t lock;        /* guards the fields below except next/active reads */
@@ -44,11 +54,61 @@ struct wisp_pool {
     size_t ntasks;
     atomic_size_t next;          /* next unclaimed task */
     atomic_int active;           /* workers inside the current job */
+    wisp_pool *next_pool;        /* the list the fork handlers walk */
 };
 
 /* Set while a thread runs tasks of a pool, so a task that calls
  * wisp_pool_run on the same pool runs inline instead of deadlocking. */
 static _Thread_local const wisp_pool *tls_running;
+
+/* Every live pool, for the fork handlers. */
+static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+static wisp_pool *pools;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static int atfork_status;
+
+static void atfork_prepare(void)
+{
+    pthread_mutex_lock(&pools_lock);
+    for (wisp_pool *p = pools; p; p = p->next_pool) {
+        pthread_mutex_lock(&p->run_lock);
+        pthread_mutex_lock(&p->lock);
+    }
+}
+
+static void atfork_parent(void)
+{
+    for (wisp_pool *p = pools; p; p = p->next_pool) {
+        pthread_mutex_unlock(&p->lock);
+        pthread_mutex_unlock(&p->run_lock);
+    }
+    pthread_mutex_unlock(&pools_lock);
+}
+
+static void atfork_child(void)
+{
+    for (wisp_pool *p = pools; p; p = p->next_pool) {
+        /* this thread took both locks in prepare; the condition variables
+         * may record waiters that do not exist here: make them fresh */
+        pthread_cond_init(&p->wake, NULL);
+        pthread_cond_init(&p->idle, NULL);
+        p->live = 0;
+        p->respawn = p->nworkers > 0;
+        p->generation = 0;
+        p->stop = false;
+        p->open = false;
+        p->caller_waiting = false;
+        atomic_store_explicit(&p->active, 0, memory_order_relaxed);
+        pthread_mutex_unlock(&p->lock);
+        pthread_mutex_unlock(&p->run_lock);
+    }
+    pthread_mutex_unlock(&pools_lock);
+}
+
+static void atfork_register(void)
+{
+    atfork_status = pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
 
 static void run_inline(const wisp_pool *p, size_t ntasks, wisp_task_fn fn, void *ctx)
 {
@@ -71,7 +131,7 @@ static void *worker_main(void *arg)
 {
     wisp_pool *p = arg;
     tls_running = p;
-    uint64_t seen = 0;
+    uint64_t seen = 0;                   /* a late starter may still join the open job */
     pthread_mutex_lock(&p->lock);
     for (;;) {
         while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->lock);
@@ -95,13 +155,32 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-static void stop_workers(wisp_pool *p, int started)
+/* Start workers p->live .. p->nworkers; returns 0 or the pthread_create error. */
+static int spawn_workers(wisp_pool *p)
+{
+    /* Workers block every signal: a host process (nginx) keeps its signal
+     * handling on its own threads. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = 0;
+    while (p->live < p->nworkers) {
+        rc = pthread_create(&p->tids[p->live], NULL, worker_main, p);
+        if (rc != 0) break;
+        p->live++;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+static void stop_workers(wisp_pool *p)
 {
     pthread_mutex_lock(&p->lock);
     p->stop = true;
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
-    for (int i = 0; i < started; i++) pthread_join(p->tids[i], NULL);
+    for (int i = 0; i < p->live; i++) pthread_join(p->tids[i], NULL);
+    p->live = 0;
 }
 
 static void destroy_sync(wisp_pool *p)
@@ -123,6 +202,10 @@ int wisp_pool_new(int threads, wisp_pool **out)
     if (threads > POOL_MAX_THREADS)
         return wisp_fail(WISP_ELIMIT, "threadpool.c: wisp_pool_new: %d threads asked for, at most %d",
                          threads, POOL_MAX_THREADS);
+    pthread_once(&atfork_once, atfork_register);
+    if (atfork_status != 0)
+        return wisp_fail(WISP_ENOMEM, "threadpool.c: wisp_pool_new: registering the fork handlers failed: %s",
+                         strerror(atfork_status));
 
     wisp_pool *p = wisp_calloc(1, sizeof *p);
     if (!p) return wisp_fail(WISP_ENOMEM, "threadpool.c: wisp_pool_new: out of memory for the pool");
@@ -135,7 +218,7 @@ int wisp_pool_new(int threads, wisp_pool **out)
         if (!p->tids) {
             wisp_free(p);
             return wisp_fail(WISP_ENOMEM, "threadpool.c: wisp_pool_new: out of memory for %d thread ids",
-                             p->nworkers);
+                             threads - 1);
         }
     }
 
@@ -145,19 +228,10 @@ int wisp_pool_new(int threads, wisp_pool **out)
     if ((rc = pthread_cond_init(&p->wake, NULL)) != 0) goto fail_sync2;
     if ((rc = pthread_cond_init(&p->idle, NULL)) != 0) goto fail_sync3;
 
-    /* Workers block every signal: a host process (nginx) keeps its signal
-     * handling on its own threads. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int started = 0;
-    for (; started < p->nworkers; started++) {
-        rc = pthread_create(&p->tids[started], NULL, worker_main, p);
-        if (rc != 0) break;
-    }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (started < p->nworkers) {
-        stop_workers(p, started);
+    rc = spawn_workers(p);
+    if (rc != 0) {
+        int started = p->live;
+        stop_workers(p);
         destroy_sync(p);
         wisp_free(p->tids);
         wisp_free(p);
@@ -165,6 +239,10 @@ int wisp_pool_new(int threads, wisp_pool **out)
                          "threadpool.c: wisp_pool_new: creating worker thread %d of %d failed: %s",
                          started + 1, threads - 1, strerror(rc));
     }
+    pthread_mutex_lock(&pools_lock);
+    p->next_pool = pools;
+    pools = p;
+    pthread_mutex_unlock(&pools_lock);
     *out = p;
     return WISP_OK;
 
@@ -180,9 +258,13 @@ fail_sync0:
 void wisp_pool_free(wisp_pool *p)
 {
     if (!p) return;
+    pthread_mutex_lock(&pools_lock);
+    for (wisp_pool **pp = &pools; *pp; pp = &(*pp)->next_pool)
+        if (*pp == p) { *pp = p->next_pool; break; }
+    pthread_mutex_unlock(&pools_lock);
     /* wait for a job in flight on another thread */
     pthread_mutex_lock(&p->run_lock);
-    stop_workers(p, p->nworkers);
+    stop_workers(p);                     /* after a fork, live is 0: nothing to join */
     pthread_mutex_unlock(&p->run_lock);
     destroy_sync(p);
     wisp_free(p->tids);
@@ -203,6 +285,15 @@ void wisp_pool_run(wisp_pool *p, size_t ntasks, wisp_task_fn fn, void *ctx)
     }
 
     pthread_mutex_lock(&p->run_lock);
+    if (WISP_UNLIKELY(p->respawn)) {
+        p->respawn = false;
+        spawn_workers(p);                /* on failure: fewer workers, still correct */
+    }
+    if (p->live == 0) {
+        pthread_mutex_unlock(&p->run_lock);
+        run_inline(p, ntasks, fn, ctx);
+        return;
+    }
     pthread_mutex_lock(&p->lock);
     p->fn = fn;
     p->ctx = ctx;
@@ -210,7 +301,9 @@ void wisp_pool_run(wisp_pool *p, size_t ntasks, wisp_task_fn fn, void *ctx)
     atomic_store_explicit(&p->next, 0, memory_order_relaxed);
     p->open = true;
     p->generation++;
-    pthread_cond_broadcast(&p->wake);
+    /* wake no more workers than there are tasks beyond the caller's first */
+    if (ntasks - 1 >= (size_t)p->live) pthread_cond_broadcast(&p->wake);
+    else for (size_t i = 0; i < ntasks - 1; i++) pthread_cond_signal(&p->wake);
     pthread_mutex_unlock(&p->lock);
 
     const wisp_pool *saved = tls_running;
