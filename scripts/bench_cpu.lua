@@ -3,30 +3,37 @@
 -- usage: build/wisp run scripts/bench_cpu.lua [--quick] [--threads 1,2,4] [--sizes 10,1k,200k,1M]
 --            [--dists uniform,zipf] [--hugepages both|on|off] [--pool ROWS] [--repeats N]
 --            [--min-ms MS] [--peer-rows ROWS] [--no-peer] [--label NAME] [--out FILE.json]
+--   default (full): sizes 10,100,1k,10k,100k,200k,1M; threads 1,2,4,... up to the engine's
+--     core count (powers of two plus the max); huge pages off and on; pool 4M rows;
+--     5 repeats of >= 40 ms; peer on the first 1M rows. ~70 s on the 2-core dev VM.
+--   --quick (smoke test, < 20 s): sizes 10,1k,10k,200k; pool 400k rows; 3 repeats of >= 10 ms.
+--   Sizes and row counts take k/M suffixes. --label defaults to the host name.
 --
 -- What is measured: session:score(batch, out) on the CPU for zero-copy batches
 -- (wisp.batch_from_ffi) of 39 features a row, 13 valued + 26 binary (the mixed value
 -- mode: val_ptr with 13 values a row), against a model of 2^26 random fp32 weights.
 -- All 39 ids of a row are drawn over the whole table, uniform (worst case) or Zipf
 -- (s = 1.05 over the 2^26 ids, hot ids scattered by an odd multiplier: realistic).
--- The rows live in one pool per distribution (--pool rows, 4M by default: ~860 MB,
--- far beyond the caches); a batch of B rows is a window [k*B, (k+1)*B) of the pool,
--- k < min(pool/B, 4096), and the timing rotates through the windows so neither the
--- batch data nor the weights it touches stay cached between calls. The windows share
--- one row_ptr/val_ptr array (every row has the same shape); ids and values are distinct.
+-- The rows live in one pool per distribution (--pool rows: 4M rows are ~860 MB, far
+-- beyond the caches; anonymous memory with MADV_HUGEPAGE, as numpy gives the peer);
+-- a batch of B rows is a window [k*B, (k+1)*B) of the pool, k < min(pool/B, 4096), and
+-- the timing rotates through the windows so neither the batch data nor the weights it
+-- touches stay cached between calls. The windows share one row_ptr/val_ptr array
+-- (every row has the same shape); their ids and values are distinct.
 -- For each (distribution, huge pages, threads, size): a warm-up pass, then --repeats
 -- passes of at least --min-ms each; the median per-batch time gives rows/s and ns per
 -- feature (wall time / (rows * 39)). Huge pages: the model loaded with
 -- {hugepages = true} (WISP_LOAD_HUGEPAGES: weights copied to THP-backed memory) or not
 -- (weights read through the file's mapping, 4 KiB pages).
--- Correctness: every loaded model scores sample rows of each pool first, checked against
--- a float64 reference computed here (the run stops on a mismatch).
--- Peer: the same rows and weights go to a temporary directory as raw arrays and
--- scripts/bench_scipy_peer.py times scipy's A @ w + sigmoid on one thread over the same
--- windows, and checks its probabilities against wisp's. Missing python3/scipy is recorded
--- as "unavailable", not an error.
--- Output: scripts/results/bench_cpu_<label>.json (label defaults to the host name), and a
--- compact table on stdout, last.
+-- Correctness: every loaded model first scores 2 x 4096 sample rows of each pool,
+-- checked against a float64 reference computed here (the run stops beyond 1e-5).
+-- Peer: the weights and the first --peer-rows rows of each pool go to a temporary
+-- directory (/dev/shm when possible) as raw arrays, and scripts/bench_scipy_peer.py
+-- times scipy's A @ w + sigmoid on one thread over the same windows of those rows, and
+-- checks its probabilities against wisp's on the first 200k rows. Missing python3 or
+-- scipy is recorded as "unavailable" with the reason, not an error.
+-- Output: scripts/results/bench_cpu_<label>.json (<label>-quick.json with --quick), and a
+-- compact table on stdout, last; progress goes to stderr.
 local ffi = require "ffi"
 local bit = require "bit"
 local wisp = require "wisp"
@@ -66,10 +73,6 @@ local function now_ns()
     return tonumber(ts.tv_sec) * 1e9 + tonumber(ts.tv_nsec)
 end
 
-local function die(msg)
-    io.stderr:write("bench_cpu: ", msg, "\n")
-    os.exit(1)
-end
 
 local function sh(cmd)
     local p = io.popen(cmd)
@@ -92,6 +95,20 @@ end
 local function shell_quote(s)
     if s:match("^[%w%./_,:=+-]+$") then return s end
     return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+
+-- The temporary directory (model file, peer data), removed on every way out.
+local tmpdir
+local function cleanup()
+    if tmpdir then os.execute("rm -rf " .. shell_quote(tmpdir)); tmpdir = nil end
+end
+local cleanup_guard = newproxy(true)           -- an uncaught error: lua_close runs __gc
+getmetatable(cleanup_guard).__gc = cleanup
+
+local function die(msg)
+    cleanup()
+    io.stderr:write("bench_cpu: ", msg, "\n")
+    os.exit(1)
 end
 
 local function median(t)
@@ -341,7 +358,7 @@ do
     end
 end
 
-local sizes = opt.sizes or (opt.quick and { 10, 100, 1000, 10000, 100000, 200000 }
+local sizes = opt.sizes or (opt.quick and { 10, 1000, 10000, 200000 }
                                       or { 10, 100, 1000, 10000, 100000, 200000, 1000000 })
 table.sort(sizes)
 local max_size = sizes[#sizes]
@@ -395,7 +412,7 @@ end
 local hostname = trim(sh("hostname 2>/dev/null"))
 if hostname == "" then hostname = trim(read_file("/etc/hostname") or "host") end
 local label = (opt.label or hostname):gsub("[^%w%._-]", "_")
-local out_path = opt.out or (script_dir .. "/results/bench_cpu_" .. label .. ".json")
+local out_path = opt.out or (script_dir .. "/results/bench_cpu_" .. label .. (opt.quick and "-quick" or "") .. ".json")
 
 local commit = trim(sh("git rev-parse --short HEAD 2>/dev/null"))
 if commit == "" then commit = "unknown" end
@@ -416,6 +433,7 @@ local command_parts = { exe_path(), "run", arg[0] or "scripts/bench_cpu.lua" }
 for _, a in ipairs(argv) do command_parts[#command_parts + 1] = shell_quote(a) end
 local command = table.concat(command_parts, " ")
 
+local loadavg_start = trim(read_file("/proc/loadavg") or "")
 local t_start = now_ns()
 local function elapsed() return (now_ns() - t_start) / 1e9 end
 local function note(...) io.stderr:write(fmt("[%6.1fs] ", elapsed()), fmt(...), "\n") end
@@ -591,16 +609,19 @@ end
 -- temp dir, model file
 ---------------------------------------------------------------------------
 
-local tmpdir = trim(sh("mktemp -d /dev/shm/wisp-bench-cpu.XXXXXX 2>/dev/null"))
-if tmpdir == "" then tmpdir = trim(sh("mktemp -d 2>/dev/null")) end
-if tmpdir == "" then die("cannot create a temporary directory") end
-local function cleanup() os.execute("rm -rf " .. shell_quote(tmpdir)) end
+do
+    local d = trim(sh("mktemp -d /dev/shm/wisp-bench-cpu.XXXXXX 2>/dev/null"))
+    if d == "" then d = trim(sh("mktemp -d 2>/dev/null")) end
+    if d == "" then die("cannot create a temporary directory") end
+    tmpdir = d
+end
+local workdir = tmpdir
 
-local model_path = tmpdir .. "/model.wisp"
+local model_path = workdir .. "/model.wisp"
 t0 = now_ns()
 do
     local ok, err = wisp.write_model(model_path, weights, NFEAT, { bias = BIAS, meta = { source = "bench_cpu.lua" } })
-    if not ok then cleanup(); die(err) end
+    if not ok then die(err) end
 end
 note("model: %s written in %.2f s", model_path, (now_ns() - t0) / 1e9)
 
@@ -643,7 +664,7 @@ end
 
 local function window(eng, pool, first, rows)
     local b, err = wisp.batch_from_ffi(rows, row_ptr, pool.ids + first * NF, val_ptr, pool.vals + first * NV, eng)
-    if not b then cleanup(); die("batch_from_ffi: " .. tostring(err)) end
+    if not b then die("batch_from_ffi: " .. tostring(err)) end
     return b
 end
 
@@ -656,14 +677,13 @@ local function check(eng, sess, d)
         local b = window(eng, pools[d], ref.first, ref.n)
         local ok, err = sess:score(b, out_ptr)
         b:close()
-        if not ok then cleanup(); die("score: " .. tostring(err)) end
+        if not ok then die("score: " .. tostring(err)) end
         for r = 0, ref.n - 1 do
             local diff = math.abs(out_buf[r] - ref.p[r])
             if not (diff <= worst) then worst = diff end
         end
     end
     if not (worst <= 1e-5) then
-        cleanup()
         die(fmt("correctness: %s ids, max |wisp - float64 reference| = %g > 1e-5", d, worst))
     end
     return worst
@@ -691,7 +711,7 @@ local function time_batches(sess, batches)
         local s0 = now_ns()
         repeat
             local ok, err = score(sess, batches[k], out_ptr)
-            if not ok then cleanup(); die("score: " .. tostring(err)) end
+            if not ok then die("score: " .. tostring(err)) end
             k = k + 1
             if k > nb then k = 1 end
             calls = calls + 1
@@ -714,14 +734,15 @@ local huge_mb
 for _, hp in ipairs(hp_modes) do
     for _, threads in ipairs(thread_list) do
         local eng, err = wisp.engine { threads = threads }
-        if not eng then cleanup(); die("engine: " .. tostring(err)) end
+        if not eng then die("engine: " .. tostring(err)) end
+        local huge_before = anon_huge_mb()
         local model
         model, err = eng:load(model_path, { hugepages = hp })
-        if not model then cleanup(); die("load: " .. tostring(err)) end
-        if hp and huge_mb == nil then huge_mb = anon_huge_mb() end
+        if not model then die("load: " .. tostring(err)) end
+        if hp and huge_mb == nil and huge_before then huge_mb = (anon_huge_mb() or 0) - huge_before end
         local sess
         sess, err = model:session("cpu")
-        if not sess then cleanup(); die("session: " .. tostring(err)) end
+        if not sess then die("session: " .. tostring(err)) end
         for _, d in ipairs(opt.dists) do
             local worst = check(eng, sess, d)
             checks[#checks + 1] = { dist = d, hugepages = hp, threads = threads,
@@ -755,11 +776,23 @@ end
 -- the scipy peer
 ---------------------------------------------------------------------------
 
+-- nil when python3 with numpy and scipy is there, else why not.
+local function peer_missing()
+    if trim(sh("command -v python3 2>/dev/null")) == "" then return "python3 not found" end
+    local o = sh("OMP_NUM_THREADS=1 python3 -c 'import numpy, scipy.sparse' 2>&1; echo \"rc=$?\"")
+    if o:match("rc=0%s*$") then return nil end
+    local last
+    for line in o:gmatch("[^\n]+") do if not line:match("^rc=") then last = line end end
+    return "python3 cannot import numpy/scipy: " .. (last or "unknown error")
+end
+
 local peer = { available = false, reason = "disabled (--no-peer)" }
-if opt.peer then
+local why_no_peer = opt.peer and peer_missing()
+if why_no_peer then peer.reason = why_no_peer end
+if opt.peer and not why_no_peer then
     t0 = now_ns()
-    local ok, err = write_raw(tmpdir .. "/weights.f32", weights, NFEAT * 4)
-    if not ok then cleanup(); die(err) end
+    local ok, err = write_raw(workdir .. "/weights.f32", weights, NFEAT * 4)
+    if not ok then die(err) end
     -- wisp's probabilities for the first rows, 1 thread, for the peer's cross-check
     local ncheck = peer_check_rows
     local eng = assert(wisp.engine { threads = 1 })
@@ -774,12 +807,12 @@ if opt.peer then
         local b = window(eng, pool, 0, ncheck)
         assert(sess:score(b, out_ptr))
         b:close()
-        ok, err = write_raw(tmpdir .. "/" .. d .. ".wisp.f32", out_buf, ncheck * 4)
-        if ok then ok, err = write_raw(tmpdir .. "/" .. d .. ".row_ptr.i32", rp, (peer_rows + 1) * 4) end
-        if ok then ok, err = write_raw(tmpdir .. "/" .. d .. ".indices.i32", pool.ids, peer_rows * NF * 4) end
-        if not ok then cleanup(); die(err) end
-        local f = C.bench_cpu_fopen(tmpdir .. "/" .. d .. ".data.f32", "wb")
-        if f == nil then cleanup(); die("cannot write the peer's data") end
+        ok, err = write_raw(workdir .. "/" .. d .. ".wisp.f32", out_buf, ncheck * 4)
+        if ok then ok, err = write_raw(workdir .. "/" .. d .. ".row_ptr.i32", rp, (peer_rows + 1) * 4) end
+        if ok then ok, err = write_raw(workdir .. "/" .. d .. ".indices.i32", pool.ids, peer_rows * NF * 4) end
+        if not ok then die(err) end
+        local f = C.bench_cpu_fopen(workdir .. "/" .. d .. ".data.f32", "wb")
+        if f == nil then die("cannot write the peer's data") end
         for first = 0, peer_rows - 1, chunk do
             local n = min(chunk, peer_rows - first)
             for r = 0, n - 1 do
@@ -800,9 +833,9 @@ if opt.peer then
     local cmd = fmt("OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 "
                     .. "python3 %s %s --sizes %s --dists %s --repeats %d --min-ms %g "
                     .. "--max-windows %d --check-rows %d --bias %.17g 2>%s",
-                    shell_quote(peer_script), shell_quote(tmpdir), table.concat(peer_sizes, ","),
+                    shell_quote(peer_script), shell_quote(workdir), table.concat(peer_sizes, ","),
                     table.concat(opt.dists, ","), repeats, min_ns / 1e6, MAX_WINDOWS, ncheck, BIAS,
-                    shell_quote(tmpdir .. "/peer.err"))
+                    shell_quote(workdir .. "/peer.err"))
     note("peer: %s", cmd)
     t0 = now_ns()
     local outp = sh(cmd)
@@ -816,7 +849,7 @@ if opt.peer then
                             human(peer_rows), human(peer_rows), MAX_WINDOWS)
         end
     else
-        local errtxt = trim(read_file(tmpdir .. "/peer.err") or "")
+        local errtxt = trim(read_file(workdir .. "/peer.err") or "")
         if #errtxt > 400 then errtxt = "..." .. errtxt:sub(-400) end
         local have_py = trim(sh("command -v python3 2>/dev/null"))
         peer = { available = false,
@@ -875,7 +908,8 @@ local doc = {
     machine = { cpu = cpu_model, logical_cpus = logical_cpus, engine_cores = engine_cores,
                 mem_total_gb = mem_total and tonumber(mem_total) / 1048576 or nil,
                 transparent_hugepages = thp, hostname = hostname,
-                kernel = trim(sh("uname -r 2>/dev/null")) },
+                kernel = trim(sh("uname -r 2>/dev/null")),
+                loadavg_start = loadavg_start, loadavg_end = trim(read_file("/proc/loadavg") or "") },
     gpu = gpu_desc,
     commit = commit,
     wisp_version = wisp.version(),
@@ -887,9 +921,9 @@ local doc = {
     setup = {
         num_features = NFEAT, dtype = "f32", bias = BIAS, features_per_row = NF,
         valued_per_row = NV, binary_per_row = NB, zipf_s = ZIPF_S,
-        pool_rows = pool_rows, max_windows = MAX_WINDOWS, repeats = repeats, min_ms = min_ns / 1e6,
+        pool_rows = pool_rows, peer_rows = peer_rows, max_windows = MAX_WINDOWS, repeats = repeats, min_ms = min_ns / 1e6,
         threads = thread_list, sizes = sizes, hugepages = hp_modes,
-        anon_huge_pages_mb_after_hugepage_load = huge_mb,
+        weights_huge_pages_mb = huge_mb,   -- AnonHugePages gained by the first hugepages load
         distinct_ids_in_first_rows = distinct,
     },
     correctness = checks,
@@ -902,7 +936,7 @@ local doc = {
 local dir = out_path:match("^(.*)/[^/]*$")
 if dir then os.execute("mkdir -p " .. shell_quote(dir)) end
 local f = io.open(out_path, "w")
-if not f then cleanup(); die("cannot write " .. out_path) end
+if not f then die("cannot write " .. out_path) end
 f:write(json_encode(doc), "\n")
 f:close()
 cleanup()
