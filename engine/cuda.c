@@ -34,9 +34,10 @@
  *   first enqueue to the end of the synchronisation not covered by the
  *   device stages (launch gaps and waiting). With chunks, stages overlap. */
 
-enum { MAX_UNITS = 16, MAX_CHUNKS = 8, MAX_SHARDS = 16, MAX_COPIES = 8 };
+enum { MAX_UNITS = 16, MAX_CHUNKS = 16, MAX_SHARDS = 16, MAX_COPIES = 8, MAX_GRAPHS = 8 };
 enum { FAULT_NONE = 0, FAULT_OOM, FAULT_OOM_ONCE, FAULT_STICKY };
 #define CHUNK_NNZ       (1u << 20)    /* ids per chunk before a unit's slice is split */
+#define MAX_CHUNKS_AUTO 8
 #define STAGE_ALL_BYTES (1u << 20)    /* batches below this are packed even when pinned */
 #define ZC_SMALL_ROWS   4096
 #define ALIGN 256
@@ -318,17 +319,33 @@ static void cu_model_release(void *vctx, wisp_model *m)
 
 /* ---- sessions -------------------------------------------------------------------- */
 
+/* A unit's buffer (device memory, mirrored in the staging buffer when packed):
+ * row_ptr | ids | val_ptr | vals | counter + header (64 B) | answers | per-row counts (zero-copy) */
 struct lay { size_t rp, ids, vp, vals, cnt, out, oorr, total; };
+#define CNT_BYTES 64                  /* the out-of-range counter at cnt, a graph's size header at cnt + 32 */
+#define HDR_OFF 32
 
 enum { EV_START = 0, EV_H2D, EV_END, EV_CHUNK };   /* then 3 per chunk: kernel start, kernel end, d2h end */
 #define NEV (EV_CHUNK + 3 * MAX_CHUNKS)
 
+/* A CUDA graph of one small batch (copy in, kernel, copy out) for a bucket of sizes. */
+struct gentry {
+    cudaGraphExec_t exec;
+    int vm, lanes;
+    uint32_t rows_b, nnz_b, nvals_b;
+    const void *w;
+    uint64_t used;
+};
+
 struct unit {
     int dev;
-    cudaStream_t copy, comp;
+    cudaStream_t copy, comp;               /* copies in; kernels + copies out */
     cudaEvent_t ev[NEV];
     cudaEvent_t ready[MAX_CHUNKS];         /* no timing: chunk c is on the device */
+    cudaEvent_t done[MAX_CHUNKS];          /* no timing: chunk c's answers are in the staging buffer */
     char *dbuf; size_t dcap;
+    struct gentry g[MAX_GRAPHS];
+    uint64_t gclock;
     /* the current batch */
     size_t r0, r1;                         /* rows */
     uint32_t base, vbase, nnz, nvals;
@@ -338,8 +355,11 @@ struct unit {
     size_t soff;                           /* offset in the staging buffer */
     int nchunks;
     size_t cb[MAX_CHUNKS + 1];             /* chunk row bounds, relative to r0 */
+    int graph;                             /* a small batch through a CUDA graph */
+    uint32_t rows_b, nnz_b, nvals_b;       /* its bucket */
     int launched;                          /* timing events were recorded */
-    int direct_out;                        /* answers were copied straight into the caller's pinned out */
+    int direct_out;                        /* answers are copied straight into the caller's out */
+    int host_out;                          /* the host copies answers chunk by chunk as they land */
 };
 
 typedef struct sess {
@@ -348,7 +368,10 @@ typedef struct sess {
     int nunits;
     struct unit u[MAX_UNITS];
     int fault, fault_fired;
-    int shards_env, parts_env, chunks_env, lanes_env, timing;
+    int shards_env, parts_env, chunks_env, lanes_env;
+    int timing;                            /* -1: events for large batches only; 0: never; 1: always */
+    int graphs;                            /* CUDA graphs for small batches */
+    int inline_on;                         /* tiny batches inside the launch (WISP_GPU_INLINE) */
     size_t zc_rows;                        /* zero-copy up to this many rows (0: off) */
     char *stage; size_t stage_cap; char *stage_dev;   /* pinned, mapped staging (host and device addresses) */
 } sess;
@@ -361,11 +384,22 @@ static int env_int(const char *name, int def, int lo, int hi)
     return x < lo ? lo : x > hi ? hi : (int)x;
 }
 
+static void graphs_clear(struct unit *u)
+{
+    for (int i = 0; i < MAX_GRAPHS; i++)
+        if (u->g[i].exec) {
+            if (cudaGraphExecDestroy(u->g[i].exec) != cudaSuccess) cudaGetLastError();
+            u->g[i].exec = NULL;
+        }
+}
+
 static void unit_destroy(struct unit *u)
 {
     if (cudaSetDevice(u->dev) != cudaSuccess) cudaGetLastError();
+    graphs_clear(u);
     for (int i = 0; i < NEV; i++) if (u->ev[i]) cudaEventDestroy(u->ev[i]);
     for (int i = 0; i < MAX_CHUNKS; i++) if (u->ready[i]) cudaEventDestroy(u->ready[i]);
+    for (int i = 0; i < MAX_CHUNKS; i++) if (u->done[i]) cudaEventDestroy(u->done[i]);
     if (u->copy) cudaStreamDestroy(u->copy);
     if (u->comp) cudaStreamDestroy(u->comp);
     if (u->dbuf) cudaFree(u->dbuf);
@@ -391,6 +425,8 @@ static int unit_create(sess *s, struct unit *u, int dev)
     for (int i = 0; e == cudaSuccess && i < NEV; i++) e = cudaEventCreate(&u->ev[i]);
     for (int i = 0; e == cudaSuccess && i < MAX_CHUNKS; i++)
         e = cudaEventCreateWithFlags(&u->ready[i], cudaEventDisableTiming);
+    for (int i = 0; e == cudaSuccess && i < MAX_CHUNKS; i++)
+        e = cudaEventCreateWithFlags(&u->done[i], cudaEventDisableTiming);
     if (e != cudaSuccess) {
         cudaGetLastError();
         if (is_sticky(e)) mark_unusable(s->ctx, dev, e);
@@ -422,7 +458,9 @@ static int cu_session_open(void *vctx, const int *devs, int ndev, void **out)
     s->chunks_env = env_int("WISP_GPU_CHUNKS", 0, 0, MAX_CHUNKS);
     s->lanes_env = env_int("WISP_GPU_LANES", 0, 0, 32);
     if (s->lanes_env != 4 && s->lanes_env != 8 && s->lanes_env != 16 && s->lanes_env != 32) s->lanes_env = 0;
-    s->timing = env_int("WISP_GPU_TIMING", 1, 0, 1);
+    s->timing = env_int("WISP_GPU_TIMING", -1, -1, 1);
+    s->graphs = env_int("WISP_GPU_GRAPHS", 1, 0, 1);
+    s->inline_on = env_int("WISP_GPU_INLINE", 1, 0, 1);
     const char *zc = getenv("WISP_GPU_ZEROCOPY");
     if (zc && !strcmp(zc, "all")) s->zc_rows = WISP_MAX_ROWS;
     else if (zc && *zc && strcmp(zc, "0") && strcmp(zc, "off")) s->zc_rows = ZC_SMALL_ROWS;
@@ -453,7 +491,7 @@ static void layout(struct lay *L, size_t rows, size_t nnz, size_t nvals, int vm,
     L->ids = o;  o = al(o + nnz * 4);
     L->vp = o;   if (vm == WISP_VALUES_MIXED) o = al(o + (rows + 1) * 4);
     L->vals = o; if (vm != WISP_VALUES_NONE) o = al(o + nvals * 4);
-    L->cnt = o;  o += 16;
+    L->cnt = o;  o += CNT_BYTES;
     L->out = o;  o = al(o + (size_t)nsh * rows * 4);
     L->oorr = o; if (zc) o = al(o + rows * 4);
     L->total = o;
@@ -470,6 +508,13 @@ static size_t lower_row(const uint32_t *rp, size_t lo, size_t hi, uint64_t targe
     return lo;
 }
 
+static uint32_t pow2_at_least(uint64_t x, uint32_t lo)
+{
+    uint64_t p = lo;
+    while (p < x) p <<= 1;
+    return p > 0x80000000u ? 0x80000000u : (uint32_t)p;
+}
+
 static int grow_dbuf(sess *s, struct unit *u, size_t need)
 {
     if (s->fault == FAULT_OOM || (s->fault == FAULT_OOM_ONCE && !s->fault_fired)) {
@@ -478,8 +523,9 @@ static int grow_dbuf(sess *s, struct unit *u, size_t need)
                          u->dev, need);
     }
     if (need <= u->dcap) return WISP_OK;
+    graphs_clear(u);                                    /* they hold the old address */
     if (u->dbuf) {
-        /* the streams may still use the old buffer only inside a batch; none is in flight here */
+        /* nothing is in flight between batches */
         cudaFree(u->dbuf);
         u->dbuf = NULL;
         u->dcap = 0;
@@ -505,6 +551,10 @@ static int grow_dbuf(sess *s, struct unit *u, size_t need)
 static int grow_stage(sess *s, size_t need)
 {
     if (need <= s->stage_cap) return WISP_OK;
+    for (int i = 0; i < s->nunits; i++) {               /* graphs hold the old address */
+        if (cudaSetDevice(s->u[i].dev) != cudaSuccess) cudaGetLastError();
+        graphs_clear(&s->u[i]);
+    }
     pin_free(s->ctx, s->stage);
     s->stage = NULL;
     s->stage_dev = NULL;
@@ -512,7 +562,7 @@ static int grow_stage(sess *s, size_t need)
     size_t cap = need + need / 2;
     char *p = pin_alloc(s->ctx, cap);
     if (!p) p = pin_alloc(s->ctx, cap = need);
-    if (!p) return WISP_ENOMEM;                         /* callers fall back to unstaged copies */
+    if (!p) return WISP_ENOMEM;
     void *dp = NULL;
     if (cudaHostGetDevicePointer(&dp, p, 0) != cudaSuccess || !dp) {
         cudaGetLastError();
@@ -530,7 +580,7 @@ struct job {
     wisp_model *m;
     const wisp_batch *b;
     float *out;
-    int vm, dtype, lanes, sharded, nshards, zc, staged, out_pinned;
+    int vm, dtype, lanes, sharded, nshards, zc, inl, staged, small, out_pinned;
     void *zc_rp, *zc_ids, *zc_vp, *zc_vals;   /* zero-copy from a pinned batch: its device addresses */
     uint32_t nf;
     uint32_t sh_lo[MAX_SHARDS], sh_span[MAX_SHARDS];
@@ -546,110 +596,237 @@ struct job {
     if (e_ != cudaSuccess && (j)->err == cudaSuccess) { (j)->err = e_; (j)->err_dev = (u)->dev; (j)->err_what = (what); } \
 } while (0)
 
-static int use_timing(const struct job *j) { return j->s->timing; }
+static int use_timing(const struct job *j)
+{
+    return j->s->timing == 1 || (j->s->timing == -1 && !j->small);
+}
 
-/* Copy the pieces of chunk c of unit u to the device (packing them into the staging buffer first if staged). */
-static void copy_chunk_in(struct job *j, struct unit *u, int c, cudaStream_t st)
+static const float *vals_from(const struct job *j, const struct unit *u)
+{
+    return j->b->vals + (j->vm == WISP_VALUES_MIXED ? u->vbase : u->base);
+}
+
+/* Pack the unit's whole slice at its layout's offsets in hin (a small batch, or zero-copy). */
+static void pack_all(struct job *j, struct unit *u, char *hin)
 {
     const wisp_batch *b = j->b;
-    const size_t a = u->cb[c], z = u->cb[c + 1];
-    const uint32_t *rp = b->row_ptr + u->r0;
-    const size_t k0 = rp[a] - u->base, k1 = rp[z] - u->base;
-    size_t v0 = 0, v1 = 0;
-    const uint32_t *vp = NULL;
-    if (j->vm == WISP_VALUES_MIXED) {
-        vp = b->val_ptr + u->r0;
-        v0 = vp[a] - u->vbase;
-        v1 = vp[z] - u->vbase;
-    } else if (j->vm == WISP_VALUES_ALL) {
-        v0 = k0;
-        v1 = k1;
-    }
     const struct lay *L = &u->L;
-    struct { size_t off; const void *src; size_t n; } piece[4] = {
-        { L->rp + a * 4, rp + a, (z - a + 1) * 4 },
-        { L->ids + k0 * 4, b->ids + u->base + k0, (k1 - k0) * 4 },
-        { L->vp + a * 4, vp ? (const void *)(vp + a) : NULL, vp ? (z - a + 1) * 4 : 0 },
-        { L->vals + v0 * 4, j->vm == WISP_VALUES_NONE ? NULL
-                            : (const void *)(b->vals + (j->vm == WISP_VALUES_MIXED ? u->vbase : u->base) + v0),
-          j->vm == WISP_VALUES_NONE ? 0 : (v1 - v0) * 4 },
-    };
-    char *hin = j->staged ? j->s->stage + u->soff : NULL;
-    for (int i = 0; i < 4; i++) {
-        if (!piece[i].n) continue;
-        const void *src = piece[i].src;
-        if (hin) {
-            uint64_t t0 = wisp_now_ns();
-            memcpy(hin + piece[i].off, src, piece[i].n);
-            j->ns_stage += wisp_now_ns() - t0;
-            src = hin + piece[i].off;
-        }
-        JOB_CHECK(j, u, cudaMemcpyAsync(u->dbuf + piece[i].off, src, piece[i].n, cudaMemcpyHostToDevice, st), "copying a batch to the device");
-        j->bytes_h2d += piece[i].n;
+    const size_t rows = u->r1 - u->r0;
+    uint64_t t0 = wisp_now_ns();
+    memcpy(hin + L->rp, b->row_ptr + u->r0, (rows + 1) * 4);
+    if (u->nnz) memcpy(hin + L->ids, b->ids + u->base, (size_t)u->nnz * 4);
+    if (j->vm == WISP_VALUES_MIXED) memcpy(hin + L->vp, b->val_ptr + u->r0, (rows + 1) * 4);
+    if (j->vm != WISP_VALUES_NONE && u->nvals) memcpy(hin + L->vals, vals_from(j, u), (size_t)u->nvals * 4);
+    memset(hin + L->cnt, 0, CNT_BYTES);
+    uint32_t *hdr = (uint32_t *)(hin + L->cnt + HDR_OFF);
+    hdr[0] = (uint32_t)rows;
+    hdr[1] = u->nnz;
+    hdr[2] = u->nvals;
+    hdr[3] = u->base;
+    hdr[4] = u->vbase;
+    j->ns_stage += wisp_now_ns() - t0;
+}
+
+/* memcpy over the engine's threads (packing a large pageable batch is bound by one core's copy speed) */
+struct pcopy { char *dst; const char *src; size_t n, per; };
+
+static void pcopy_task(void *vctx, size_t t)
+{
+    const struct pcopy *c = vctx;
+    size_t a = t * c->per;
+    if (a < c->n) memcpy(c->dst + a, c->src + a, c->n - a < c->per ? c->n - a : c->per);
+}
+
+static void par_memcpy(const cuda_ctx *ctx, void *dst, const void *src, size_t n)
+{
+    int th = ctx->eng ? wisp_engine_threads(ctx->eng) : 1;
+    if (n < ((size_t)1 << 20) || th <= 1) {
+        memcpy(dst, src, n);
+        return;
     }
+    size_t tasks = n >> 18;                              /* at least 256 KB a task */
+    if (tasks > (size_t)th * 2) tasks = (size_t)th * 2;
+    struct pcopy c = { dst, src, n, ((n + tasks - 1) / tasks + 63) & ~(size_t)63 };
+    wisp_pool_run(ctx->eng->pool, tasks, pcopy_task, &c);
+}
+
+/* One host -> device copy of n bytes at offset off of the unit's layout, packed first when staged. */
+static void copy_in(struct job *j, struct unit *u, size_t off, const void *src, size_t n, cudaStream_t st)
+{
+    if (!n) return;
+    if (j->staged) {
+        char *h = j->s->stage + u->soff + off;
+        uint64_t t0 = wisp_now_ns();
+        par_memcpy(j->s->ctx, h, src, n);
+        j->ns_stage += wisp_now_ns() - t0;
+        src = h;
+    }
+    JOB_CHECK(j, u, cudaMemcpyAsync(u->dbuf + off, src, n, cudaMemcpyHostToDevice, st), "copying a batch to the device");
+    j->bytes_h2d += n;
+}
+
+static void fill_params(const struct job *j, const struct unit *u, int i, size_t a, size_t z, wisp_kparams *p)
+{
+    const struct lay *L = &u->L;
+    const int sh = u->sh[i];
+    memset(p, 0, sizeof *p);
+    p->row_ptr = (const uint32_t *)(u->dbuf + L->rp) + a;
+    p->ids = (const uint32_t *)(u->dbuf + L->ids);
+    p->val_ptr = j->vm == WISP_VALUES_MIXED ? (const uint32_t *)(u->dbuf + L->vp) + a : NULL;
+    p->vals = j->vm != WISP_VALUES_NONE ? (const float *)(u->dbuf + L->vals) : NULL;
+    p->weights = u->w[i];
+    p->out = (float *)(u->dbuf + L->out) + (size_t)i * (u->r1 - u->r0) + a;
+    p->oor = (!j->sharded || sh == 0) ? (unsigned long long *)(u->dbuf + L->cnt) : NULL;
+    p->rows = (uint32_t)(z - a);
+    p->ptr_base = u->base;
+    p->val_base = u->vbase;
+    p->nnz = u->nnz;
+    p->nvals = u->nvals;
+    p->id_lo = j->sh_lo[sh];
+    p->id_span = j->sh_span[sh];
+    p->num_features = j->nf;
+    p->partial = j->sharded;
+    p->bias = (float)j->m->bias;
+    p->scale = j->m->dtype == WISP_I8 ? j->m->scale : 1.0f;
+}
+
+static int sticky_hook(struct job *j, struct unit *u, cudaStream_t st)
+{
+    sess *s = j->s;
+    if (s->fault != FAULT_STICKY || s->fault_fired) return 0;
+    s->fault_fired = 1;
+    JOB_CHECK(j, u, wisp_k_trap(st), "launching the score kernel");
+    return 1;
 }
 
 static void launch_chunk(struct job *j, struct unit *u, int c, cudaStream_t st)
 {
-    sess *s = j->s;
-    const wisp_model *m = j->m;
     const size_t a = u->cb[c], z = u->cb[c + 1];
-    if (z == a) return;
-    if (s->fault == FAULT_STICKY && !s->fault_fired) {
-        s->fault_fired = 1;
-        JOB_CHECK(j, u, wisp_k_trap(st), "launching the score kernel");
-        return;
-    }
-    const struct lay *L = &u->L;
+    if (z == a || sticky_hook(j, u, st)) return;
     for (int i = 0; i < u->nsh; i++) {
-        const int sh = u->sh[i];
         wisp_kparams p;
-        memset(&p, 0, sizeof p);
-        p.row_ptr = (const uint32_t *)(u->dbuf + L->rp) + a;
-        p.ids = (const uint32_t *)(u->dbuf + L->ids);
-        p.val_ptr = j->vm == WISP_VALUES_MIXED ? (const uint32_t *)(u->dbuf + L->vp) + a : NULL;
-        p.vals = j->vm != WISP_VALUES_NONE ? (const float *)(u->dbuf + L->vals) : NULL;
-        p.weights = u->w[i];
-        p.out = (float *)(u->dbuf + L->out) + (size_t)i * (u->r1 - u->r0) + a;
-        p.oor = (!j->sharded || sh == 0) ? (unsigned long long *)(u->dbuf + L->cnt) : NULL;
-        p.rows = (uint32_t)(z - a);
-        p.ptr_base = u->base;
-        p.val_base = u->vbase;
-        p.nnz = u->nnz;
-        p.nvals = u->nvals;
-        p.id_lo = j->sh_lo[sh];
-        p.id_span = j->sh_span[sh];
-        p.num_features = j->nf;
-        p.partial = j->sharded;
-        p.bias = (float)m->bias;
-        p.scale = m->dtype == WISP_I8 ? m->scale : 1.0f;
+        fill_params(j, u, i, a, z, &p);
         JOB_CHECK(j, u, (cudaError_t)wisp_k_score(&p, j->dtype, j->vm, j->lanes, st), "launching the score kernel");
     }
+}
+
+/* The small batch's graph for its bucket: found, or captured now. NULL when capture is not possible. */
+static cudaGraphExec_t small_graph(struct job *j, struct unit *u)
+{
+    sess *s = j->s;
+    struct gentry *g = NULL, *victim = &u->g[0];
+    for (int i = 0; i < MAX_GRAPHS; i++) {
+        struct gentry *e = &u->g[i];
+        if (e->exec && e->vm == j->vm && e->lanes == j->lanes && e->rows_b == u->rows_b && e->nnz_b == u->nnz_b
+            && e->nvals_b == u->nvals_b && e->w == u->w[0]) {
+            g = e;
+            break;
+        }
+        if (!e->exec || (victim->exec && e->used < victim->used)) victim = e;
+    }
+    if (g) {
+        g->used = ++u->gclock;
+        return g->exec;
+    }
+    if (victim->exec) {
+        if (cudaGraphExecDestroy(victim->exec) != cudaSuccess) cudaGetLastError();
+        victim->exec = NULL;
+    }
+    const struct lay *L = &u->L;
+    char *hin = s->stage + u->soff;
+    wisp_kparams p;
+    fill_params(j, u, 0, 0, u->rows_b, &p);
+    p.rows = u->rows_b;
+    p.nnz = u->nnz_b;
+    p.nvals = u->nvals_b;
+    p.hdr = (const uint32_t *)(u->dbuf + L->cnt + HDR_OFF);
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t e = cudaStreamBeginCapture(u->comp, cudaStreamCaptureModeThreadLocal);
+    if (e == cudaSuccess) {
+        cudaError_t e1 = cudaMemcpyAsync(u->dbuf, hin, L->cnt + CNT_BYTES, cudaMemcpyHostToDevice, u->comp);
+        cudaError_t e2 = e1 == cudaSuccess ? (cudaError_t)wisp_k_score(&p, j->dtype, j->vm, j->lanes, u->comp) : e1;
+        cudaError_t e3 = e2 == cudaSuccess ? cudaMemcpyAsync(hin + L->cnt, u->dbuf + L->cnt, L->out - L->cnt + (size_t)u->rows_b * 4,
+                                                             cudaMemcpyDeviceToHost, u->comp) : e2;
+        e = cudaStreamEndCapture(u->comp, &graph);
+        if (e == cudaSuccess) e = e3;
+    }
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        s->graphs = 0;                 /* plain launches from now on */
+        return NULL;
+    }
+    *victim = (struct gentry){ exec, j->vm, j->lanes, u->rows_b, u->nnz_b, u->nvals_b, u->w[0], ++u->gclock };
+    return exec;
 }
 
 /* Enqueue everything unit u does for this batch. */
 static void enqueue_unit(struct job *j, struct unit *u)
 {
     sess *s = j->s;
+    const wisp_batch *b = j->b;
     const size_t rows = u->r1 - u->r0;
     const struct lay *L = &u->L;
     const int timing = use_timing(j);
+    u->launched = 0;
     JOB_CHECK(j, u, cudaSetDevice(u->dev), "selecting the device");
     if (j->err != cudaSuccess) return;
 
+    if (j->inl) {
+        /* a tiny batch: carried in the launch's parameters, answers written to mapped host memory */
+        char *din = s->stage_dev + u->soff;
+        wisp_ktiny t;
+        uint64_t t0 = wisp_now_ns();
+        memset(&t.p, 0, sizeof t.p);
+        uint32_t n = 0;
+        t.rp_off = n;
+        memcpy(t.words + n, b->row_ptr + u->r0, (rows + 1) * 4);
+        n += (uint32_t)rows + 1;
+        t.ids_off = n;
+        memcpy(t.words + n, b->ids + u->base, (size_t)u->nnz * 4);
+        n += u->nnz;
+        t.vp_off = n;
+        if (j->vm == WISP_VALUES_MIXED) {
+            memcpy(t.words + n, b->val_ptr + u->r0, (rows + 1) * 4);
+            n += (uint32_t)rows + 1;
+        }
+        t.vals_off = n;
+        if (j->vm != WISP_VALUES_NONE) {
+            memcpy(t.words + n, vals_from(j, u), (size_t)u->nvals * 4);
+            n += u->nvals;
+        }
+        t.nwords = n;
+        t.p.weights = u->w[0];
+        t.p.out = (float *)(din + L->out);
+        t.p.oor_rows = (uint32_t *)(din + L->oorr);
+        t.p.rows = (uint32_t)rows;
+        t.p.ptr_base = u->base;
+        t.p.val_base = u->vbase;
+        t.p.nnz = u->nnz;
+        t.p.nvals = u->nvals;
+        t.p.id_span = j->nf;
+        t.p.num_features = j->nf;
+        t.p.bias = (float)j->m->bias;
+        t.p.scale = j->m->dtype == WISP_I8 ? j->m->scale : 1.0f;
+        j->ns_stage += wisp_now_ns() - t0;
+        j->bytes_h2d += (uint64_t)n * 4;
+        j->bytes_d2h += rows * 8;
+        if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_START], u->comp), "recording an event");
+        if (!sticky_hook(j, u, u->comp))
+            JOB_CHECK(j, u, (cudaError_t)wisp_k_tiny(&t, j->dtype, j->vm, j->lanes, u->comp), "launching the score kernel");
+        if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_END], u->comp), "recording an event");
+        u->launched = timing && j->err == cudaSuccess;
+        return;
+    }
+
     if (j->zc) {
         /* zero-copy: the kernel reads the rows from mapped host memory and writes the answers there */
-        const wisp_batch *b = j->b;
         char *hin = s->stage + u->soff, *din = s->stage_dev + u->soff;
         void *drp = j->zc_rp, *dids = j->zc_ids, *dvp = j->zc_vp, *dvals = j->zc_vals;
         if (j->staged) {
-            uint64_t t0 = wisp_now_ns();
-            memcpy(hin + L->rp, b->row_ptr, (rows + 1) * 4);
-            memcpy(hin + L->ids, b->ids + u->base, (size_t)u->nnz * 4);
-            if (j->vm == WISP_VALUES_MIXED) memcpy(hin + L->vp, b->val_ptr, (rows + 1) * 4);
-            if (j->vm != WISP_VALUES_NONE)
-                memcpy(hin + L->vals, b->vals + (j->vm == WISP_VALUES_MIXED ? u->vbase : u->base), (size_t)u->nvals * 4);
-            j->ns_stage += wisp_now_ns() - t0;
+            pack_all(j, u, hin);
             drp = din + L->rp;
             dids = din + L->ids;
             dvp = din + L->vp;
@@ -659,10 +836,7 @@ static void enqueue_unit(struct job *j, struct unit *u)
                         + (j->vm != WISP_VALUES_NONE ? (size_t)u->nvals * 4 : 0);
         j->bytes_d2h += rows * 8;
         if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_START], u->comp), "recording an event");
-        if (s->fault == FAULT_STICKY && !s->fault_fired) {
-            s->fault_fired = 1;
-            JOB_CHECK(j, u, wisp_k_trap(u->comp), "launching the score kernel");
-        } else {
+        if (!sticky_hook(j, u, u->comp)) {
             wisp_kparams p;
             memset(&p, 0, sizeof p);
             p.row_ptr = drp;
@@ -685,68 +859,86 @@ static void enqueue_unit(struct job *j, struct unit *u)
             JOB_CHECK(j, u, (cudaError_t)wisp_k_score(&p, j->dtype, j->vm, j->lanes, u->comp), "launching the score kernel");
         }
         if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_END], u->comp), "recording an event");
-        u->launched = timing;
+        u->launched = timing && j->err == cudaSuccess;
         return;
     }
 
-    /* one chunk: everything on the compute stream; several: copies on the copy stream */
-    const int single = u->nchunks == 1;
-    u->direct_out = !j->sharded && j->out_pinned && !(single && j->staged);
-    cudaStream_t cs = single ? u->comp : u->copy;
-    char *hout = j->staged ? s->stage + u->soff + L->cnt : s->stage + u->soff;
-    if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_START], cs), "recording an event");
-    if (single && j->staged) {
-        /* a small batch: pack it, zero the counter, one copy in */
+    if (j->small) {
+        /* a small batch: packed with its size header, one copy in, the kernel, one copy out;
+         * through a CUDA graph per bucket of sizes when possible (one launch in all) */
         char *hin = s->stage + u->soff;
-        u->cb[0] = 0;
-        u->cb[1] = rows;
-        const wisp_batch *b = j->b;
-        uint64_t t0 = wisp_now_ns();
-        memcpy(hin + L->rp, b->row_ptr + u->r0, (rows + 1) * 4);
-        memcpy(hin + L->ids, b->ids + u->base, (size_t)u->nnz * 4);
-        if (j->vm == WISP_VALUES_MIXED) memcpy(hin + L->vp, b->val_ptr + u->r0, (rows + 1) * 4);
-        if (j->vm != WISP_VALUES_NONE)
-            memcpy(hin + L->vals, b->vals + (j->vm == WISP_VALUES_MIXED ? u->vbase : u->base), (size_t)u->nvals * 4);
-        memset(hin + L->cnt, 0, 16);
-        j->ns_stage += wisp_now_ns() - t0;
-        JOB_CHECK(j, u, cudaMemcpyAsync(u->dbuf, hin, L->cnt + 16, cudaMemcpyHostToDevice, cs), "copying a batch to the device");
-        j->bytes_h2d += L->cnt + 16;
-    } else {
-        JOB_CHECK(j, u, cudaMemsetAsync(u->dbuf + L->cnt, 0, 16, cs), "clearing a counter");
+        pack_all(j, u, hin);
+        if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_START], u->comp), "recording an event");
+        cudaGraphExec_t exec = u->graph && j->err == cudaSuccess ? small_graph(j, u) : NULL;
+        if (exec) {
+            JOB_CHECK(j, u, cudaGraphLaunch(exec, u->comp), "launching a graph");
+            j->bytes_h2d += L->cnt + CNT_BYTES;
+            j->bytes_d2h += L->out - L->cnt + (size_t)u->rows_b * 4;
+        } else {
+            u->graph = 0;
+            JOB_CHECK(j, u, cudaMemcpyAsync(u->dbuf, hin, L->cnt + CNT_BYTES, cudaMemcpyHostToDevice, u->comp),
+                      "copying a batch to the device");
+            launch_chunk(j, u, 0, u->comp);
+            size_t n = L->out - L->cnt + (size_t)u->nsh * rows * 4;
+            JOB_CHECK(j, u, cudaMemcpyAsync(hin + L->cnt, u->dbuf + L->cnt, n, cudaMemcpyDeviceToHost, u->comp),
+                      "copying results from the device");
+            j->bytes_h2d += L->cnt + CNT_BYTES;
+            j->bytes_d2h += n;
+        }
+        if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_END], u->comp), "recording an event");
+        u->launched = timing && j->err == cudaSuccess;
+        return;
     }
+
+    /* a large batch: every copy in is queued first on the copy stream (offsets,
+     * then chunk by chunk ids and values); the compute stream scores chunk c
+     * as soon as it has landed and sends its answers back, so copies in,
+     * kernels and copies out overlap. (Two copy streams, ids on one and values
+     * on the other, measured slower: scripts/gpu_notes.md, run 4.) */
+    char *hout = j->staged ? s->stage + u->soff + L->cnt : s->stage + u->soff;
+    const uint32_t *rp = b->row_ptr + u->r0;
+    if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_START], u->copy), "recording an event");
+    JOB_CHECK(j, u, cudaMemsetAsync(u->dbuf + L->cnt, 0, 8, u->copy), "clearing a counter");
+    copy_in(j, u, L->rp, rp, (rows + 1) * 4, u->copy);
+    if (j->vm == WISP_VALUES_MIXED) copy_in(j, u, L->vp, b->val_ptr + u->r0, (rows + 1) * 4, u->copy);
     for (int c = 0; c < u->nchunks && j->err == cudaSuccess; c++) {
-        if (!(single && j->staged)) copy_chunk_in(j, u, c, cs);
-        if (!single) {
-            JOB_CHECK(j, u, cudaEventRecord(u->ready[c], cs), "recording an event");
-            JOB_CHECK(j, u, cudaStreamWaitEvent(u->comp, u->ready[c], 0), "ordering streams");
+        const size_t a = u->cb[c], z = u->cb[c + 1];
+        const size_t k0 = rp[a] - u->base, k1 = rp[z] - u->base;
+        copy_in(j, u, L->ids + k0 * 4, b->ids + u->base + k0, (k1 - k0) * 4, u->copy);
+        if (j->vm != WISP_VALUES_NONE) {
+            size_t v0 = k0, v1 = k1;
+            if (j->vm == WISP_VALUES_MIXED) {
+                v0 = b->val_ptr[u->r0 + a] - u->vbase;
+                v1 = b->val_ptr[u->r0 + z] - u->vbase;
+            }
+            copy_in(j, u, L->vals + v0 * 4, vals_from(j, u) + v0, (v1 - v0) * 4, u->copy);
         }
-        if (timing) {
-            if (c == u->nchunks - 1) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_H2D], cs), "recording an event");
-            JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_CHUNK + 3 * c], u->comp), "recording an event");
-        }
+        JOB_CHECK(j, u, cudaEventRecord(u->ready[c], u->copy), "recording an event");
+    }
+    if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_H2D], u->copy), "recording an event");
+    for (int c = 0; c < u->nchunks && j->err == cudaSuccess; c++) {
+        const size_t a = u->cb[c], z = u->cb[c + 1];
+        JOB_CHECK(j, u, cudaStreamWaitEvent(u->comp, u->ready[c], 0), "ordering streams");
+        if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_CHUNK + 3 * c], u->comp), "recording an event");
         launch_chunk(j, u, c, u->comp);
         if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_CHUNK + 3 * c + 1], u->comp), "recording an event");
-        /* this chunk's answers come back while the next chunk is copied in and scored */
-        const size_t a = u->cb[c], z = u->cb[c + 1];
-        if (z > a && !(single && j->staged)) {
+        if (z > a) {
             for (int i = 0; i < u->nsh; i++) {
                 size_t off = (size_t)i * rows * 4 + a * 4;
-                void *dst = u->direct_out ? (void *)(j->out + u->r0 + a)
-                                                          : (void *)(hout + (L->out - L->cnt) + off);
+                void *dst = u->direct_out ? (void *)(j->out + u->r0 + a) : (void *)(hout + (L->out - L->cnt) + off);
                 JOB_CHECK(j, u, cudaMemcpyAsync(dst, u->dbuf + L->out + off, (z - a) * 4, cudaMemcpyDeviceToHost, u->comp),
                           "copying results from the device");
                 j->bytes_d2h += (z - a) * 4;
             }
         }
-        if (c == u->nchunks - 1) {
-            size_t n = (single && j->staged) ? L->out - L->cnt + (size_t)u->nsh * rows * 4 : 8;
-            JOB_CHECK(j, u, cudaMemcpyAsync(hout, u->dbuf + L->cnt, n, cudaMemcpyDeviceToHost, u->comp),
-                      "copying results from the device");
-            j->bytes_d2h += n;
-        }
-        if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[c == u->nchunks - 1 ? EV_END : EV_CHUNK + 3 * c + 2], u->comp),
-                              "recording an event");
+        if (u->host_out) JOB_CHECK(j, u, cudaEventRecord(u->done[c], u->comp), "recording an event");
+        if (timing && c < u->nchunks - 1)
+            JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_CHUNK + 3 * c + 2], u->comp), "recording an event");
     }
+    JOB_CHECK(j, u, cudaMemcpyAsync(hout, u->dbuf + L->cnt, 8, cudaMemcpyDeviceToHost, u->comp),
+              "copying results from the device");
+    j->bytes_d2h += 8;
+    if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_END], u->comp), "recording an event");
     u->launched = timing && j->err == cudaSuccess;
 }
 
@@ -760,6 +952,29 @@ static float elapsed_ms(cudaEvent_t a, cudaEvent_t b)
     return ms > 0 ? ms : 0;
 }
 
+/* Chunk row bounds of a large slice: equal shares of about CHUNK_NNZ ids, at
+ * most MAX_CHUNKS_AUTO (measured on the H200, scripts/gpu_notes.md: 4 to 8
+ * equal chunks beat 1, 2 and 16, and beat a schedule of halving chunks, whose
+ * small kernels are latency-bound and pile up after the last copy).
+ * WISP_GPU_CHUNKS=n asks for n chunks. */
+static void chunk_bounds(const sess *s, const wisp_batch *b, struct unit *u)
+{
+    const size_t urows = u->r1 - u->r0;
+    int n = s->chunks_env;
+    if (!n) {
+        uint64_t c = ((uint64_t)u->nnz + CHUNK_NNZ - 1) / CHUNK_NNZ;
+        n = c < 1 ? 1 : c > MAX_CHUNKS_AUTO ? MAX_CHUNKS_AUTO : (int)c;
+    }
+    u->cb[0] = 0;
+    int nc = 1;
+    for (int i = 1; i < n && nc < MAX_CHUNKS; i++) {
+        size_t r = lower_row(b->row_ptr, u->r0 + u->cb[nc - 1], u->r1, (uint64_t)u->base + (uint64_t)u->nnz * i / n) - u->r0;
+        if (r > u->cb[nc - 1] && r < urows) u->cb[nc++] = r;
+    }
+    u->cb[nc] = urows;
+    u->nchunks = nc;
+}
+
 /* Plan the batch over the units: rows, shards, chunks, layouts, buffers. */
 static int plan(struct job *j)
 {
@@ -769,6 +984,8 @@ static int plan(struct job *j)
     const size_t rows = b->rows;
     const uint32_t *rp = b->row_ptr;
     const uint64_t nnz = (uint64_t)rp[rows] - rp[0];
+    const uint64_t nvals = j->vm == WISP_VALUES_MIXED ? (uint64_t)b->val_ptr[rows] - b->val_ptr[0]
+                         : j->vm == WISP_VALUES_ALL ? nnz : 0;
 
     /* shards: asked for, or needed because the table would not fit one device */
     int nsh = s->shards_env >= 2 ? s->shards_env : 1;
@@ -789,13 +1006,37 @@ static int plan(struct job *j)
     }
     j->zc = !j->sharded && s->nunits == 1 && s->zc_rows && rows <= s->zc_rows;
 
+    /* small batches are packed (one copy each way); large ones are copied from
+     * where they are when pinned, packed chunk by chunk when pageable */
+    const uint64_t bytes = (rows + 1) * 4 * (j->vm == WISP_VALUES_MIXED ? 2 : 1) + nnz * 4 + nvals * 4;
+    j->small = bytes < STAGE_ALL_BYTES;
+    /* a tiny batch on one unit travels inside the kernel launch */
+    if (j->small && !j->sharded && s->nunits == 1 && s->inline_on && bytes / 4 <= WISP_TINY_WORDS
+        && !(s->fault == FAULT_STICKY && !s->fault_fired))
+        j->inl = j->zc = 1;
+    if (j->small) {
+        j->staged = 1;
+    } else {
+        int pinned = host_pinned(rp, NULL) && host_pinned(b->ids, NULL)
+                     && (j->vm != WISP_VALUES_MIXED || host_pinned(b->val_ptr, NULL))
+                     && (j->vm == WISP_VALUES_NONE || host_pinned(b->vals, NULL));
+        j->staged = !pinned;
+        j->out_pinned = host_pinned(j->out, NULL);
+        if (j->zc && pinned) {
+            /* zero-copy straight from the batch: every array must be mapped */
+            const uint32_t vb = j->vm == WISP_VALUES_MIXED ? b->val_ptr[0] : rp[0];
+            j->staged = !(mapped(rp, &j->zc_rp) && mapped(nnz ? b->ids + rp[0] : NULL, &j->zc_ids)
+                          && (j->vm != WISP_VALUES_MIXED || mapped(b->val_ptr, &j->zc_vp))
+                          && (j->vm == WISP_VALUES_NONE || mapped(nvals ? b->vals + vb : NULL, &j->zc_vals)));
+        }
+    }
+
     /* rows over units */
-    size_t stage_need = 0;
     const int nunits = s->nunits;
     for (int k = 0; k < nunits; k++) {
         struct unit *u = &s->u[k];
-        u->launched = 0;
         u->nsh = 0;
+        u->graph = 0;
         if (j->sharded) {
             u->r0 = 0;
             u->r1 = rows;
@@ -807,23 +1048,7 @@ static int plan(struct job *j)
             u->sh[u->nsh++] = 0;
         }
     }
-    /* staged: small batches always; large ones when their arrays are not pinned */
-    size_t bytes = (rows + 1) * 4 + nnz * 4;
-    if (j->vm == WISP_VALUES_MIXED) bytes += (rows + 1) * 4;
-    if (j->vm != WISP_VALUES_NONE) bytes += (size_t)b->nvals * 4;
-    int pinned = host_pinned(b->row_ptr, NULL) && host_pinned(b->ids, NULL)
-                 && (j->vm != WISP_VALUES_MIXED || host_pinned(b->val_ptr, NULL))
-                 && (j->vm == WISP_VALUES_NONE || host_pinned(b->vals, NULL));
-    j->staged = !pinned || bytes < STAGE_ALL_BYTES;
-    if (j->zc && pinned) {
-        /* zero-copy straight from the batch: every array must be mapped */
-        const uint32_t vb = j->vm == WISP_VALUES_MIXED ? b->val_ptr[0] : rp[0];
-        j->staged = !(mapped(b->row_ptr, &j->zc_rp) && mapped(nnz ? b->ids + rp[0] : NULL, &j->zc_ids)
-                      && (j->vm != WISP_VALUES_MIXED || mapped(b->val_ptr, &j->zc_vp))
-                      && (j->vm == WISP_VALUES_NONE || mapped(b->nvals || nnz ? b->vals + vb : NULL, &j->zc_vals)));
-    }
-    j->out_pinned = host_pinned(j->out, NULL);
-
+    size_t stage_need = 0;
     for (int k = 0; k < nunits; k++) {
         struct unit *u = &s->u[k];
         const size_t urows = u->r1 - u->r0;
@@ -836,20 +1061,27 @@ static int plan(struct job *j)
             u->vbase = u->base;
             u->nvals = j->vm == WISP_VALUES_ALL ? u->nnz : 0;
         }
-        layout(&u->L, urows, u->nnz, u->nvals, j->vm, u->nsh, j->zc);
-        /* chunks of about CHUNK_NNZ ids, split by nnz */
-        int nch = (int)((u->nnz + CHUNK_NNZ - 1) / CHUNK_NNZ);
-        if (nch < 1) nch = 1;
-        if (nch > MAX_CHUNKS) nch = MAX_CHUNKS;
-        if (s->chunks_env) nch = s->chunks_env;
-        if ((size_t)nch > urows) nch = urows ? (int)urows : 1;
-        if (j->zc || (j->staged && bytes < STAGE_ALL_BYTES)) nch = 1;
-        u->nchunks = nch;
-        u->cb[0] = 0;
-        for (int c = 1; c < nch; c++)
-            u->cb[c] = lower_row(rp, u->r0 + u->cb[c - 1], u->r1, (uint64_t)u->base + (uint64_t)u->nnz * c / nch) - u->r0;
-        u->cb[nch] = urows;
-        /* staging: the whole layout when staged, else only the counter and the answers */
+        /* a small batch on one unit goes through a graph captured for its bucket of sizes */
+        u->graph = j->small && !j->zc && !j->sharded && nunits == 1 && s->graphs
+                   && !(s->fault == FAULT_STICKY && !s->fault_fired);
+        if (u->graph) {
+            u->rows_b = pow2_at_least(urows, 16);
+            u->nnz_b = pow2_at_least(u->nnz, 256);
+            u->nvals_b = j->vm == WISP_VALUES_MIXED ? pow2_at_least(u->nvals, 256) : j->vm == WISP_VALUES_ALL ? u->nnz_b : 0;
+            layout(&u->L, u->rows_b, u->nnz_b, u->nvals_b, j->vm, 1, 0);
+        } else {
+            layout(&u->L, urows, u->nnz, u->nvals, j->vm, u->nsh, j->zc);
+        }
+        u->direct_out = !j->sharded && !j->small && !j->zc && j->out_pinned;
+        u->host_out = !j->sharded && !j->small && !j->zc && !j->out_pinned;
+        if (j->small || j->zc) {
+            u->nchunks = 1;
+            u->cb[0] = 0;
+            u->cb[1] = urows;
+        } else {
+            chunk_bounds(s, b, u);
+        }
+        /* staging: the whole layout when packed, else only the counter and the answers */
         u->soff = stage_need;
         stage_need += al((j->staged || j->zc) ? u->L.total : u->L.total - u->L.cnt);
     }
@@ -923,6 +1155,17 @@ static int cu_score(void *vs, wisp_model *m, const wisp_batch *b, float *out, ui
     const uint64_t t_enq = wisp_now_ns();
     for (int k = 0; k < s->nunits && j.err == cudaSuccess; k++)
         if (unit_active(&j, &s->u[k])) enqueue_unit(&j, &s->u[k]);
+    /* answers bound for pageable memory: copied chunk by chunk as they land,
+     * while later chunks are still in flight */
+    for (int k = 0; k < s->nunits && j.err == cudaSuccess; k++) {
+        struct unit *u = &s->u[k];
+        if (!unit_active(&j, u) || !u->host_out) continue;
+        const char *hres = (j.staged ? s->stage + u->soff + u->L.cnt : s->stage + u->soff) + (u->L.out - u->L.cnt);
+        for (int c = 0; c < u->nchunks; c++) {
+            if (cudaEventSynchronize(u->done[c]) != cudaSuccess) break;    /* the sync below reports it */
+            memcpy(out + u->r0 + u->cb[c], hres + u->cb[c] * 4, (u->cb[c + 1] - u->cb[c]) * 4);
+        }
+    }
     cudaError_t serr = cudaSuccess;
     int sdev = -1;
     for (int k = 0; k < s->nunits; k++) {
@@ -930,7 +1173,7 @@ static int cu_score(void *vs, wisp_model *m, const wisp_batch *b, float *out, ui
         if (!unit_active(&j, u)) continue;
         cudaError_t e = cudaSetDevice(u->dev);
         if (e == cudaSuccess) e = cudaStreamSynchronize(u->comp);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(u->copy);
+        if (e == cudaSuccess && !j.small && !j.zc) e = cudaStreamSynchronize(u->copy);
         if (e != cudaSuccess && serr == cudaSuccess) {
             serr = e;
             sdev = u->dev;
@@ -946,15 +1189,14 @@ static int cu_score(void *vs, wisp_model *m, const wisp_batch *b, float *out, ui
         cudaError_t e = j.err;
         cudaGetLastError();                     /* clears a recoverable error */
         int sticky = is_sticky(e);
-        if (!sticky) {                          /* does the device still answer? */
-            for (int k = 0; k < s->nunits && !sticky; k++) {
-                if (s->u[k].dev != j.err_dev) continue;
-                cudaError_t q = cudaSetDevice(j.err_dev);
-                if (q == cudaSuccess) q = cudaStreamQuery(s->u[k].comp);
-                if (q != cudaSuccess && q != cudaErrorNotReady) {
-                    sticky = is_sticky(q);
-                    cudaGetLastError();
-                }
+        for (int k = 0; k < s->nunits && !sticky; k++) {   /* does the device still answer? */
+            if (s->u[k].dev != j.err_dev) continue;
+            cudaError_t q = cudaSetDevice(j.err_dev);
+            if (q == cudaSuccess) q = cudaStreamSynchronize(s->u[k].comp);
+            if (q == cudaSuccess) q = cudaStreamSynchronize(s->u[k].copy);
+            if (q != cudaSuccess) {
+                sticky = is_sticky(q);
+                cudaGetLastError();
             }
         }
         if (sticky) mark_unusable(s->ctx, j.err_dev, e);
@@ -963,7 +1205,7 @@ static int cu_score(void *vs, wisp_model *m, const wisp_batch *b, float *out, ui
         return st;
     }
 
-    /* answers: straight in out, or from the staging buffer; shards add up here */
+    /* answers: already in out, or in the staging buffer; shards add up here */
     uint64_t oor = 0;
     for (int k = 0; k < s->nunits; k++) {
         struct unit *u = &s->u[k];
@@ -981,7 +1223,7 @@ static int cu_score(void *vs, wisp_model *m, const wisp_batch *b, float *out, ui
         uint64_t c;
         memcpy(&c, hout, sizeof c);
         oor += c;
-        if (!j.sharded && !u->direct_out) memcpy(out + u->r0, hout + (L->out - L->cnt), urows * 4);
+        if (!j.sharded && !u->direct_out && !u->host_out) memcpy(out + u->r0, hout + (L->out - L->cnt), urows * 4);
     }
     if (j.sharded) {
         const float bias = (float)m->bias;
@@ -996,30 +1238,30 @@ static int cu_score(void *vs, wisp_model *m, const wisp_batch *b, float *out, ui
         for (size_t r = 0; r < rows; r++) out[r] = 1.f / (1.f + expf(-(bias + out[r])));
     }
 
-    /* statistics */
+    /* statistics: device stages from events (large batches), else the device time as kernel time */
     uint64_t h2d = 0, ker = 0, d2h = 0;
-    if (s->timing) {
-        for (int k = 0; k < s->nunits; k++) {
-            struct unit *u = &s->u[k];
-            if (!unit_active(&j, u) || !u->launched) continue;
-            double uh = 0, uk = 0, ud = 0;
-            if (j.zc) {
-                uk = elapsed_ms(u->ev[EV_START], u->ev[EV_END]);
-            } else {
-                uh = elapsed_ms(u->ev[EV_START], u->ev[EV_H2D]);
-                for (int c = 0; c < u->nchunks; c++) {
-                    uk += elapsed_ms(u->ev[EV_CHUNK + 3 * c], u->ev[EV_CHUNK + 3 * c + 1]);
-                    ud += elapsed_ms(u->ev[EV_CHUNK + 3 * c + 1], u->ev[c == u->nchunks - 1 ? EV_END : EV_CHUNK + 3 * c + 2]);
-                }
+    int timed = 0;
+    for (int k = 0; k < s->nunits; k++) {
+        struct unit *u = &s->u[k];
+        if (!unit_active(&j, u) || !u->launched) continue;
+        timed = 1;
+        double uh = 0, uk = 0, ud = 0;
+        if (j.zc || j.small) {
+            uk = elapsed_ms(u->ev[EV_START], u->ev[EV_END]);
+        } else {
+            uh = elapsed_ms(u->ev[EV_START], u->ev[EV_H2D]);
+            for (int c = 0; c < u->nchunks; c++) {
+                uk += elapsed_ms(u->ev[EV_CHUNK + 3 * c], u->ev[EV_CHUNK + 3 * c + 1]);
+                ud += elapsed_ms(u->ev[EV_CHUNK + 3 * c + 1], u->ev[c == u->nchunks - 1 ? EV_END : EV_CHUNK + 3 * c + 2]);
             }
-            if ((uint64_t)(uh * 1e6) > h2d) h2d = (uint64_t)(uh * 1e6);
-            if ((uint64_t)(uk * 1e6) > ker) ker = (uint64_t)(uk * 1e6);
-            if ((uint64_t)(ud * 1e6) > d2h) d2h = (uint64_t)(ud * 1e6);
         }
-    } else {
-        ker = t_done - t_enq;
+        if ((uint64_t)(uh * 1e6) > h2d) h2d = (uint64_t)(uh * 1e6);
+        if ((uint64_t)(uk * 1e6) > ker) ker = (uint64_t)(uk * 1e6);
+        if ((uint64_t)(ud * 1e6) > d2h) d2h = (uint64_t)(ud * 1e6);
     }
-    const uint64_t wall = t_done - t_enq, staged = h2d + ker + d2h + j.ns_stage;
+    const uint64_t wall = t_done - t_enq;
+    if (!timed) ker = wall > j.ns_stage ? wall - j.ns_stage : 0;
+    const uint64_t staged = h2d + ker + d2h + j.ns_stage;
     stats[WISP_STAT_NS_H2D] += h2d + j.ns_stage;
     stats[WISP_STAT_NS_KERNEL] += ker;
     stats[WISP_STAT_NS_D2H] += d2h;

@@ -47,32 +47,34 @@ template <> struct weight<int8_t> {
 
 // ---- the score kernel ----------------------------------------------------------
 
-template <typename W, int VM, int L>
-__global__ void __launch_bounds__(BLOCK) score_kernel(const wisp_kparams p)
+// Where the batch's arrays are read from: global memory through the read-only
+// path, or shared memory (the tiny kernel copies its launch parameters there).
+struct from_global {
+    template <typename T> static __device__ __forceinline__ T ld(const T *p) { return __ldg(p); }
+};
+struct from_shared {
+    template <typename T> static __device__ __forceinline__ T ld(const T *p) { return *p; }
+};
+
+// Row r, lane `lane` of its sub-warp. Every thread of the warp must call this
+// (the shuffles use the full mask); rows past the end do no loads.
+template <typename W, int VM, int L, typename LD>
+__device__ __forceinline__ void score_rows(const wisp_kparams &p, uint32_t r, uint32_t lane, uint32_t rows,
+                                           uint32_t nnz, uint32_t nvals, uint32_t ptr_base, uint32_t val_base)
 {
     static_assert(L == 4 || L == 8 || L == 16 || L == 32, "lanes per row");
-    const uint32_t r = (blockIdx.x * static_cast<uint32_t>(BLOCK) + threadIdx.x) / L;
-    const uint32_t lane = threadIdx.x & (L - 1);
-    uint32_t rows = p.rows, nnz = p.nnz, nvals = p.nvals, ptr_base = p.ptr_base, val_base = p.val_base;
-    if (p.hdr) {                                    // sizes of this batch, not of the graph's bucket
-        rows = min(__ldg(p.hdr), p.rows);
-        nnz = min(__ldg(p.hdr + 1), p.nnz);          // p.nnz, p.nvals: the bucket's capacities
-        nvals = min(__ldg(p.hdr + 2), p.nvals);
-        ptr_base = __ldg(p.hdr + 3);
-        val_base = __ldg(p.hdr + 4);
-    }
     const bool active = r < rows;
 
     // the row's slice, clamped so a malformed batch never reads out of bounds
     uint32_t start = 0, end = 0, vstart = 0, nv = 0;
     if (active) {
-        uint32_t a = min(__ldg(p.row_ptr + r) - ptr_base, nnz);
-        uint32_t b = min(__ldg(p.row_ptr + r + 1) - ptr_base, nnz);
+        uint32_t a = min(LD::ld(p.row_ptr + r) - ptr_base, nnz);
+        uint32_t b = min(LD::ld(p.row_ptr + r + 1) - ptr_base, nnz);
         start = a;
         end = b < a ? a : b;
         if (VM == WISP_KV_MIXED) {
-            uint32_t va = min(__ldg(p.val_ptr + r) - val_base, nvals);
-            uint32_t vb = min(__ldg(p.val_ptr + r + 1) - val_base, nvals);
+            uint32_t va = min(LD::ld(p.val_ptr + r) - val_base, nvals);
+            uint32_t vb = min(LD::ld(p.val_ptr + r + 1) - val_base, nvals);
             vstart = va;
             nv = vb < va ? 0 : min(vb - va, end - start);
         }
@@ -88,12 +90,12 @@ __global__ void __launch_bounds__(BLOCK) score_kernel(const wisp_kparams p)
         for (int j = 0; j < UNROLL; j++) {          // UNROLL coalesced id (and value) loads
             const uint32_t k = k0 + j * L;
             ok[j] = k < end;
-            id[j] = ok[j] ? __ldg(p.ids + k) : 0u;
+            id[j] = ok[j] ? LD::ld(p.ids + k) : 0u;
             if (VM == WISP_KV_ALL) {
-                v[j] = ok[j] ? __ldg(p.vals + k) : 0.f;
+                v[j] = ok[j] ? LD::ld(p.vals + k) : 0.f;
             } else if (VM == WISP_KV_MIXED) {
                 const uint32_t o = k - start;
-                v[j] = (ok[j] && o < nv) ? __ldg(p.vals + vstart + o) : 1.f;
+                v[j] = (ok[j] && o < nv) ? LD::ld(p.vals + vstart + o) : 1.f;
             } else {
                 v[j] = 1.f;
             }
@@ -121,6 +123,65 @@ __global__ void __launch_bounds__(BLOCK) score_kernel(const wisp_kparams p)
         p.out[r] = p.partial ? z : 1.f / (1.f + expf(-(p.bias + z)));
         if (p.oor_rows) p.oor_rows[r] = oor;
         if (p.oor && oor) atomicAdd(p.oor, static_cast<unsigned long long>(oor));
+    }
+}
+
+template <typename W, int VM, int L>
+__global__ void __launch_bounds__(BLOCK) score_kernel(const wisp_kparams p)
+{
+    const uint32_t r = (blockIdx.x * static_cast<uint32_t>(BLOCK) + threadIdx.x) / L;
+    const uint32_t lane = threadIdx.x & (L - 1);
+    uint32_t rows = p.rows, nnz = p.nnz, nvals = p.nvals, ptr_base = p.ptr_base, val_base = p.val_base;
+    if (p.hdr) {                                    // sizes of this batch, not of the graph's bucket
+        rows = min(__ldg(p.hdr), p.rows);
+        nnz = min(__ldg(p.hdr + 1), p.nnz);          // p.nnz, p.nvals: the bucket's capacities
+        nvals = min(__ldg(p.hdr + 2), p.nvals);
+        ptr_base = __ldg(p.hdr + 3);
+        val_base = __ldg(p.hdr + 4);
+    }
+    score_rows<W, VM, L, from_global>(p, r, lane, rows, nnz, nvals, ptr_base, val_base);
+}
+
+// The tiny batch arrives in the launch's parameters: copy it to shared memory, then score.
+template <typename W, int VM, int L>
+__global__ void __launch_bounds__(BLOCK) tiny_kernel(const __grid_constant__ wisp_ktiny t)
+{
+    __shared__ uint32_t sw[WISP_TINY_WORDS];
+    const uint32_t n = min(t.nwords, static_cast<uint32_t>(WISP_TINY_WORDS));
+    for (uint32_t i = threadIdx.x; i < n; i += BLOCK) sw[i] = t.words[i];
+    __syncthreads();
+    wisp_kparams p = t.p;
+    p.row_ptr = sw + t.rp_off;
+    p.ids = sw + t.ids_off;
+    p.val_ptr = sw + t.vp_off;
+    p.vals = reinterpret_cast<const float *>(sw + t.vals_off);
+    const uint32_t r = (blockIdx.x * static_cast<uint32_t>(BLOCK) + threadIdx.x) / L;
+    score_rows<W, VM, L, from_shared>(p, r, threadIdx.x & (L - 1), p.rows, p.nnz, p.nvals, p.ptr_base, p.val_base);
+}
+
+template <typename W, int VM>
+cudaError_t launch_tiny(const wisp_ktiny &t, int lanes, cudaStream_t s)
+{
+    const uint64_t threads = static_cast<uint64_t>(t.p.rows) * static_cast<uint64_t>(lanes);
+    const unsigned blocks = static_cast<unsigned>((threads + BLOCK - 1) / BLOCK);
+    switch (lanes) {
+    case 4:  tiny_kernel<W, VM, 4><<<blocks, BLOCK, 0, s>>>(t); break;
+    case 8:  tiny_kernel<W, VM, 8><<<blocks, BLOCK, 0, s>>>(t); break;
+    case 16: tiny_kernel<W, VM, 16><<<blocks, BLOCK, 0, s>>>(t); break;
+    case 32: tiny_kernel<W, VM, 32><<<blocks, BLOCK, 0, s>>>(t); break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+template <typename W>
+cudaError_t launch_tiny_mode(const wisp_ktiny &t, int value_mode, int lanes, cudaStream_t s)
+{
+    switch (value_mode) {
+    case WISP_KV_NONE:  return launch_tiny<W, WISP_KV_NONE>(t, lanes, s);
+    case WISP_KV_ALL:   return launch_tiny<W, WISP_KV_ALL>(t, lanes, s);
+    case WISP_KV_MIXED: return launch_tiny<W, WISP_KV_MIXED>(t, lanes, s);
+    default:            return cudaErrorInvalidValue;
     }
 }
 
@@ -191,7 +252,9 @@ int probe_blocks(void)
 
 extern "C" int wisp_k_lanes_for(double w)
 {
-    return w <= 12.0 ? 4 : w <= 40.0 ? 8 : w <= 112.0 ? 16 : 32;
+    // measured on the H200 at 39 features a row (scripts/gpu_notes.md): 16 lanes 0.845 ms,
+    // 32: 0.845, 8: 0.873, 4: 0.916 -- more rows in flight per warp beat fuller lanes
+    return w <= 8.0 ? 4 : w <= 24.0 ? 8 : w <= 96.0 ? 16 : 32;
 }
 
 extern "C" int wisp_k_score(const wisp_kparams *p, int dtype, int value_mode, int lanes, cudaStream_t stream)
@@ -206,6 +269,26 @@ extern "C" int wisp_k_score(const wisp_kparams *p, int dtype, int value_mode, in
     case WISP_F32: return launch_mode<float>(*p, value_mode, lanes, stream);
     case WISP_F16: return launch_mode<__half>(*p, value_mode, lanes, stream);
     case WISP_I8:  return launch_mode<int8_t>(*p, value_mode, lanes, stream);
+    default:       return cudaErrorInvalidValue;
+    }
+}
+
+extern "C" int wisp_k_tiny(const wisp_ktiny *t, int dtype, int value_mode, int lanes, cudaStream_t stream)
+{
+    if (!t || !t->p.out || (t->p.nnz && !t->p.weights) || t->nwords > WISP_TINY_WORDS) return cudaErrorInvalidValue;
+    // every array must lie inside words[]
+    const uint64_t rp_end = static_cast<uint64_t>(t->rp_off) + t->p.rows + 1;
+    const uint64_t ids_end = static_cast<uint64_t>(t->ids_off) + t->p.nnz;
+    const uint64_t vp_end = value_mode == WISP_KV_MIXED ? static_cast<uint64_t>(t->vp_off) + t->p.rows + 1 : 0;
+    const uint64_t vals_end = value_mode == WISP_KV_NONE ? 0 : static_cast<uint64_t>(t->vals_off) + t->p.nvals;
+    if (rp_end > t->nwords || ids_end > t->nwords || vp_end > t->nwords || vals_end > t->nwords)
+        return cudaErrorInvalidValue;
+    if (t->p.rows == 0) return cudaSuccess;
+    if (lanes == 0) lanes = wisp_k_lanes_for(static_cast<double>(t->p.nnz) / t->p.rows);
+    switch (dtype) {
+    case WISP_F32: return launch_tiny_mode<float>(*t, value_mode, lanes, stream);
+    case WISP_F16: return launch_tiny_mode<__half>(*t, value_mode, lanes, stream);
+    case WISP_I8:  return launch_tiny_mode<int8_t>(*t, value_mode, lanes, stream);
     default:       return cudaErrorInvalidValue;
     }
 }

@@ -41,6 +41,17 @@ typedef struct wisp_kparams {
     float scale;                /* int8 dequantization scale; 1 otherwise */
 } wisp_kparams;
 
+/* A tiny batch carried inside the launch itself (kernel parameters, under
+ * 4 KB): row_ptr, ids, val_ptr, vals packed in words[] at the given word
+ * offsets; p's pointers to them are ignored, p.out / p.oor_rows point at
+ * mapped pinned host memory. No copy in, no copy out: one launch. */
+#define WISP_TINY_WORDS 960
+typedef struct wisp_ktiny {
+    wisp_kparams p;
+    uint32_t nwords, rp_off, ids_off, vp_off, vals_off;
+    uint32_t words[WISP_TINY_WORDS];
+} wisp_ktiny;
+
 /* Value modes (the same numbers as WISP_VALUES_* in internal.h). */
 enum { WISP_KV_NONE = 0, WISP_KV_ALL = 1, WISP_KV_MIXED = 2 };
 
@@ -52,6 +63,9 @@ int wisp_k_lanes_for(double mean_row_width);
  * cudaError_t (cudaSuccess = 0); checks its arguments, launches nothing
  * for rows == 0. */
 int wisp_k_score(const wisp_kparams *p, int dtype, int value_mode, int lanes, cudaStream_t stream);
+
+/* Launch the tiny-batch kernel (see wisp_ktiny); lanes as for wisp_k_score. */
+int wisp_k_tiny(const wisp_ktiny *t, int dtype, int value_mode, int lanes, cudaStream_t stream);
 
 /* The ceiling probe: read weights[ids[k] mod span] for every k, nothing
  * else (the same random reads as scoring, no rows, no values); one float

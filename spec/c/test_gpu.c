@@ -408,13 +408,60 @@ static void test_gpu(wisp_engine *eng, int quick)
     }
     set_env("WISP_GPU_ZEROCOPY", NULL);
 
-    /* 6. without event timing */
-    set_env("WISP_GPU_TIMING", "0");
-    {
+    /* 6. event timing forced on and off; graphs off; many batches of changing sizes in one session
+     *    (graphs per size bucket are reused, evicted, and dropped when buffers grow) */
+    const char *timing[] = { "1", "0" };
+    for (int i = 0; i < 2; i++) {
+        set_env("WISP_GPU_TIMING", timing[i]);
         struct spec sp = { 5000, VM_ALL, ID_UNIFORM, 0, 60, 0.02, 0.01, 0.02 };
-        expect_gpu("no timing", eng, m, &sp, 0, "gpu");
+        expect_gpu("timing forced", eng, m, &sp, 0, "gpu");
+        struct spec sq = { big, VM_MIXED, ID_UNIFORM, 0, 60, 0.02, 0.01, 0.02 };
+        expect_gpu("timing forced", eng, m, &sq, 1, "gpu");
     }
     set_env("WISP_GPU_TIMING", NULL);
+    set_env("WISP_GPU_GRAPHS", "0");
+    for (int vm = 0; vm < 3; vm++) {
+        struct spec sp = { 700, vm, ID_ZIPF, 0, 60, 0.05, 0.02, 0.02 };
+        expect_gpu("graphs off", eng, m, &sp, vm & 1, "gpu");
+    }
+    set_env("WISP_GPU_GRAPHS", NULL);
+    /* tiny batches: inside the launch (default), and through graphs with that off */
+    for (int inl = 1; inl >= 0; inl--) {
+        set_env("WISP_GPU_INLINE", inl ? NULL : "0");
+        for (int vm = 0; vm < 3; vm++)
+            for (int rows = 1; rows <= 20; rows += 9) {
+                struct spec sp = { (size_t)rows, vm, (int)rnd_below(2), 0, 39, 0.1, 0.2, 0.1 };
+                expect_gpu(inl ? "tiny, inline" : "tiny, graph", eng, m, &sp, rows & 1, "gpu");
+            }
+    }
+    set_env("WISP_GPU_INLINE", NULL);
+    {
+        wisp_session *s = NULL;
+        CHECK_OK(wisp_session_new(eng, m, "gpu", &s));
+        double err = 0;
+        uint64_t want_oor = 0;
+        int n = quick ? 12 : 60;
+        for (int i = 0; i < n; i++) {
+            struct spec sp = { 1 + rnd_below(i % 5 == 4 ? 40000 : 3000), (int)rnd_below(3), (int)rnd_below(2),
+                               0, 1 + (unsigned)rnd_below(100), 0.05, 0.02, 0.02 };
+            struct data d;
+            gen(&d, &sp, m);
+            wisp_batch *b = make_batch(eng, &d, sp.vm, i & 1);
+            float *out = malloc(d.rows * sizeof *out);
+            for (size_t r = 0; r < d.rows; r++) out[r] = NAN;
+            CHECK_OK(wisp_session_score(s, b, out));
+            for (size_t r = 0; r < d.rows; r++) err = fmax(err, isnan(out[r]) ? 1 : fabs(out[r] - d.ref[r]));
+            want_oor += d.oor;
+            free(out);
+            wisp_batch_free(b);
+            data_free(&d);
+        }
+        CHECK_MSG(err <= TOL, "changing sizes in one session: max err %.3g", err);
+        CHECK(wisp_session_stat(s, WISP_STAT_FALLBACKS) == 0);
+        CHECK(wisp_session_stat(s, WISP_STAT_OUT_OF_RANGE) == want_oor);
+        CHECK(!strcmp(wisp_session_last_device(s), "gpu:0"));
+        wisp_session_free(s);
+    }
 
     /* 7. stats: stages and bytes are counted; a session keeps working over many batches */
     {
