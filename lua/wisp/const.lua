@@ -60,4 +60,12 @@ return {
     WISP_STAT_BYTES_H2D    = 14,
     WISP_STAT_BYTES_D2H    = 15,
     WISP_STAT_COUNT        = 16,
+
+    -- raw input types and limits of feature columns
+    WISP_INPUT_FLOAT32 = 0,
+    WISP_INPUT_INT64   = 1,
+    WISP_INPUT_STRING  = 2,
+    WISP_MAX_STRING_BYTES = 2^16,
+    WISP_MAX_COLUMNS      = 65536,
+    WISP_MAX_SPEC_BYTES   = 2^30,
 }

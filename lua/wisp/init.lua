@@ -520,7 +520,7 @@ function Engine:batch()
 end
 
 local function id_scratch(self, n)
-    if n > self._idcap then
+    if n > self._idcap or self._ids == nil then
         local cap = max(n, self._idcap * 2, 64)
         self._ids = uint64_vla(cap)
         self._idcap = cap
@@ -529,7 +529,7 @@ local function id_scratch(self, n)
 end
 
 local function val_scratch(self, n)
-    if n > self._valcap then
+    if n > self._valcap or self._vals == nil then
         local cap = max(n, self._valcap * 2, 64)
         self._vals = float_vla(cap)
         self._valcap = cap

@@ -81,6 +81,22 @@ describe("batches", function()
         assert.same({ 0, 0, 2, 2, 3, 3 }, csr.val_ptr)
     end)
 
+    it("take an empty first row in every form", function()
+        for _, add in ipairs {
+            function(b) return b:add {} end,
+            function(b) return b:add({}, {}) end,
+            function(b) return b:add_mixed({}, {}, {}) end,
+        } do
+            local b = wisp.batch()
+            assert.is_true(add(b))
+            assert.is_true(add(b))
+            assert.equal(2, b:rows())
+            assert.equal(0, b:nnz())
+            assert.same({ 0, 0, 0 }, b:csr().row_ptr)
+        end
+        assert.equal(1, wisp.batch_from_rows({ { ids = {}, bids = {} } }):rows())
+    end)
+
     it("hold random rows exactly, through scratch arrays that grow", function()
         local rows = H.random_rows(1000, { rows = 300, max_len = 200, values = "any" })
         -- one long row to force growth past the doubling

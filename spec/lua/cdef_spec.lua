@@ -159,6 +159,7 @@ describe("wisp.cdef", function()
         it("finds ../../build/libwisp.so next to the modules, and lists what it tried when nothing is there", function()
             local dir = H.tmpname()
             os.remove(dir)
+            finally(function() os.execute(("rm -rf %s"):format(dir)) end)
             assert(os.execute(("mkdir -p %s/lua/wisp %s/build && cp lua/wisp/*.lua %s/lua/wisp/"):format(dir, dir, dir)) == 0)
             local code = 'package.path = "' .. dir .. '/lua/?.lua;' .. dir .. '/lua/?/init.lua;" .. package.path\n'
                 .. 'local wisp = require "wisp"\nprint("version " .. wisp.version())\n'
@@ -175,7 +176,6 @@ describe("wisp.cdef", function()
                 assert.is_true(ok, out)
                 assert.matches("version 0.1.0", out, 1, true)
             end
-            os.execute(("rm -rf %s"):format(dir))
         end)
 
         it("uses ffi.C when the process already exports the symbols", function()

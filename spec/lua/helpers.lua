@@ -3,13 +3,16 @@ local ffi = require "ffi"
 
 local H = {}
 
--- one seed per run, printed so a failure can be replayed with WISP_SEED=
-H.seed = tonumber(os.getenv("WISP_SEED")) or (os.time() + math.floor(os.clock() * 1e6))
-math.randomseed(H.seed)
-if not H.seed_printed then
-    io.stderr:write("lua specs: WISP_SEED=", H.seed, "\n")
-    H.seed_printed = true
+-- one seed per run (kept in the registry, which busted's per-file
+-- insulation leaves alone), printed once so a failure can be replayed
+-- with WISP_SEED=<seed>; every spec file starts from it
+local reg = debug.getregistry()
+if not reg.wisp_spec_seed then
+    reg.wisp_spec_seed = tonumber(os.getenv("WISP_SEED")) or (os.time() + math.floor(os.clock() * 1e6))
+    io.stderr:write("lua specs: WISP_SEED=", reg.wisp_spec_seed, "\n")
 end
+H.seed = reg.wisp_spec_seed
+math.randomseed(H.seed)
 
 local random, floor, abs, exp = math.random, math.floor, math.abs, math.exp
 
