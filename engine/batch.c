@@ -221,7 +221,7 @@ static int add_row(wisp_batch *b, const uint64_t *vids, const float *vals, size_
                          nv && !vids ? (nb ? "vids" : "ids") : nv && !vals ? "vals" : vids ? "bids" : "ids");
     if ((st = reserve_row(b, nv + nb, nv, 0, 0)) != WISP_OK) return wisp_fail_context(st, "%s: row %zu", fn, b->rows);
     if (nv && (st = ensure_val_ptr(b)) != WISP_OK) return wisp_fail_context(st, "%s: row %zu", fn, b->rows);
-    uint32_t *ip = b->ids + b->nnz;
+    uint32_t *ip = b->ids ? b->ids + b->nnz : NULL;   /* NULL + 0 is undefined: ids may not exist yet */
     for (size_t i = 0; i < nv; i++) ip[i] = id32(vids[i]);
     for (size_t i = 0; i < nb; i++) ip[nv + i] = id32(bids[i]);
     if (nv) memcpy(b->vals + b->nvals, vals, nv * sizeof *vals);
@@ -395,8 +395,8 @@ int wisp_batch__reserve_line(wisp_batch *b, size_t nfeat, uint32_t **ids, float 
         b->scratch = s;
         b->scratch_cap = nc;
     }
-    *ids = b->ids + b->nnz;
-    *vals = b->vals + b->nvals;
+    *ids = b->ids ? b->ids + b->nnz : NULL;            /* nfeat 0: the arrays may not exist yet */
+    *vals = b->vals ? b->vals + b->nvals : NULL;
     *scratch = b->scratch;
     return WISP_OK;
 }

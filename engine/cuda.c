@@ -1,4 +1,4 @@
-/* cuda.c — the CUDA backend: device discovery, weights per device, pinned host memory, scoring sessions (split, shards, zero-copy, fallbacks). */
+/* cuda.c — the CUDA backend: device discovery, weights per device, pinned host memory, scoring sessions (split, shards, zero-copy, submit/wait, fallbacks). */
 #include "internal.h"
 #include "../kernels/score.cuh"
 
@@ -30,9 +30,17 @@
  * - Zero-copy (WISP_GPU_ZEROCOPY=1: batches of up to 4096 rows; =all: every
  *   batch): the kernel reads the rows straight from mapped pinned host
  *   memory and writes the probabilities there; no copies at all.
+ * - Submit/wait (wisp_session_submit): up to WISP_MAX_IN_FLIGHT batches in
+ *   flight, each in a slot (its own device buffer, staging, events, graphs)
+ *   sharing the units' two streams: batch i+1's copies queue right behind
+ *   batch i's on the copy stream and cross PCIe while batch i is scored and
+ *   its answers come back on the compute stream. A wait syncs on the
+ *   batch's own end events, never on the streams. The blocking path is
+ *   slot 0 with nothing in flight.
  * - Stage times come from CUDA events; ns_sync is the wall time from the
  *   first enqueue to the end of the synchronisation not covered by the
- *   device stages (launch gaps and waiting). With chunks, stages overlap. */
+ *   device stages (launch gaps and waiting); for a submitted batch, the time
+ *   its wait was blocked. With chunks, stages overlap. */
 
 enum { MAX_UNITS = 16, MAX_CHUNKS = 16, MAX_SHARDS = 16, MAX_COPIES = 8, MAX_GRAPHS = 8 };
 enum { FAULT_NONE = 0, FAULT_OOM, FAULT_OOM_ONCE, FAULT_STICKY };
@@ -340,7 +348,9 @@ struct gentry {
 struct unit {
     int dev;
     cudaStream_t copy, comp;               /* copies in; kernels + copies out */
+    int shared_streams;                    /* a slot's unit: the streams belong to the session's unit */
     cudaEvent_t ev[NEV];
+    cudaEvent_t fin_comp, fin_copy;        /* no timing: the batch's work on each stream is done */
     cudaEvent_t ready[MAX_CHUNKS];         /* no timing: chunk c is on the device */
     cudaEvent_t done[MAX_CHUNKS];          /* no timing: chunk c's answers are in the staging buffer */
     char *dbuf; size_t dcap;
@@ -362,6 +372,8 @@ struct unit {
     int host_out;                          /* the host copies answers chunk by chunk as they land */
 };
 
+struct job;
+
 typedef struct sess {
     cuda_ctx *ctx;
     int ndev, devs[WISP_MAX_GPUS];
@@ -374,6 +386,19 @@ typedef struct sess {
     int inline_on;                         /* tiny batches inside the launch (WISP_GPU_INLINE) */
     size_t zc_rows;                        /* zero-copy up to this many rows (0: off) */
     char *stage; size_t stage_cap; char *stage_dev;   /* pinned, mapped staging (host and device addresses) */
+    /* submit/wait. A slot holds one batch in flight: its own device buffers,
+     * staging, events and graphs, and the streams of the session's units, so
+     * the copies of successive batches queue back to back on one copy stream
+     * (two copy streams contend on PCIe: gpu_notes.md, run 4) while the
+     * kernels of the batch before run on the compute stream. slot[0] is the
+     * session itself (also used by the blocking path, with nothing in flight). */
+    struct sess *root;                     /* the session a slot belongs to (itself for the session) */
+    struct sess *slot[WISP_MAX_IN_FLIGHT]; /* root only; created on first use */
+    int qhead, qlen;                       /* root only: slots in flight, oldest first, cyclic */
+    struct job *job;                       /* this slot's batch (allocated on first submit) */
+    /* the timeline hook (root only): per batch, event times from `epoch` */
+    cudaEvent_t epoch;
+    float *tl; size_t tl_n, tl_cap;
 } sess;
 
 static int env_int(const char *name, int def, int lo, int hi)
@@ -398,31 +423,64 @@ static void unit_destroy(struct unit *u)
     if (cudaSetDevice(u->dev) != cudaSuccess) cudaGetLastError();
     graphs_clear(u);
     for (int i = 0; i < NEV; i++) if (u->ev[i]) cudaEventDestroy(u->ev[i]);
+    if (u->fin_comp) cudaEventDestroy(u->fin_comp);
+    if (u->fin_copy) cudaEventDestroy(u->fin_copy);
     for (int i = 0; i < MAX_CHUNKS; i++) if (u->ready[i]) cudaEventDestroy(u->ready[i]);
     for (int i = 0; i < MAX_CHUNKS; i++) if (u->done[i]) cudaEventDestroy(u->done[i]);
-    if (u->copy) cudaStreamDestroy(u->copy);
-    if (u->comp) cudaStreamDestroy(u->comp);
+    if (u->copy && !u->shared_streams) cudaStreamDestroy(u->copy);
+    if (u->comp && !u->shared_streams) cudaStreamDestroy(u->comp);
     if (u->dbuf) cudaFree(u->dbuf);
     cudaGetLastError();
     memset(u, 0, sizeof *u);
+}
+
+/* A slot's or the session's own memory (not the slots'). */
+static void sess_free_one(sess *s)
+{
+    for (int i = 0; i < s->nunits; i++) unit_destroy(&s->u[i]);
+    pin_free(s->ctx, s->stage);
+    wisp_free(s->job);
+    wisp_free(s);
 }
 
 static void cu_session_close(void *vs)
 {
     sess *s = vs;
     if (!s) return;
-    for (int i = 0; i < s->nunits; i++) unit_destroy(&s->u[i]);
-    pin_free(s->ctx, s->stage);
-    wisp_free(s);
+    /* session.c closes with nothing in flight; wait for the streams anyway before memory goes */
+    for (int i = 0; i < s->nunits; i++) {
+        struct unit *u = &s->u[i];
+        if (cudaSetDevice(u->dev) != cudaSuccess) cudaGetLastError();
+        if (u->comp && cudaStreamSynchronize(u->comp) != cudaSuccess) cudaGetLastError();
+        if (u->copy && cudaStreamSynchronize(u->copy) != cudaSuccess) cudaGetLastError();
+    }
+    for (int k = 1; k < WISP_MAX_IN_FLIGHT; k++)
+        if (s->slot[k]) sess_free_one(s->slot[k]);       /* before the session's units: they own the streams */
+    if (s->epoch) {
+        if (cudaSetDevice(s->u[0].dev) != cudaSuccess) cudaGetLastError();
+        cudaEventDestroy(s->epoch);
+        cudaGetLastError();
+    }
+    wisp_free(s->tl);
+    sess_free_one(s);
 }
 
-static int unit_create(sess *s, struct unit *u, int dev)
+/* A unit on dev with its own streams, or (share != NULL) with share's streams. */
+static int unit_create(sess *s, struct unit *u, int dev, const struct unit *share)
 {
     u->dev = dev;
     cudaError_t e = cudaSetDevice(dev);
-    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&u->copy, cudaStreamNonBlocking);
-    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&u->comp, cudaStreamNonBlocking);
+    if (share) {
+        u->copy = share->copy;
+        u->comp = share->comp;
+        u->shared_streams = 1;
+    } else {
+        if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&u->copy, cudaStreamNonBlocking);
+        if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&u->comp, cudaStreamNonBlocking);
+    }
     for (int i = 0; e == cudaSuccess && i < NEV; i++) e = cudaEventCreate(&u->ev[i]);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&u->fin_comp, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&u->fin_copy, cudaEventDisableTiming);
     for (int i = 0; e == cudaSuccess && i < MAX_CHUNKS; i++)
         e = cudaEventCreateWithFlags(&u->ready[i], cudaEventDisableTiming);
     for (int i = 0; e == cudaSuccess && i < MAX_CHUNKS; i++)
@@ -447,12 +505,14 @@ static int cu_session_open(void *vctx, const int *devs, int ndev, void **out)
     sess *s = wisp_calloc(1, sizeof *s);
     if (!s) return wisp_fail(WISP_ENOMEM, "cuda: out of host memory for a session");
     s->ctx = ctx;
+    s->root = s;
+    s->slot[0] = s;
     s->ndev = ndev;
     memcpy(s->devs, devs, (size_t)ndev * sizeof *devs);
     const char *f = getenv("WISP_FAULT_GPU");
-    if (f && !strcmp(f, "oom")) s->fault = FAULT_OOM;
-    else if (f && !strcmp(f, "oom1")) s->fault = FAULT_OOM_ONCE;
-    else if (f && !strcmp(f, "sticky")) s->fault = FAULT_STICKY;
+    if (f && !strcmp(f, "oom")) s->root->fault = FAULT_OOM;
+    else if (f && !strcmp(f, "oom1")) s->root->fault = FAULT_OOM_ONCE;
+    else if (f && !strcmp(f, "sticky")) s->root->fault = FAULT_STICKY;
     s->shards_env = env_int("WISP_GPU_SHARDS", 0, 0, MAX_SHARDS);
     s->parts_env = env_int("WISP_GPU_PARTS", 0, 0, MAX_UNITS);
     s->chunks_env = env_int("WISP_GPU_CHUNKS", 0, 0, MAX_CHUNKS);
@@ -470,7 +530,7 @@ static int cu_session_open(void *vctx, const int *devs, int ndev, void **out)
     else if (s->parts_env > ndev) nunits = s->parts_env;
     s->nunits = nunits;
     for (int i = 0; i < nunits; i++) {
-        int st = unit_create(s, &s->u[i], devs[i % ndev]);
+        int st = unit_create(s, &s->u[i], devs[i % ndev], NULL);
         if (st != WISP_OK) {
             cu_session_close(s);
             return st;
@@ -517,8 +577,8 @@ static uint32_t pow2_at_least(uint64_t x, uint32_t lo)
 
 static int grow_dbuf(sess *s, struct unit *u, size_t need)
 {
-    if (s->fault == FAULT_OOM || (s->fault == FAULT_OOM_ONCE && !s->fault_fired)) {
-        s->fault_fired = 1;
+    if (s->root->fault == FAULT_OOM || (s->root->fault == FAULT_OOM_ONCE && !s->root->fault_fired)) {
+        s->root->fault_fired = 1;
         return wisp_fail(WISP_EDEVICE, "gpu:%d: out of device memory (%zu bytes for a batch; injected by WISP_FAULT_GPU)",
                          u->dev, need);
     }
@@ -589,6 +649,7 @@ struct job {
     const char *err_what;
     uint64_t bytes_h2d, bytes_d2h, ns_stage;
     uint64_t *stats;
+    uint64_t t_enq;                           /* when the first work was enqueued */
 };
 
 #define JOB_CHECK(j, u, call, what) do { \
@@ -693,8 +754,8 @@ static void fill_params(const struct job *j, const struct unit *u, int i, size_t
 static int sticky_hook(struct job *j, struct unit *u, cudaStream_t st)
 {
     sess *s = j->s;
-    if (s->fault != FAULT_STICKY || s->fault_fired) return 0;
-    s->fault_fired = 1;
+    if (s->root->fault != FAULT_STICKY || s->root->fault_fired) return 0;
+    s->root->fault_fired = 1;
     JOB_CHECK(j, u, wisp_k_trap(st), "launching the score kernel");
     return 1;
 }
@@ -762,8 +823,8 @@ static cudaGraphExec_t small_graph(struct job *j, struct unit *u)
     return exec;
 }
 
-/* Enqueue everything unit u does for this batch. */
-static void enqueue_unit(struct job *j, struct unit *u)
+/* Enqueue everything unit u does for this batch (see enqueue_unit). */
+static void enqueue_unit_work(struct job *j, struct unit *u)
 {
     sess *s = j->s;
     const wisp_batch *b = j->b;
@@ -942,6 +1003,17 @@ static void enqueue_unit(struct job *j, struct unit *u)
     u->launched = timing && j->err == cudaSuccess;
 }
 
+/* Enqueue unit u's part of the batch, then mark its end on each stream it
+ * used: a wait syncs on these events, not on the streams, which may
+ * already hold the next batches (submit/wait). */
+static void enqueue_unit(struct job *j, struct unit *u)
+{
+    enqueue_unit_work(j, u);
+    if (j->err != cudaSuccess) return;
+    JOB_CHECK(j, u, cudaEventRecord(u->fin_comp, u->comp), "recording an event");
+    if (!j->small && !j->zc) JOB_CHECK(j, u, cudaEventRecord(u->fin_copy, u->copy), "recording an event");
+}
+
 static float elapsed_ms(cudaEvent_t a, cudaEvent_t b)
 {
     float ms = 0;
@@ -956,11 +1028,15 @@ static float elapsed_ms(cudaEvent_t a, cudaEvent_t b)
  * most MAX_CHUNKS_AUTO (measured on the H200, scripts/gpu_notes.md: 4 to 8
  * equal chunks beat 1, 2 and 16, and beat a schedule of halving chunks, whose
  * small kernels are latency-bound and pile up after the last copy).
+ * A batch submitted while others are in flight goes in one chunk: the
+ * pipeline across batches already overlaps its copy with their kernels, and
+ * each copy start costs ~4 us of link time (gpu_notes.md, run 3).
  * WISP_GPU_CHUNKS=n asks for n chunks. */
 static void chunk_bounds(const sess *s, const wisp_batch *b, struct unit *u)
 {
     const size_t urows = u->r1 - u->r0;
     int n = s->chunks_env;
+    if (!n && s->root->qlen > 0) n = 1;   /* submitted behind other batches: their kernels overlap this copy, so one chunk (fewest copies) */
     if (!n) {
         uint64_t c = ((uint64_t)u->nnz + CHUNK_NNZ - 1) / CHUNK_NNZ;
         n = c < 1 ? 1 : c > MAX_CHUNKS_AUTO ? MAX_CHUNKS_AUTO : (int)c;
@@ -1012,7 +1088,7 @@ static int plan(struct job *j)
     j->small = bytes < STAGE_ALL_BYTES;
     /* a tiny batch on one unit travels inside the kernel launch */
     if (j->small && !j->sharded && s->nunits == 1 && s->inline_on && bytes / 4 <= WISP_TINY_WORDS
-        && !(s->fault == FAULT_STICKY && !s->fault_fired))
+        && !(s->root->fault == FAULT_STICKY && !s->root->fault_fired))
         j->inl = j->zc = 1;
     if (j->small) {
         j->staged = 1;
@@ -1062,8 +1138,9 @@ static int plan(struct job *j)
             u->nvals = j->vm == WISP_VALUES_ALL ? u->nnz : 0;
         }
         /* a small batch on one unit goes through a graph captured for its bucket of sizes */
-        u->graph = j->small && !j->zc && !j->sharded && nunits == 1 && s->graphs
-                   && !(s->fault == FAULT_STICKY && !s->fault_fired);
+        /* (not while other batches are queued on the stream it would be captured on: plain launches then) */
+        u->graph = j->small && !j->zc && !j->sharded && nunits == 1 && s->graphs && s->root->qlen == 0
+                   && !(s->root->fault == FAULT_STICKY && !s->root->fault_fired);
         if (u->graph) {
             u->rows_b = pow2_at_least(urows, 16);
             u->nnz_b = pow2_at_least(u->nnz, 256);
@@ -1116,92 +1193,117 @@ static int unit_active(const struct job *j, const struct unit *u)
     return j->sharded || u->r1 > u->r0;
 }
 
-static int cu_score(void *vs, wisp_model *m, const wisp_batch *b, float *out, uint64_t *stats)
+/* Check the batch and the model, plan, and enqueue everything; j->t_enq is
+ * when the first work went in. A failure before anything was enqueued is
+ * returned; a failure while enqueueing is left in j->err for job_finish. */
+static int job_start(sess *s, struct job *j, wisp_model *m, const wisp_batch *b, float *out, uint64_t *stats,
+                     const char *fn)
 {
-    sess *s = vs;
     if (!s || !m || !b || (!out && b->rows))
-        return wisp_fail(WISP_EINVAL, "cuda: score: %s is NULL", !s ? "session" : !m ? "model" : !b ? "batch" : "out");
+        return wisp_fail(WISP_EINVAL, "cuda: %s: %s is NULL", fn, !s ? "session" : !m ? "model" : !b ? "batch" : "out");
     const size_t rows = b->rows;
-    if (rows == 0) return WISP_OK;
     const uint32_t *rp = b->row_ptr;
-    if (rows > WISP_MAX_ROWS || !rp)
-        return wisp_fail(WISP_EINVAL, "cuda: score: a batch of %zu rows%s", rows, rp ? " is over the limit" : " has no row offsets");
+    if (rows == 0 || rows > WISP_MAX_ROWS || !rp)
+        return wisp_fail(WISP_EINVAL, "cuda: %s: a batch of %zu rows%s", fn, rows,
+                         !rows ? " (empty batches are the caller's)" : rp ? " is over the limit" : " has no row offsets");
     if (rp[rows] < rp[0])
-        return wisp_fail(WISP_EINVAL, "cuda: score: row offsets decrease (row_ptr[0] = %u, row_ptr[%zu] = %u)", rp[0], rows, rp[rows]);
+        return wisp_fail(WISP_EINVAL, "cuda: %s: row offsets decrease (row_ptr[0] = %u, row_ptr[%zu] = %u)", fn, rp[0], rows, rp[rows]);
     const int vm = b->value_mode;
     if ((rp[rows] > rp[0] && !b->ids) || vm < WISP_VALUES_NONE || vm > WISP_VALUES_MIXED
         || (vm == WISP_VALUES_MIXED && (!b->val_ptr || (b->val_ptr[rows] < b->val_ptr[0])))
         || (vm != WISP_VALUES_NONE && !b->vals && (vm == WISP_VALUES_ALL ? rp[rows] > rp[0] : b->val_ptr[rows] > b->val_ptr[0])))
-        return wisp_fail(WISP_EINVAL, "cuda: score: the batch's arrays do not match its value mode %d", vm);
+        return wisp_fail(WISP_EINVAL, "cuda: %s: the batch's arrays do not match its value mode %d", fn, vm);
     if (m->num_features > WISP_MAX_FEATURES || (m->num_features && !m->weights)
         || m->dtype < WISP_F32 || m->dtype > WISP_I8)
-        return wisp_fail(WISP_EINVAL, "cuda: score: the model has no usable weight table");
+        return wisp_fail(WISP_EINVAL, "cuda: %s: the model has no usable weight table", fn);
 
-    struct job j;
-    memset(&j, 0, sizeof j);
-    j.s = s;
-    j.m = m;
-    j.b = b;
-    j.out = out;
-    j.vm = vm;
-    j.dtype = m->dtype;
-    j.nf = (uint32_t)m->num_features;
-    j.stats = stats;
-    j.err = cudaSuccess;
-    j.lanes = s->lanes_env ? s->lanes_env : wisp_k_lanes_for((double)(rp[rows] - rp[0]) / (double)rows);
-    int st = plan(&j);
+    memset(j, 0, sizeof *j);
+    j->s = s;
+    j->m = m;
+    j->b = b;
+    j->out = out;
+    j->vm = vm;
+    j->dtype = m->dtype;
+    j->nf = (uint32_t)m->num_features;
+    j->stats = stats;
+    j->err = cudaSuccess;
+    j->lanes = s->lanes_env ? s->lanes_env : wisp_k_lanes_for((double)(rp[rows] - rp[0]) / (double)rows);
+    int st = plan(j);
     if (st != WISP_OK) return st;               /* nothing was enqueued */
 
-    const uint64_t t_enq = wisp_now_ns();
-    for (int k = 0; k < s->nunits && j.err == cudaSuccess; k++)
-        if (unit_active(&j, &s->u[k])) enqueue_unit(&j, &s->u[k]);
+    j->t_enq = wisp_now_ns();
+    for (int k = 0; k < s->nunits && j->err == cudaSuccess; k++)
+        if (unit_active(j, &s->u[k])) enqueue_unit(j, &s->u[k]);
+    return WISP_OK;
+}
+
+/* Wait for the batch of j (enqueued by job_start), gather its answers into
+ * its out, add its statistics. async: the batch was submitted earlier
+ * (its host staging time was counted then; ns_sync is the time blocked here). */
+static int job_finish(struct job *j, uint64_t *stats, int async)
+{
+    sess *s = j->s;
+    wisp_model *m = j->m;
+    float *out = j->out;
+    const size_t rows = j->b->rows;
+    const uint64_t t_wait = wisp_now_ns();
+    j->stats = stats;
     /* answers bound for pageable memory: copied chunk by chunk as they land,
      * while later chunks are still in flight */
-    for (int k = 0; k < s->nunits && j.err == cudaSuccess; k++) {
+    for (int k = 0; k < s->nunits && j->err == cudaSuccess; k++) {
         struct unit *u = &s->u[k];
-        if (!unit_active(&j, u) || !u->host_out) continue;
-        const char *hres = (j.staged ? s->stage + u->soff + u->L.cnt : s->stage + u->soff) + (u->L.out - u->L.cnt);
+        if (!unit_active(j, u) || !u->host_out) continue;
+        const char *hres = (j->staged ? s->stage + u->soff + u->L.cnt : s->stage + u->soff) + (u->L.out - u->L.cnt);
         for (int c = 0; c < u->nchunks; c++) {
             if (cudaEventSynchronize(u->done[c]) != cudaSuccess) break;    /* the sync below reports it */
             memcpy(out + u->r0 + u->cb[c], hres + u->cb[c] * 4, (u->cb[c + 1] - u->cb[c]) * 4);
         }
     }
+    /* the batch's end on each stream; after a failure while enqueueing (the
+     * end events may not be recorded), the whole streams */
+    const int enq_failed = j->err != cudaSuccess;
     cudaError_t serr = cudaSuccess;
     int sdev = -1;
     for (int k = 0; k < s->nunits; k++) {
         struct unit *u = &s->u[k];
-        if (!unit_active(&j, u)) continue;
+        if (!unit_active(j, u)) continue;
         cudaError_t e = cudaSetDevice(u->dev);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(u->comp);
-        if (e == cudaSuccess && !j.small && !j.zc) e = cudaStreamSynchronize(u->copy);
+        if (enq_failed) {
+            if (e == cudaSuccess) e = cudaStreamSynchronize(u->comp);
+            if (e == cudaSuccess && !j->small && !j->zc) e = cudaStreamSynchronize(u->copy);
+        } else {
+            if (e == cudaSuccess) e = cudaEventSynchronize(u->fin_comp);
+            if (e == cudaSuccess && !j->small && !j->zc) e = cudaEventSynchronize(u->fin_copy);
+        }
         if (e != cudaSuccess && serr == cudaSuccess) {
             serr = e;
             sdev = u->dev;
         }
     }
     const uint64_t t_done = wisp_now_ns();
-    if (j.err == cudaSuccess && serr != cudaSuccess) {
-        j.err = serr;
-        j.err_dev = sdev;
-        j.err_what = "scoring a batch";
+    if (j->err == cudaSuccess && serr != cudaSuccess) {
+        j->err = serr;
+        j->err_dev = sdev;
+        j->err_what = "scoring a batch";
     }
-    if (j.err != cudaSuccess) {
-        cudaError_t e = j.err;
+    if (j->err != cudaSuccess) {
+        cudaError_t e = j->err;
         cudaGetLastError();                     /* clears a recoverable error */
         int sticky = is_sticky(e);
-        for (int k = 0; k < s->nunits && !sticky; k++) {   /* does the device still answer? */
-            if (s->u[k].dev != j.err_dev) continue;
-            cudaError_t q = cudaSetDevice(j.err_dev);
-            if (q == cudaSuccess) q = cudaStreamSynchronize(s->u[k].comp);
-            if (q == cudaSuccess) q = cudaStreamSynchronize(s->u[k].copy);
+        for (int k = 0; k < s->nunits; k++) {   /* nothing of the batch may still be running; does the device still answer? */
+            struct unit *u = &s->u[k];
+            if (!unit_active(j, u)) continue;
+            cudaError_t q = cudaSetDevice(u->dev);
+            if (q == cudaSuccess) q = cudaStreamSynchronize(u->comp);
+            if (q == cudaSuccess) q = cudaStreamSynchronize(u->copy);
             if (q != cudaSuccess) {
-                sticky = is_sticky(q);
+                if (u->dev == j->err_dev && !sticky) sticky = is_sticky(q);
                 cudaGetLastError();
             }
         }
-        if (sticky) mark_unusable(s->ctx, j.err_dev, e);
-        st = err_fail(j.err_dev, j.err_what ? j.err_what : "scoring a batch", e);
-        if (sticky) wisp_fail_context(st, "sticky CUDA error, gpu:%d is marked unusable", j.err_dev);
+        if (sticky) mark_unusable(s->ctx, j->err_dev, e);
+        int st = err_fail(j->err_dev, j->err_what ? j->err_what : "scoring a batch", e);
+        if (sticky) wisp_fail_context(st, "sticky CUDA error, gpu:%d is marked unusable", j->err_dev);
         return st;
     }
 
@@ -1209,28 +1311,28 @@ static int cu_score(void *vs, wisp_model *m, const wisp_batch *b, float *out, ui
     uint64_t oor = 0;
     for (int k = 0; k < s->nunits; k++) {
         struct unit *u = &s->u[k];
-        if (!unit_active(&j, u)) continue;
+        if (!unit_active(j, u)) continue;
         const size_t urows = u->r1 - u->r0;
         const struct lay *L = &u->L;
-        if (j.zc) {
+        if (j->zc) {
             const char *h = s->stage + u->soff;
             memcpy(out + u->r0, h + L->out, urows * 4);
             const uint32_t *o = (const uint32_t *)(h + L->oorr);
             for (size_t r = 0; r < urows; r++) oor += o[r];
             continue;
         }
-        const char *hout = j.staged ? s->stage + u->soff + L->cnt : s->stage + u->soff;
+        const char *hout = j->staged ? s->stage + u->soff + L->cnt : s->stage + u->soff;
         uint64_t c;
         memcpy(&c, hout, sizeof c);
         oor += c;
-        if (!j.sharded && !u->direct_out && !u->host_out) memcpy(out + u->r0, hout + (L->out - L->cnt), urows * 4);
+        if (!j->sharded && !u->direct_out && !u->host_out) memcpy(out + u->r0, hout + (L->out - L->cnt), urows * 4);
     }
-    if (j.sharded) {
+    if (j->sharded) {
         const float bias = (float)m->bias;
-        for (int sh = 0; sh < j.nshards; sh++) {
+        for (int sh = 0; sh < j->nshards; sh++) {
             const struct unit *u = &s->u[sh % s->nunits];
             const size_t i = (size_t)(sh / s->nunits);
-            const char *hout = (j.staged ? s->stage + u->soff + u->L.cnt : s->stage + u->soff) + (u->L.out - u->L.cnt);
+            const char *hout = (j->staged ? s->stage + u->soff + u->L.cnt : s->stage + u->soff) + (u->L.out - u->L.cnt);
             const float *part = (const float *)hout + i * rows;
             if (sh == 0) memcpy(out, part, rows * 4);
             else for (size_t r = 0; r < rows; r++) out[r] += part[r];
@@ -1243,10 +1345,10 @@ static int cu_score(void *vs, wisp_model *m, const wisp_batch *b, float *out, ui
     int timed = 0;
     for (int k = 0; k < s->nunits; k++) {
         struct unit *u = &s->u[k];
-        if (!unit_active(&j, u) || !u->launched) continue;
+        if (!unit_active(j, u) || !u->launched) continue;
         timed = 1;
         double uh = 0, uk = 0, ud = 0;
-        if (j.zc || j.small) {
+        if (j->zc || j->small) {
             uk = elapsed_ms(u->ev[EV_START], u->ev[EV_END]);
         } else {
             uh = elapsed_ms(u->ev[EV_START], u->ev[EV_H2D]);
@@ -1259,17 +1361,122 @@ static int cu_score(void *vs, wisp_model *m, const wisp_batch *b, float *out, ui
         if ((uint64_t)(uk * 1e6) > ker) ker = (uint64_t)(uk * 1e6);
         if ((uint64_t)(ud * 1e6) > d2h) d2h = (uint64_t)(ud * 1e6);
     }
-    const uint64_t wall = t_done - t_enq;
-    if (!timed) ker = wall > j.ns_stage ? wall - j.ns_stage : 0;
-    const uint64_t staged = h2d + ker + d2h + j.ns_stage;
-    stats[WISP_STAT_NS_H2D] += h2d + j.ns_stage;
+    uint64_t sync;
+    if (async) {
+        /* the host staging was counted at submit; the time blocked here is the wait */
+        const uint64_t waited = t_done - t_wait;
+        if (!timed) ker = waited;
+        sync = timed ? waited : 0;
+        stats[WISP_STAT_NS_H2D] += h2d;
+    } else {
+        const uint64_t wall = t_done - j->t_enq;
+        if (!timed) ker = wall > j->ns_stage ? wall - j->ns_stage : 0;
+        const uint64_t staged = h2d + ker + d2h + j->ns_stage;
+        sync = wall > staged ? wall - staged : 0;
+        stats[WISP_STAT_NS_H2D] += h2d + j->ns_stage;
+    }
     stats[WISP_STAT_NS_KERNEL] += ker;
     stats[WISP_STAT_NS_D2H] += d2h;
-    stats[WISP_STAT_NS_SYNC] += wall > staged ? wall - staged : 0;
-    stats[WISP_STAT_BYTES_H2D] += j.bytes_h2d;
-    stats[WISP_STAT_BYTES_D2H] += j.bytes_d2h;
+    stats[WISP_STAT_NS_SYNC] += sync;
+    stats[WISP_STAT_BYTES_H2D] += j->bytes_h2d;
+    stats[WISP_STAT_BYTES_D2H] += j->bytes_d2h;
     stats[WISP_STAT_OUT_OF_RANGE] += oor;
+
+    /* the timeline hook: the first unit's stages, in ms from the epoch */
+    sess *root = s->root;
+    struct unit *u0 = &s->u[0];
+    if (root->tl && root->tl_n < root->tl_cap && unit_active(j, u0) && u0->launched) {
+        float *e = root->tl + 6 * root->tl_n++;
+        for (int i = 0; i < 6; i++) e[i] = -1;
+        if (j->zc || j->small) {
+            e[2] = elapsed_ms(root->epoch, u0->ev[EV_START]);
+            e[3] = elapsed_ms(root->epoch, u0->ev[EV_END]);
+        } else {
+            const int last = u0->nchunks - 1;
+            e[0] = elapsed_ms(root->epoch, u0->ev[EV_START]);
+            e[1] = elapsed_ms(root->epoch, u0->ev[EV_H2D]);
+            e[2] = elapsed_ms(root->epoch, u0->ev[EV_CHUNK]);
+            e[3] = elapsed_ms(root->epoch, u0->ev[EV_CHUNK + 3 * last + 1]);
+            e[4] = elapsed_ms(root->epoch, u0->ev[EV_CHUNK + 1]);
+            e[5] = elapsed_ms(root->epoch, u0->ev[EV_END]);
+        }
+    }
     return WISP_OK;
+}
+
+static int cu_score(void *vs, wisp_model *m, const wisp_batch *b, float *out, uint64_t *stats)
+{
+    sess *s = vs;
+    if (s && s->qlen)
+        return wisp_fail(WISP_ESTATE, "cuda: score: %d submitted batches are still in flight", s->qlen);
+    if (b && b->rows == 0 && s && m) return WISP_OK;
+    struct job j;
+    int st = job_start(s, &j, m, b, out, stats, "score");
+    if (st != WISP_OK) return st;
+    return job_finish(&j, stats, 0);
+}
+
+/* slot k of the session: created on first use, sharing the session's streams */
+static int slot_get(sess *root, int k, sess **out)
+{
+    sess *s = root->slot[k];
+    if (!s) {
+        s = wisp_calloc(1, sizeof *s);
+        if (!s) return wisp_fail(WISP_ENOMEM, "cuda: out of host memory for a submit slot");
+        s->ctx = root->ctx;
+        s->root = root;
+        s->ndev = root->ndev;
+        memcpy(s->devs, root->devs, sizeof s->devs);
+        s->shards_env = root->shards_env;
+        s->parts_env = root->parts_env;
+        s->chunks_env = root->chunks_env;
+        s->lanes_env = root->lanes_env;
+        s->timing = root->timing;
+        s->graphs = root->graphs;
+        s->inline_on = root->inline_on;
+        s->zc_rows = root->zc_rows;
+        s->nunits = root->nunits;
+        for (int i = 0; i < s->nunits; i++) {
+            int st = unit_create(s, &s->u[i], root->u[i].dev, &root->u[i]);
+            if (st != WISP_OK) {
+                sess_free_one(s);
+                return st;
+            }
+        }
+        root->slot[k] = s;
+    }
+    if (!s->job && !(s->job = wisp_calloc(1, sizeof *s->job)))
+        return wisp_fail(WISP_ENOMEM, "cuda: out of host memory for a submit slot");
+    *out = s;
+    return WISP_OK;
+}
+
+static int cu_submit(void *vs, wisp_model *m, const wisp_batch *b, float *out, uint64_t *stats)
+{
+    sess *root = vs;
+    if (!root) return wisp_fail(WISP_EINVAL, "cuda: submit: session is NULL");
+    if (root->qlen >= WISP_MAX_IN_FLIGHT)
+        return wisp_fail(WISP_ESTATE, "cuda: submit: %d batches are already in flight", root->qlen);
+    sess *s = NULL;
+    int st = slot_get(root, (root->qhead + root->qlen) % WISP_MAX_IN_FLIGHT, &s);
+    if (st != WISP_OK) return st;
+    struct job *j = s->job;
+    st = job_start(s, j, m, b, out, stats, "submit");
+    if (st != WISP_OK) return st;               /* nothing was enqueued */
+    if (j->err != cudaSuccess) return job_finish(j, stats, 0);   /* waits for what went in, reports the failure */
+    stats[WISP_STAT_NS_H2D] += j->ns_stage;     /* host packing, done by now */
+    root->qlen++;
+    return WISP_OK;
+}
+
+static int cu_wait(void *vs, uint64_t *stats)
+{
+    sess *root = vs;
+    if (!root || !root->qlen) return wisp_fail(WISP_ESTATE, "cuda: wait: no batch is in flight");
+    sess *s = root->slot[root->qhead];
+    root->qhead = (root->qhead + 1) % WISP_MAX_IN_FLIGHT;
+    root->qlen--;
+    return job_finish(s->job, stats, 1);
 }
 
 /* ---- test and benchmark hook (not in wisp.h) ---------------------------------------
@@ -1352,6 +1559,60 @@ int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int
     return WISP_OK;
 }
 
+/* ---- timeline hook (not in wisp.h; for scripts/bench_gpu.py) -------------------------
+ * wisp_cuda_timeline_start: from now on, keep up to cap batches' stage times
+ * (clearing what was kept), measured from an event recorded now on the
+ * session's first device; call it with nothing in flight, after the session
+ * scored on a GPU once. wisp_cuda_timeline_read: copy up to cap batches into
+ * ms, 6 floats each (ms from that event; -1 when not measured): h2d start,
+ * h2d end, kernel start (first chunk), kernel end (last chunk), d2h start
+ * (end of the first chunk's kernel), d2h end. Returns the number kept
+ * (>= 0), or a negative status. Small batches have kernel start/end only
+ * (and only with WISP_GPU_TIMING=1). */
+int wisp_cuda_timeline_start(wisp_session *ws, size_t cap);
+int wisp_cuda_timeline_read(wisp_session *ws, float *ms, size_t cap);
+
+static sess *hook_sess(wisp_session *ws, const char *fn)
+{
+    sess *s = ws ? ws->gpu_sctx : NULL;
+    if (!s || ws->eng->gpu != wisp_cuda_backend()) {
+        wisp_fail(WISP_ESTATE, "%s: the session has not scored on a GPU yet", fn);
+        return NULL;
+    }
+    return s;
+}
+
+int wisp_cuda_timeline_start(wisp_session *ws, size_t cap)
+{
+    sess *s = hook_sess(ws, "wisp_cuda_timeline_start");
+    if (!s) return WISP_ESTATE;
+    if (cap == 0 || cap > ((size_t)1 << 24)) return wisp_fail(WISP_EINVAL, "wisp_cuda_timeline_start: cap %zu", cap);
+    float *tl = wisp_malloc(cap * 6 * sizeof *tl);
+    if (!tl) return wisp_fail(WISP_ENOMEM, "wisp_cuda_timeline_start: out of memory");
+    cudaError_t e = cudaSetDevice(s->u[0].dev);
+    if (e == cudaSuccess && !s->epoch) e = cudaEventCreate(&s->epoch);
+    if (e == cudaSuccess) e = cudaEventRecord(s->epoch, s->u[0].comp);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        wisp_free(tl);
+        return err_fail(s->u[0].dev, "recording the timeline's origin", e);
+    }
+    wisp_free(s->tl);
+    s->tl = tl;
+    s->tl_cap = cap;
+    s->tl_n = 0;
+    return WISP_OK;
+}
+
+int wisp_cuda_timeline_read(wisp_session *ws, float *ms, size_t cap)
+{
+    sess *s = hook_sess(ws, "wisp_cuda_timeline_read");
+    if (!s) return WISP_ESTATE;
+    size_t n = s->tl_n < cap ? s->tl_n : cap;
+    if (n && ms) memcpy(ms, s->tl, n * 6 * sizeof *ms);
+    return (int)(s->tl_n > (size_t)INT32_MAX ? INT32_MAX : s->tl_n);
+}
+
 /* ---- the backend table ------------------------------------------------------------ */
 
 static const wisp_backend cuda_backend = {
@@ -1366,6 +1627,8 @@ static const wisp_backend cuda_backend = {
     .session_open = cu_session_open,
     .session_close = cu_session_close,
     .score = cu_score,
+    .submit = cu_submit,
+    .wait = cu_wait,
     .model_release = cu_model_release,
     .host_alloc = cu_host_alloc,
     .host_free = cu_host_free,

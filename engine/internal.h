@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <string.h>
 
 #if defined(__GNUC__)
 #define WISP_LIKELY(x)   __builtin_expect(!!(x), 1)
@@ -82,6 +83,18 @@ typedef struct wisp_backend {
     /* Score b into out (host memory). Adds its stage times and bytes into
      * stats[WISP_STAT_*]. On failure the caller falls back to the CPU. */
     int  (*score)(void *sctx, wisp_model *m, const wisp_batch *b, float *out, uint64_t *stats);
+    /* Asynchronous scoring (optional: both NULL, and session.c scores with
+     * `score` at submit time). submit enqueues b -> out and returns; wait
+     * completes the OLDEST submitted batch (first in, first out) and adds
+     * its stage times and bytes into stats. session.c keeps at most
+     * WISP_MAX_IN_FLIGHT batches submitted and not yet waited for, calls
+     * wait exactly once for each submit that returned WISP_OK, and calls
+     * `score` or session_close only with nothing in flight. A failed submit
+     * leaves nothing in flight (its device work, if any, finished);
+     * a failed wait means b's answers are not (all) in out, and the caller
+     * scores b on the CPU. b and out stay untouched until the wait. */
+    int  (*submit)(void *sctx, wisp_model *m, const wisp_batch *b, float *out, uint64_t *stats);
+    int  (*wait)(void *sctx, uint64_t *stats);
     /* Release device copies of a model being freed. Optional (NULL: nothing to release). */
     void (*model_release)(void *ctx, wisp_model *m);
     /* Pinned host memory for batches. Optional (NULL: plain memory). */
@@ -89,7 +102,7 @@ typedef struct wisp_backend {
     void  (*host_free)(void *ctx, void *p);
 } wisp_backend;
 
-#define WISP_BACKEND_VERSION 1
+#define WISP_BACKEND_VERSION 2   /* 2: submit/wait */
 
 /* The CUDA backend, or NULL in a build without CUDA (engine/cuda_stub.c). */
 const wisp_backend *wisp_cuda_backend(void);
@@ -209,8 +222,227 @@ struct wisp_session {
     void *gpu_sctx;              /* backend session state, opened lazily */
     bool gpu_open_failed;
     uint64_t stats[WISP_STAT_COUNT];
+    /* batches submitted and not yet waited for (wisp_session_submit/wait):
+     * a ring of WISP_MAX_PENDING, oldest at pend_head */
+    struct wisp_pending {
+        const wisp_batch *b;
+        float *out;
+        int on_gpu;              /* 1: in the backend, not yet completed; 0: answers in out */
+        int status;              /* what wait returns once completed */
+    } pend[WISP_MAX_PENDING];
+    int pend_head, npend;
+    int ngpu_pend;               /* entries with on_gpu (they are the backend's in-flight batches, in order) */
+    int max_in_flight;           /* 1..WISP_MAX_IN_FLIGHT (WISP_MAX_IN_FLIGHT env to lower it) */
 };
 
 enum { WISP_PLACE_CPU = 0, WISP_PLACE_GPU = 1, WISP_PLACE_AUTO = 2 };
+
+
+/* ---- feature columns and raw inputs (columns.c, tsv.c, farmhash.c) ------------
+ * Added for issue 4 (feature columns). The description is parsed once into
+ * an immutable wisp_columns; a wisp_raw holds raw inputs column by column
+ * (the layout a device transform would ship: per input, row offsets and
+ * values; strings as byte offsets + bytes). */
+
+enum { WISP_NODE_NUMERIC = 0, WISP_NODE_BUCKETIZED, WISP_NODE_HASH, WISP_NODE_VOCAB,
+       WISP_NODE_IDENTITY, WISP_NODE_CROSSED };
+enum { WISP_NORM_NONE = 0, WISP_NORM_STANDARD = 1, WISP_NORM_AFFINE = 2 };
+
+struct wisp_input {
+    char *name;
+    size_t name_len;
+    int dtype;                   /* WISP_INPUT_* */
+    bool sparse;
+    bool has_default;            /* dense inputs: the value of a missing cell */
+    float def_f;
+    int64_t def_i;
+    char *def_s;
+    uint32_t def_len;
+    bool need_fp;                /* a string input whose fingerprints a column uses */
+};
+
+/* A crossed column's key: a raw input, or a categorical node. */
+struct wisp_cross_key {
+    bool raw;
+    uint32_t index;              /* input index (raw) or node index */
+};
+
+struct wisp_node {
+    int kind;                    /* WISP_NODE_* */
+    bool scalar;                 /* at most one id (or value) per row: every input it reads is dense */
+    uint32_t input;              /* numeric, hash, vocabulary, identity */
+    /* numeric: y = (x - a) / b (standard) or x * a + b (affine), in float32 */
+    int norm;
+    float norm_a, norm_b;
+    /* bucketized */
+    uint32_t source;             /* a numeric node */
+    float *bounds;
+    uint32_t nbounds;
+    /* hash, identity, crossed: the bucket count; vocabulary: size + oov */
+    uint64_t buckets;
+    uint64_t magic_lo, magic_hi; /* 2^128 / buckets + 1, for h % buckets without a division */
+    /* vocabulary, identity */
+    bool has_default;
+    int64_t default_value;
+    uint64_t num_oov;
+    uint32_t vocab_n;
+    int64_t *vocab_int;          /* int64 vocabularies */
+    char **vocab_str;            /* string vocabularies */
+    uint32_t *vocab_len;
+    uint64_t *vocab_hash;        /* per entry: the key's hash (strings: Fingerprint64) */
+    uint32_t *vocab_slots;       /* open addressing: entry + 1, 0 = empty */
+    uint32_t vocab_mask;
+    /* crossed: keys in TensorFlow's order (sparse ones first, then dense raw inputs) */
+    struct wisp_cross_key *keys;
+    uint32_t nkeys;
+    uint64_t hash_key;
+};
+
+struct wisp_column {
+    char *name;
+    uint32_t node;
+    uint64_t offset, size;
+};
+
+struct wisp_columns {
+    atomic_int refs;
+    struct wisp_input *inputs;  size_t ninputs;
+    struct wisp_node *nodes;    size_t nnodes;
+    struct wisp_column *cols;   size_t ncols;
+    uint64_t num_features;
+    uint32_t *name_slots;        /* input names, open addressing: index + 1 */
+    uint32_t name_mask;
+};
+
+void wisp_columns_retain(wisp_columns *c);
+
+struct wisp_raw_input {
+    uint32_t *row_ptr;           /* row_cap + 1 */
+    void *vals;                  /* float or int64_t, val_cap entries */
+    size_t n, val_cap;
+    uint32_t *str_off;           /* strings: val_cap + 1 byte offsets */
+    char *bytes;
+    size_t nbytes, bytes_cap;
+};
+
+struct wisp_raw {
+    wisp_engine *eng;
+    wisp_columns *cols;
+    size_t rows, row_cap;
+    struct wisp_raw_input *in;   /* one per input of cols */
+    uint64_t *lines;             /* row_cap */
+    /* bad rows */
+    struct wisp_bad_row *bad; size_t nbad, bad_cap;
+    char *msgs; size_t msgs_len, msgs_cap;
+    /* the open row */
+    bool open, open_bad;
+    uint64_t open_line;
+    char open_msg[256];
+    /* delimited text */
+    int delim;                   /* 0 until a schema is set */
+    bool want_header;
+    int32_t *field_input;        /* per field: input index or -1 */
+    size_t nfields;
+    char *qbuf; size_t qbuf_cap; /* unquoted CSV field */
+    /* the text readers' reserve (wisp_raw__reserve_line) */
+    size_t room_rows, room_bytes, max_def_len;
+    uint32_t *sparse_idx; size_t nsparse;
+};
+
+/* TensorFlow's FingerprintCat64, inline for the transform's loops
+ * (wisp_fingerprint_cat64 is the same function, exported). */
+static inline uint64_t wisp__cat64(uint64_t fp1, uint64_t fp2)
+{
+    const uint64_t kMul = 0xc6a4a7935bd1e995ull;
+    uint64_t r = fp1 ^ kMul;
+    uint64_t m = fp2 * kMul;
+    r ^= (m ^ (m >> 47)) * kMul;
+    r *= kMul;
+    r = (r ^ (r >> 47)) * kMul;
+    return r ^ (r >> 47);
+}
+
+/* Fingerprint64 of a string of at most 16 bytes (farmhashna's HashLen0to16),
+ * inline for the transform's loops; farmhash.c has the whole function. */
+static inline uint64_t wisp__fp64_short(const char *s, size_t len)
+{
+    const uint64_t k0 = 0xc3a5c85c97cb3127ull, k2 = 0x9ae16a3b2f90404full;
+    if (len >= 8) {
+        uint64_t mul = k2 + len * 2, a, b;
+        memcpy(&a, s, 8);
+        memcpy(&b, s + len - 8, 8);
+        a += k2;
+        uint64_t c = ((b >> 37) | (b << 27)) * mul + a;
+        uint64_t d = (((a >> 25) | (a << 39)) + b) * mul;
+        uint64_t x = (c ^ d) * mul;
+        x ^= x >> 47;
+        uint64_t y = (d ^ x) * mul;
+        y ^= y >> 47;
+        return y * mul;
+    }
+    if (len >= 4) {
+        uint64_t mul = k2 + len * 2;
+        uint32_t a32, b32;
+        memcpy(&a32, s, 4);
+        memcpy(&b32, s + len - 4, 4);
+        uint64_t u = len + ((uint64_t)a32 << 3), v = b32;
+        uint64_t x = (u ^ v) * mul;
+        x ^= x >> 47;
+        uint64_t y = (v ^ x) * mul;
+        y ^= y >> 47;
+        return y * mul;
+    }
+    if (len > 0) {
+        uint8_t a = (uint8_t)s[0], b = (uint8_t)s[len >> 1], c = (uint8_t)s[len - 1];
+        uint32_t y = (uint32_t)a + ((uint32_t)b << 8);
+        uint32_t z = (uint32_t)len + ((uint32_t)c << 2);
+        uint64_t r = y * k2 ^ z * k0;
+        return (r ^ (r >> 47)) * k2;
+    }
+    return k2;
+}
+
+static inline uint64_t wisp__fp64(const char *s, size_t len)
+{
+    return len <= 16 ? wisp__fp64_short(s, len) : wisp_fingerprint64(s, len);
+}
+
+/* Input name -> index (-1). */
+long wisp_columns__find_input(const wisp_columns *c, const char *name, size_t len);
+/* Mark the open row bad (printf-style message, kept with its line); later
+ * values of the row are ignored. Returns WISP_OK. */
+int  wisp_raw__reject(wisp_raw *r, const char *fmt, ...) WISP_PRINTF(2, 3);
+/* Append a value already converted to the input's type (no checks beyond
+ * the dense rule): float32, int64, or a string of len bytes. */
+int  wisp_raw__push_f32(wisp_raw *r, size_t input, float v);
+int  wisp_raw__push_i64(wisp_raw *r, size_t input, int64_t v);
+int  wisp_raw__push_str(wisp_raw *r, size_t input, const char *s, size_t len);
+/* Room for one more value in every input and `bytes` (+16 of slack for
+ * word-sized copies) more string bytes, so a text reader may append the
+ * values of a line without further checks. */
+int  wisp_raw__reserve_line(wisp_raw *r, size_t bytes);
+/* Drop the open row's values and close it (a reader's failure path). */
+void wisp_raw__abort(wisp_raw *r);
+/* Commit the open, good row whose dense inputs all hold a value. */
+void wisp_raw__commit_row(wisp_raw *r);
+
+/* JSON text helpers shared by the description parser and the JSON-lines
+ * reader (columns.c). wisp_json__string: *p at the opening quote; decodes
+ * into out (room for end - *p bytes suffices), *p moves past the closing
+ * quote. Returns 0, or a static message ("invalid UTF-8", "bad escape"...). */
+const char *wisp_json__string(const char **p, const char *end, char *out, size_t *out_len);
+/* Length of the number token at p (JSON grammar), 0 if none. */
+size_t wisp_json__number_len(const char *p, const char *end);
+/* Decimal text -> float32 rounded once (as strtof): fast for short
+ * decimals, strtof otherwise; accepts nan/inf/infinity when `words`. Returns 0
+ * on success, -1 when the text is not a number. */
+int  wisp_parse_f32(const char *s, size_t len, int words, float *out);
+/* Decimal text -> int64 ([+-]digits). 0 on success, -1 not a number, -2 out of range. */
+int  wisp_parse_i64(const char *s, size_t len, int64_t *out);
+/* UTF-8 validity of s[0..len). */
+bool wisp_utf8_valid(const char *s, size_t len);
+/* The reference transform, one row at a time (wisp_transform goes column by
+ * column over chunks of rows); the tests check that both give the same batch. */
+int  wisp_transform__rowwise(const wisp_raw *r, wisp_batch *b);
 
 #endif /* WISP_INTERNAL_H */

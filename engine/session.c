@@ -51,8 +51,11 @@ static int parse_device(wisp_engine *eng, const char *dev, int *kind, int *gpus,
     return wisp_fail(WISP_EINVAL, "unknown device '%s' (use cpu, gpu, gpu:N, gpus or auto)", dev);
 }
 
+static void drain_gpu(wisp_session *s);
+
 static void close_gpu(wisp_session *s)
 {
+    drain_gpu(s);                        /* nothing may be in flight when the backend session closes */
     if (s->gpu_sctx && s->eng->gpu) s->eng->gpu->session_close(s->gpu_sctx);
     s->gpu_sctx = NULL;
     s->gpu_open_failed = false;
@@ -84,6 +87,12 @@ int wisp_session_new(wisp_engine *eng, wisp_model *m, const char *device, wisp_s
     if (!s) return wisp_fail(WISP_ENOMEM, "wisp_session_new: out of memory");
     s->eng = eng;
     s->model = m;
+    s->max_in_flight = WISP_MAX_IN_FLIGHT;
+    const char *fl = getenv("WISP_IN_FLIGHT");          /* 1..WISP_MAX_IN_FLIGHT: fewer batches on the device */
+    if (fl && *fl) {
+        long n = strtol(fl, NULL, 10);
+        s->max_in_flight = n < 1 ? 1 : n > WISP_MAX_IN_FLIGHT ? WISP_MAX_IN_FLIGHT : (int)n;
+    }
     int st = wisp_session_set_device(s, device ? device : "auto");
     if (st != WISP_OK) {
         wisp_free(s);
@@ -108,8 +117,8 @@ void wisp_session_free(wisp_session *s)
 const char *wisp_session_device(const wisp_session *s) { return s ? s->device : ""; }
 const char *wisp_session_last_device(const wisp_session *s) { return s ? s->last_device : ""; }
 
-/* Try the session's GPUs; WISP_OK when they scored the batch. */
-static int score_gpu(wisp_session *s, const wisp_batch *b, float *out)
+/* The session's GPUs ready to take a batch: all usable, backend session open. */
+static int gpu_ready(wisp_session *s)
 {
     wisp_engine *eng = s->eng;
     const wisp_backend *be = eng->gpu;
@@ -133,15 +142,90 @@ static int score_gpu(wisp_session *s, const wisp_batch *b, float *out)
             return st;
         }
     }
-    int st = be->score(s->gpu_sctx, s->model, b, out, s->stats);
-    if (st != WISP_OK) {
-        wisp_log(eng, WISP_LOG_WARN, "device '%s' failed on a batch of %zu rows (%s); this batch runs on the CPU",
-                 s->device, b->rows, wisp_errmsg());
-        return st;
-    }
+    return WISP_OK;
+}
+
+static void set_last_gpu(wisp_session *s)
+{
     if (s->ngpu == 1) snprintf(s->last_device, sizeof s->last_device, "gpu:%d", s->gpus[0]);
     else snprintf(s->last_device, sizeof s->last_device, "gpus:%d", s->ngpu);
+}
+
+static void log_batch_failed(wisp_session *s, const wisp_batch *b)
+{
+    wisp_log(s->eng, WISP_LOG_WARN, "device '%s' failed on a batch of %zu rows (%s); this batch runs on the CPU",
+             s->device, b->rows, wisp_errmsg());
+}
+
+/* Try the session's GPUs; WISP_OK when they scored the batch. */
+static int score_gpu(wisp_session *s, const wisp_batch *b, float *out)
+{
+    int st = gpu_ready(s);
+    if (st != WISP_OK) return st;
+    st = s->eng->gpu->score(s->gpu_sctx, s->model, b, out, s->stats);
+    if (st != WISP_OK) {
+        log_batch_failed(s, b);
+        return st;
+    }
+    set_last_gpu(s);
     return WISP_OK;
+}
+
+static void score_on_cpu(wisp_session *s, const wisp_batch *b, float *out)
+{
+    uint64_t k0 = wisp_now_ns(), oor = 0;
+    wisp_score_cpu(s->eng, s->model, b, out, &oor);
+    s->stats[WISP_STAT_NS_KERNEL] += wisp_now_ns() - k0;
+    s->stats[WISP_STAT_OUT_OF_RANGE] += oor;
+    snprintf(s->last_device, sizeof s->last_device, "cpu");
+}
+
+/* A batch whose answers are in out: bad rows NaN, counted. */
+static void finish_batch(wisp_session *s, const wisp_batch *b, float *out)
+{
+    /* bad rows are NaN whichever device scored them: one bad row never passes silently */
+    for (size_t i = 0; i < b->nbad; i++) out[b->bad[i].row] = NAN;
+    s->stats[WISP_STAT_BATCHES]++;
+    s->stats[WISP_STAT_ROWS] += b->rows;
+    s->stats[WISP_STAT_NNZ] += b->nnz;
+    s->stats[WISP_STAT_BAD_ROWS] += b->nbad;
+}
+
+/* The wall time of one call, and the part of it no stage accounts for. */
+static void account(wisp_session *s, uint64_t t0, const uint64_t *before)
+{
+    uint64_t total = wisp_now_ns() - t0, staged = 0;
+    for (int k = WISP_STAT_NS_TRANSFORM; k <= WISP_STAT_NS_SYNC; k++) staged += s->stats[k] - before[k];
+    s->stats[WISP_STAT_NS_TOTAL] += total;
+    s->stats[WISP_STAT_NS_OVERHEAD] += total > staged ? total - staged : 0;
+}
+
+/* Complete the oldest batch still in the backend (it is the backend's oldest
+ * too: both queues are first in, first out); a device failure moves it to the CPU. */
+static void complete_oldest_gpu(wisp_session *s)
+{
+    for (int k = 0; k < s->npend; k++) {
+        struct wisp_pending *p = &s->pend[(s->pend_head + k) % WISP_MAX_PENDING];
+        if (!p->on_gpu) continue;
+        p->on_gpu = 0;
+        s->ngpu_pend--;
+        if (s->eng->gpu->wait(s->gpu_sctx, s->stats) == WISP_OK) {
+            set_last_gpu(s);
+        } else {
+            log_batch_failed(s, p->b);
+            s->stats[WISP_STAT_FALLBACKS]++;
+            score_on_cpu(s, p->b, p->out);
+        }
+        finish_batch(s, p->b, p->out);
+        p->status = WISP_OK;
+        return;
+    }
+    s->ngpu_pend = 0;                    /* not reached: the count and the ring agree */
+}
+
+static void drain_gpu(wisp_session *s)
+{
+    while (s->ngpu_pend > 0) complete_oldest_gpu(s);
 }
 
 int wisp_session_score(wisp_session *s, const wisp_batch *b, float *out)
@@ -151,6 +235,7 @@ int wisp_session_score(wisp_session *s, const wisp_batch *b, float *out)
     uint64_t t0 = wisp_now_ns();
     uint64_t before[WISP_STAT_COUNT];
     memcpy(before, s->stats, sizeof before);
+    drain_gpu(s);                        /* submitted batches finish first; they stay owed a wait */
     bool done = false;
     if (b->rows && s->kind != WISP_PLACE_CPU && s->ngpu > 0 && s->eng->gpu) {
         done = score_gpu(s, b, out) == WISP_OK;
@@ -158,24 +243,66 @@ int wisp_session_score(wisp_session *s, const wisp_batch *b, float *out)
     } else if (b->rows && s->kind == WISP_PLACE_GPU) {
         s->stats[WISP_STAT_FALLBACKS]++;   /* a GPU was asked for by name and there is none */
     }
-    if (!done) {
-        uint64_t k0 = wisp_now_ns(), oor = 0;
-        wisp_score_cpu(s->eng, s->model, b, out, &oor);
-        s->stats[WISP_STAT_NS_KERNEL] += wisp_now_ns() - k0;
-        s->stats[WISP_STAT_OUT_OF_RANGE] += oor;
-        snprintf(s->last_device, sizeof s->last_device, "cpu");
-    }
-    /* bad rows are NaN whichever device scored them: one bad row never passes silently */
-    for (size_t i = 0; i < b->nbad; i++) out[b->bad[i].row] = NAN;
-    s->stats[WISP_STAT_BATCHES]++;
-    s->stats[WISP_STAT_ROWS] += b->rows;
-    s->stats[WISP_STAT_NNZ] += b->nnz;
-    s->stats[WISP_STAT_BAD_ROWS] += b->nbad;
-    uint64_t total = wisp_now_ns() - t0, staged = 0;
-    for (int k = WISP_STAT_NS_TRANSFORM; k <= WISP_STAT_NS_SYNC; k++) staged += s->stats[k] - before[k];
-    s->stats[WISP_STAT_NS_TOTAL] += total;
-    s->stats[WISP_STAT_NS_OVERHEAD] += total > staged ? total - staged : 0;
+    if (!done) score_on_cpu(s, b, out);
+    finish_batch(s, b, out);
+    account(s, t0, before);
     return WISP_OK;
+}
+
+int wisp_session_submit(wisp_session *s, const wisp_batch *b, float *out)
+{
+    if (!s || !b || (!out && b->rows))
+        return wisp_fail(WISP_EINVAL, "wisp_session_submit: %s is NULL", !s ? "session" : !b ? "batch" : "out");
+    if (s->npend >= WISP_MAX_PENDING)
+        return wisp_fail(WISP_ELIMIT, "wisp_session_submit: %d batches are already submitted and not waited for "
+                         "(WISP_MAX_PENDING); call wisp_session_wait first", s->npend);
+    uint64_t t0 = wisp_now_ns();
+    uint64_t before[WISP_STAT_COUNT];
+    memcpy(before, s->stats, sizeof before);
+    const wisp_backend *be = s->eng->gpu;
+    bool on_gpu = false, done = false;
+    if (b->rows && s->kind != WISP_PLACE_CPU && s->ngpu > 0 && be) {
+        if (be->submit && be->wait) {
+            if (s->ngpu_pend >= s->max_in_flight) complete_oldest_gpu(s);
+            if (gpu_ready(s) == WISP_OK) {
+                if (be->submit(s->gpu_sctx, s->model, b, out, s->stats) == WISP_OK) on_gpu = true;
+                else log_batch_failed(s, b);
+            }
+        } else {
+            done = score_gpu(s, b, out) == WISP_OK;   /* a backend without submit: blocking */
+        }
+        if (!on_gpu && !done) s->stats[WISP_STAT_FALLBACKS]++;
+    } else if (b->rows && s->kind == WISP_PLACE_GPU) {
+        s->stats[WISP_STAT_FALLBACKS]++;   /* a GPU was asked for by name and there is none */
+    }
+    if (!on_gpu) {
+        if (!done) score_on_cpu(s, b, out);
+        finish_batch(s, b, out);
+    }
+    s->pend[(s->pend_head + s->npend) % WISP_MAX_PENDING] = (struct wisp_pending){ b, out, on_gpu, WISP_OK };
+    s->npend++;
+    if (on_gpu) s->ngpu_pend++;
+    account(s, t0, before);
+    return WISP_OK;
+}
+
+int wisp_session_wait(wisp_session *s, const wisp_batch **done)
+{
+    if (done) *done = NULL;
+    if (!s) return wisp_fail(WISP_EINVAL, "wisp_session_wait: session is NULL");
+    if (s->npend == 0) return wisp_fail(WISP_ESTATE, "wisp_session_wait: no batch is in flight (submit one first)");
+    uint64_t t0 = wisp_now_ns();
+    uint64_t before[WISP_STAT_COUNT];
+    memcpy(before, s->stats, sizeof before);
+    struct wisp_pending *p = &s->pend[s->pend_head];
+    if (p->on_gpu) complete_oldest_gpu(s);   /* the oldest entry is the oldest one in the backend */
+    const wisp_batch *b = p->b;
+    int st = p->status;
+    s->pend_head = (s->pend_head + 1) % WISP_MAX_PENDING;
+    s->npend--;
+    account(s, t0, before);
+    if (done) *done = b;
+    return st;
 }
 
 uint64_t wisp_session_stat(const wisp_session *s, int which)

@@ -53,5 +53,15 @@ else
 fi
 rm -rf "$stage"
 
+# sanitizer builds, valgrind and a short fuzz pass (spec/reliability.sh; WISP_RELIABILITY=0 skips,
+# and it is skipped by default under WISP_TEST_GPU)
+if [ "${WISP_RELIABILITY:-$([ -n "$WISP_TEST_GPU" ] && echo 0 || echo 1)}" != 0 ] && [ -f spec/reliability.sh ]; then
+    echo "reliability (spec/reliability.sh):"
+    sh spec/reliability.sh | tee "$log"
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
+    if [ -n "$line" ]; then p=${line%% passed*}; f=${line#*passed, }; f=${f%% failed*}; else p=0; f=1; fi
+    passed=$((passed + p)); failed=$((failed + f))
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -293,6 +293,8 @@ const float    *wisp_batch_vals(const wisp_batch *b);
  * GPU, the batch split across them); "auto" (every usable GPU if any, else
  * the CPU). A session placed on a GPU falls back to the CPU, logs why and
  * counts it, when the device is absent, out of memory or failed.
+ * Batches are scored one call at a time (wisp_session_score) or as a
+ * stream (wisp_session_submit / wisp_session_wait, double-buffered).
  * ------------------------------------------------------------------------- */
 
 typedef struct wisp_session wisp_session;
@@ -312,8 +314,55 @@ const char *wisp_session_last_device(const wisp_session *s);
  * on the number of threads. */
 int  wisp_session_score(wisp_session *s, const wisp_batch *b, float *out);
 
+/* Asynchronous scoring: a stream of batches keeps the device busy, batch
+ * i+1 crossing PCIe while batch i is scored and batch i-1 comes back.
+ *
+ *     for (i = 0; i < n; i++) {
+ *         if (i >= 2) wisp_session_wait(s, NULL);      // batch i-2 is done: its arrays are free again
+ *         wisp_session_submit(s, b[i % 3], out[i % 3]);
+ *     }
+ *     while (wisp_session_wait(s, NULL) != WISP_ESTATE) {}
+ *
+ * wisp_session_submit starts scoring b into out[0 .. rows) and returns.
+ * Until the matching wisp_session_wait returns, b (its arrays too, for a
+ * wrapped batch, pinned or pageable) and out belong to wisp: do not
+ * change, clear or free them, and do not read out. Batches complete in
+ * the order they were submitted. At most WISP_MAX_IN_FLIGHT batches are on
+ * the device at once; submitting another first waits for the oldest one
+ * on the device (its answers land in its out; its wait then returns at
+ * once). At most WISP_MAX_PENDING batches may be submitted and not yet
+ * waited for: one more fails with WISP_ELIMIT and changes nothing.
+ * Fails with WISP_EINVAL (a NULL argument, as for score) and nothing is
+ * submitted. A batch that cannot go to the device (a CPU session, no GPU,
+ * a device failure at submit) is scored on the CPU before submit
+ * returns, so the pair works everywhere. Batches in pinned memory (the
+ * builders' memory when a GPU is in use) and a pinned out travel without
+ * host copies; pageable ones are packed into pinned staging memory.
+ *
+ * wisp_session_wait waits for the OLDEST submitted batch and returns its
+ * status (WISP_OK once its answers are in out, as score: NaN for bad rows,
+ * statistics counted); *done (done may be NULL) is set to that batch.
+ * A device failure found here moves that batch to the CPU (logged and
+ * counted as a fallback, as score does), so it still returns WISP_OK.
+ * WISP_ESTATE (and *done = NULL) when nothing is submitted.
+ *
+ * wisp_session_score is submit + wait of one batch; it may be called with
+ * batches in flight (they stay owed a wait; they are finished first).
+ * wisp_session_set_device and wisp_session_free finish every batch in
+ * flight first (their answers land in their outs). The session is still
+ * used by one thread at a time: submit and wait from the same thread, or
+ * with your own lock. */
+#define WISP_MAX_IN_FLIGHT  3     /* batches on the device at once, per session */
+#define WISP_MAX_PENDING    64    /* batches submitted and not yet waited for */
+int  wisp_session_submit(wisp_session *s, const wisp_batch *b, float *out);
+int  wisp_session_wait(wisp_session *s, const wisp_batch **done);
+
 /* Statistics, summed over the session's batches since the last reset.
- * Times are nanoseconds of wall time per stage. */
+ * Times are nanoseconds of wall time per stage. A batch is counted when
+ * it completes (score, or its wait). With submit/wait the device stages
+ * (h2d, kernel, d2h: from CUDA events, per batch) of successive batches
+ * overlap each other and the caller's own work, so they may add up to
+ * more than ns_total; ns_sync is then the time wait spent blocked. */
 enum {
     WISP_STAT_BATCHES = 0,     /* batches scored */
     WISP_STAT_ROWS,            /* rows scored */
@@ -328,7 +377,7 @@ enum {
     WISP_STAT_NS_D2H,          /* device -> host copies */
     WISP_STAT_NS_SYNC,         /* waiting for the device */
     WISP_STAT_NS_OVERHEAD,     /* the engine's own bookkeeping */
-    WISP_STAT_NS_TOTAL,        /* wall time inside wisp_session_score */
+    WISP_STAT_NS_TOTAL,        /* wall time inside wisp_session_score, _submit and _wait */
     WISP_STAT_BYTES_H2D,
     WISP_STAT_BYTES_D2H,
     WISP_STAT_COUNT
@@ -340,6 +389,166 @@ const char *wisp_stat_name(int which);
 void        wisp_session_reset_stats(wisp_session *s);
 /* Add to a stage counter (for callers that time their own stages, e.g. parse). */
 void        wisp_session_add_stat(wisp_session *s, int which, uint64_t amount);
+
+/* ---------------------------------------------------------------------------
+ * 6. Feature columns and the transform
+ *
+ *   rows ──parse──► raw columns (wisp_raw) ──transform──► CSR features (wisp_batch)
+ *
+ * A feature-column description (the "columns" section of a .wisp file,
+ * written by lua/wisp/columns.lua or scripts/tf_export.py) says how raw
+ * inputs become feature ids, exactly as TensorFlow's tf.feature_column
+ * does, so a wide model trained in TensorFlow scores the same here:
+ *
+ *   numeric          one valued feature: the input as float32, optionally
+ *                    normalized ((x - mean) / std, or x * scale + shift,
+ *                    in float32 like TensorFlow's normalizer_fn)
+ *   bucketized       a numeric source cut by float32 boundaries; a bucket
+ *                    holds its left edge (std::upper_bound, as Bucketize)
+ *   hash_bucket      Fingerprint64(value) % buckets (integers hashed as
+ *                    their decimal strings)
+ *   vocabulary_list  the index in a list, or an out-of-vocabulary bucket
+ *                    (vocabulary size + Fingerprint64 % num_oov_buckets),
+ *                    or default_value (-1: no feature)
+ *   identity         the integer itself, in [0, buckets)
+ *   crossed          FingerprintCat64 over the keys from hash_key
+ *                    (default 0xDECAFCAFFE), % buckets; keys are raw
+ *                    inputs (strings: Fingerprint64; integers: the value)
+ *                    or categorical columns (their ids), one feature per
+ *                    combination of the keys' values
+ * Each column owns the slice [offset, offset + size) of the weight table.
+ *
+ * The text is JSON; its grammar, the input rules (dense and sparse
+ * inputs, defaults, what counts as missing) and every TensorFlow fact it
+ * relies on are written at the top of engine/columns.c.
+ *
+ * Raw inputs are typed: float32, int64 or string. Missing values follow
+ * TensorFlow's dense-input rules: a dense input left out of a row takes
+ * its declared default (a row missing a dense input without a default is
+ * bad); categorical columns drop "" and -1 (TensorFlow's "missing"
+ * markers); a sparse input may hold any number of values per row.
+ *
+ * Bad input never fails a call: the row is kept, marked bad with its line
+ * number and a message (an unknown input name, a wrong type, a malformed
+ * number, NaN or an infinity in a numeric column, an over-long string,
+ * invalid UTF-8 in JSON, a line with the wrong number of fields), becomes
+ * a batch row with no features, and scores NaN, as for libsvm text.
+ * ------------------------------------------------------------------------- */
+
+typedef struct wisp_columns wisp_columns;   /* a parsed description; immutable */
+typedef struct wisp_raw     wisp_raw;       /* raw inputs of a batch of rows; reusable */
+
+/* Raw input types. */
+enum { WISP_INPUT_FLOAT32 = 0, WISP_INPUT_INT64 = 1, WISP_INPUT_STRING = 2 };
+
+#define WISP_MAX_STRING_BYTES  (1u << 16)   /* bytes in one string value */
+#define WISP_MAX_COLUMNS       65536u       /* columns, inputs or vocabulary entries... in one description */
+#define WISP_MAX_SPEC_BYTES    (1u << 30)   /* bytes of description text */
+
+/* TensorFlow's Fingerprint64 (FarmHash's farmhashna::Hash64) and
+ * FingerprintCat64. Pure functions; thread-safe. */
+uint64_t wisp_fingerprint64(const void *data, size_t len);
+uint64_t wisp_fingerprint_cat64(uint64_t fp1, uint64_t fp2);
+
+/* Parse and validate a description (JSON text of len bytes, need not be
+ * NUL-terminated). On failure *out is NULL and wisp_errmsg() names the
+ * place ("columns: column 3 'city_X_age': ...") and what is wrong
+ * (WISP_EPARSE for the text, WISP_ELIMIT, WISP_ENOMEM). Thread-safe. */
+int  wisp_columns_parse(const char *text, size_t len, wisp_columns **out);
+/* Parse the "columns" section of m, checking that every slice lies inside
+ * m's weight table. WISP_ESTATE when m has no columns section. */
+int  wisp_columns_from_model(const wisp_model *m, wisp_columns **out);
+/* Drop the caller's reference (raw batches keep their own). */
+void wisp_columns_free(wisp_columns *c);
+
+/* Read-only accessors; thread-safe. Strings live as long as c; NULL (or
+ * 0, -1) for an index out of range. */
+uint64_t    wisp_columns_num_features(const wisp_columns *c);   /* max over columns of offset + size */
+size_t      wisp_columns_count(const wisp_columns *c);
+const char *wisp_columns_name(const wisp_columns *c, size_t i);
+const char *wisp_columns_type(const wisp_columns *c, size_t i);  /* "numeric", "crossed", ... */
+uint64_t    wisp_columns_offset(const wisp_columns *c, size_t i);
+uint64_t    wisp_columns_size(const wisp_columns *c, size_t i);
+size_t      wisp_columns_num_inputs(const wisp_columns *c);
+const char *wisp_columns_input_name(const wisp_columns *c, size_t i);
+int         wisp_columns_input_dtype(const wisp_columns *c, size_t i);   /* WISP_INPUT_* */
+int         wisp_columns_input_sparse(const wisp_columns *c, size_t i);  /* 1 sparse, 0 dense */
+/* The index of the input called name[0..len), or -1. */
+long        wisp_columns_input_index(const wisp_columns *c, const char *name, size_t len);
+
+/* An empty raw batch for the inputs of c (kept alive by it). Memory is
+ * reused across wisp_raw_clear. A raw batch is used by one thread at a time. */
+int    wisp_raw_new(wisp_engine *eng, wisp_columns *c, wisp_raw **out);
+void   wisp_raw_free(wisp_raw *r);
+void   wisp_raw_clear(wisp_raw *r);   /* forget the rows (the TSV schema stays) */
+size_t wisp_raw_rows(const wisp_raw *r);
+/* Bad rows, as wisp_batch_bad_row: valid until r changes. */
+size_t wisp_raw_bad_count(const wisp_raw *r);
+int    wisp_raw_bad_row(const wisp_raw *r, size_t i, size_t *row, uint64_t *line, const char **msg);
+
+/* Building rows one value at a time (the Lua-table and FFI path):
+ *   wisp_raw_row_begin(r, line); wisp_raw_add_*(r, input, ...) ...; wisp_raw_row_end(r);
+ * `line` is reported with a bad row (0 when there is none). Each add
+ * appends one value to the input (a dense input takes one value per
+ * row; more is a bad row). Conversions: add_float to an int64 input needs
+ * an integral value in range; add_int to a float32 input rounds to
+ * float32; add_float rounds a double to float32 (as numpy does); a
+ * number for a string input, or a string for a numeric input, is a bad
+ * row ("input 'age': a string where float32 is expected"). A failed
+ * value marks the row bad and later adds to it are ignored; call
+ * wisp_raw_row_reject to mark it bad yourself (an unknown input name).
+ * These return WISP_OK for a bad row; WISP_EINVAL for a NULL r, an input
+ * index out of range or no open row (WISP_ESTATE); WISP_ENOMEM, WISP_ELIMIT.
+ * wisp_raw_row_end fills in dense defaults and commits the row; on
+ * failure (ENOMEM) the row is dropped and r holds the rows before. */
+int    wisp_raw_row_begin(wisp_raw *r, uint64_t line);
+int    wisp_raw_add_float(wisp_raw *r, size_t input, double v);
+int    wisp_raw_add_int(wisp_raw *r, size_t input, int64_t v);
+int    wisp_raw_add_string(wisp_raw *r, size_t input, const char *s, size_t len);
+int    wisp_raw_row_reject(wisp_raw *r, const char *msg);
+int    wisp_raw_row_end(wisp_raw *r);
+
+/* Delimited text. The schema names the fields of a line in order:
+ *   "criteo"            label, I1..I13, C1..C26 (tab-separated Criteo layout)
+ *   "header"            the first line of the text is the header
+ *   "a,b,,c"            the names, comma-separated (an empty name skips a field)
+ * Fields whose name is not an input are skipped (the label); every dense
+ * input must be a field (a sparse input may be absent: no values). delim is '\t' or ','; with ','
+ * double-quoted fields ("a,b", "say ""hi""") are understood. Empty fields
+ * are missing. Numbers are parsed as TensorFlow's decode_csv parses them
+ * (float32 fields rounded once, directly to float32; "nan", "inf" accepted
+ * and then judged by the column); a field of another type, or a line
+ * with another number of fields, makes a bad row. WISP_EINVAL for a bad
+ * delimiter or schema (an input of the description missing from it). */
+int    wisp_raw_set_schema(wisp_raw *r, const char *schema, int delim);
+/* Parse lines into rows, with the contract of wisp_batch_parse_libsvm
+ * (final, max_rows, *line_no, *consumed). Blank lines make no row.
+ * Fails with WISP_EPARSE (nothing consumed) for a malformed header and
+ * WISP_ESTATE when no schema was set. */
+int    wisp_raw_parse_tsv(wisp_raw *r, const char *text, size_t len, int final, size_t max_rows,
+                          uint64_t *line_no, size_t *consumed);
+/* JSON lines: one object per line, {"age": 37, "city": "Paris", "tags": ["a", "b"]};
+ * null is a missing value, an array holds a sparse input's values; an
+ * unknown key, a value of the wrong type, invalid JSON or invalid UTF-8
+ * make a bad row. Same contract as wisp_raw_parse_tsv. */
+int    wisp_raw_parse_jsonl(wisp_raw *r, const char *text, size_t len, int final, size_t max_rows,
+                            uint64_t *line_no, size_t *consumed);
+
+/* Read access to input i's values (for devices and tests), valid until r
+ * changes. A dense input holds exactly one value per row, value k being
+ * row k's (a bad row holds a placeholder), and *row_ptr is NULL; a sparse
+ * input has row_ptr[rows+1]: row k's values are [row_ptr[k], row_ptr[k+1]).
+ * values: float[] (float32), int64_t[] (int64), or the string bytes, with
+ * str_off[n+1] byte offsets (strings only; NULL otherwise). */
+int    wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **row_ptr, const void **values,
+                      const uint32_t **str_off);
+
+/* The transform on the CPU: append one batch row per raw row to b (bad
+ * rows as bad rows with their line and message). Numeric columns give
+ * valued features, the others binary ones. Runs on the calling thread;
+ * r is not changed. On failure (WISP_ENOMEM, WISP_ELIMIT) b holds the
+ * rows appended before. */
+int    wisp_transform(const wisp_raw *r, wisp_batch *b);
 
 #ifdef __cplusplus
 }

@@ -93,6 +93,8 @@ int  wisp_session_set_device(wisp_session *s, const char *device);
 const char *wisp_session_device(const wisp_session *s);
 const char *wisp_session_last_device(const wisp_session *s);
 int  wisp_session_score(wisp_session *s, const wisp_batch *b, float *out);
+int  wisp_session_submit(wisp_session *s, const wisp_batch *b, float *out);
+int  wisp_session_wait(wisp_session *s, const wisp_batch **done);
 uint64_t    wisp_session_stat(const wisp_session *s, int which);
 const char *wisp_stat_name(int which);
 void        wisp_session_reset_stats(wisp_session *s);

@@ -26,6 +26,8 @@ return {
     WISP_MAX_LINE_BYTES   = 64 * 2^20,
     WISP_MAX_FEATURES     = 0xFFFFFFFE,
     WISP_MAX_GPUS         = 16,
+    WISP_MAX_IN_FLIGHT    = 3,
+    WISP_MAX_PENDING      = 64,
 
     -- log levels
     WISP_LOG_DEBUG = 0,

@@ -889,6 +889,45 @@ function Session:score(batch, out)
     return out, rows
 end
 
+-- session:submit(batch, out) -> true; or nil, err.
+-- Starts scoring batch into out (an FFI float array of at least batch:rows()
+-- floats) and returns at once: on a GPU the copies and the kernel run while
+-- the caller prepares the next batch (up to WISP_MAX_IN_FLIGHT on the
+-- device). The batch and out belong to wisp until the matching wait: the
+-- session keeps references to both so the garbage collector leaves them alone.
+local done_box = ffi.new("const wisp_batch *[1]")
+function Session:submit(batch, out)
+    local h = handle(self, Session, "session", "submit")
+    if getmetatable(batch) ~= Batch then expected(1, 1, "submit", "batch", batch) end
+    if batch._h == nil then argerror(1, 1, "submit", "batch is closed") end
+    if type(out) ~= "cdata" then expected(1, 2, "submit", "float array", out) end
+    local rows = tonumber(C.wisp_batch_rows(batch._h))
+    if ffi_istype(float_vla, out) and ffi_sizeof(out) / 4 < rows then
+        argerror(1, 2, "submit", fmt("out holds %d floats, the batch has %d rows", ffi_sizeof(out) / 4, rows))
+    end
+    local rc = C.wisp_session_submit(h, batch._h, out)
+    if rc ~= 0 then return nil, last_error(rc, "submit") end
+    local q = self._pending
+    if not q then q = { first = 1, last = 0 }; self._pending = q end
+    q.last = q.last + 1
+    q[q.last] = { batch, out }
+    return true
+end
+
+-- session:wait() -> batch, out of the oldest submitted batch once it is scored;
+-- or nil, err (nothing pending, or a failure).
+function Session:wait()
+    local h = handle(self, Session, "session", "wait")
+    local q = self._pending
+    if not q or q.first > q.last then return nil, "wait: nothing was submitted" end
+    local rc = C.wisp_session_wait(h, done_box)
+    local e = q[q.first]
+    q[q.first] = nil
+    q.first = q.first + 1
+    if rc ~= 0 then return nil, last_error(rc, "wait") end
+    return e[1], e[2]
+end
+
 -- session:score_table(batch) -> a Lua array of the rows' probabilities
 -- (1-based: t[r + 1] is row r), a copy that later calls do not touch.
 function Session:score_table(batch)

@@ -412,3 +412,37 @@ describe("sessions", function()
         assert.is_true(started > 0, "no trace started in wisp/init.lua")
     end)
 end)
+
+describe("session:submit / session:wait", function()
+  local wisp = require "wisp"
+  local ffi = require "ffi"
+  it("scores a stream of batches in submit order, equal to score()", function()
+    local path = os.tmpname()
+    local w = {}
+    for i = 1, 100 do w[i] = (i % 7 - 3) / 10 end
+    assert(wisp.write_model(path, w, { bias = 0.25 }))
+    local m = assert(wisp.load(path))
+    local s = m:session("auto")
+    local ref = m:session("cpu")
+    local batches, outs = {}, {}
+    for k = 1, 6 do
+      local b = wisp.batch()
+      for r = 1, k * 3 do b:add({ (r * k) % 120, (r + k) % 100 }, { 0.5, r / 10 }) end
+      batches[k], outs[k] = b, ffi.new("float[?]", k * 3)
+    end
+    for k = 1, 6 do assert(s:submit(batches[k], outs[k])) end
+    for k = 1, 6 do
+      local b, out = assert(s:wait())
+      assert.equal(batches[k], b)
+      assert.equal(outs[k], out)
+      local want = ref:score_table(b)
+      for r = 1, #want do assert.near(want[r], out[r - 1], 1e-6) end
+    end
+    local ok, err = s:wait()
+    assert.is_nil(ok)
+    assert.truthy(err:find("nothing", 1, true))
+    assert.has_error(function() s:submit(batches[1], nil) end)
+    s:close(); ref:close(); m:close()
+    os.remove(path)
+  end)
+end)

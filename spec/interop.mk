@@ -1,0 +1,36 @@
+# spec/interop.mk — parity with other trainers' libraries; included by the Makefile.
+#
+#   make test-interop     TensorFlow parity (spec/interop/tf_parity.py: train, export with
+#                         scripts/tf_export.py, score held-out raw rows, |p_wisp - p_tf| <= 1e-5)
+#                         when `import tensorflow` works, and Fingerprint64 against Debian's
+#                         libfarmhash (spec/interop/farmhash_check.cc) when libfarmhash-dev is
+#                         installed; each is skipped with a message otherwise. Neither is part
+#                         of `make test`: TensorFlow takes minutes to install
+#                         (pip install tensorflow-cpu). The golden vectors TensorFlow produced
+#                         (spec/data/tf_golden_*.json, scripts/tf_golden.py) are tested by `make test`.
+#   make tf-golden        regenerate spec/data/tf_golden_*.json with the installed TensorFlow
+
+INTEROP_PY ?= python3
+
+.PHONY: test-interop tf-golden interop-farmhash interop-tf
+test-interop: interop-farmhash interop-tf
+
+interop-tf: all
+	@if $(INTEROP_PY) -c "import tensorflow" >/dev/null 2>&1; then \
+	  out=$$(WISP_LIB=$(abspath $(BUILD))/libwisp.so TF_CPP_MIN_LOG_LEVEL=3 $(INTEROP_PY) spec/interop/tf_parity.py 2>&1); st=$$?; \
+	  if [ $$st -eq 0 ]; then echo "$$out" | tail -n 1; else echo "$$out" | tail -n 30; fi; exit $$st; \
+	else \
+	  echo "test-interop: TensorFlow parity SKIPPED: '$(INTEROP_PY) -c \"import tensorflow\"' fails (pip install tensorflow-cpu)"; \
+	fi
+
+interop-farmhash: $(BUILD)/libwisp.a
+	@if [ -f /usr/include/farmhash.h ]; then \
+	  mkdir -p $(BUILD)/test && \
+	  $(CXX) -O2 -Iengine/include -o $(BUILD)/test/farmhash_check spec/interop/farmhash_check.cc \
+	    $(BUILD)/libwisp.a -lfarmhash $(CUDA_LIBS) $(LDLIBS) && $(BUILD)/test/farmhash_check; \
+	else \
+	  echo "test-interop: libfarmhash check SKIPPED: /usr/include/farmhash.h missing (apt-get install libfarmhash-dev)"; \
+	fi
+
+tf-golden:
+	TF_CPP_MIN_LOG_LEVEL=3 $(INTEROP_PY) scripts/tf_golden.py --out spec/data 2>/dev/null
