@@ -11,27 +11,27 @@ export CPATH=/opt/devdeps/usr/include:/opt/devdeps/usr/include/x86_64-linux-gnu$
 export LUA_PATH="/opt/devdeps/usr/share/luajit2-2.1/?.lua;/opt/devdeps/usr/share/luajit-2.1/?.lua;${LUA_PATH:-;}"
 export WISP_SKIP_DEPS=1 PYTHONUNBUFFERED=1
 quick=${1:-}
-step() { echo; echo "=== $* ($(date +%T))"; }
+# the device tool brings back at most 8 files: one archive, refreshed after every step
+snapshot() { cp scripts/results/*.json "$out/" 2>/dev/null; [ -n "${OUT:-}" ] && tar czf "$OUT/device_out.tgz" -C build device_out; }
+step() { snapshot; echo; echo "=== $* ($(date +%T))"; }
 
 step build
 timeout 150 make -j16 BUILD=build all > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; echo "BUILD FAILED"; exit 1; }
 build/wisp devices | tee "$out/devices.txt"
 
 step "make test-gpu"
-timeout 180 make BUILD=build test-gpu 2>&1 | tee "$out/test_gpu.log" | tail -25
+timeout 150 make BUILD=build test-gpu 2>&1 | tee "$out/test_gpu.log" | tail -25
 
 step "bench_gpu.py"
-timeout 240 python3 scripts/bench_gpu.py --lib build/libwisp.so --out scripts/results/bench_gpu.json > "$out/bench_gpu.log" 2>&1
+timeout 180 python3 scripts/bench_gpu.py --lib build/libwisp.so --out scripts/results/bench_gpu.json > "$out/bench_gpu.log" 2>&1
 tail -40 "$out/bench_gpu.log"
 
 step "bench_cpu.lua (with the scipy peer)"
-if [ "$quick" = --quick ]; then cpu_args="--quick"; else cpu_args="--threads 1,2,4,16 --sizes 10,1k,10k,200k,1M"; fi
-timeout 200 build/wisp run scripts/bench_cpu.lua --label h200-host $cpu_args > "$out/bench_cpu.log" 2>&1
+if [ "$quick" = --quick ]; then cpu_args="--quick"; else cpu_args="--threads 1,2,16 --sizes 10,1k,200k,1M"; fi
+timeout 120 build/wisp run scripts/bench_cpu.lua --label h200-host $cpu_args > "$out/bench_cpu.log" 2>&1
 tail -25 "$out/bench_cpu.log"
 
 step demo
-timeout 60 make BUILD=build demo 2>&1 | tail -12 | tee "$out/demo.log"
-cp scripts/results/*.json "$out/" 2>/dev/null
-# the device tool brings back at most 8 files: one archive of everything
-[ -n "${OUT:-}" ] && tar czf "$OUT/device_out.tgz" -C build device_out
+timeout 45 make BUILD=build demo 2>&1 | tail -12 | tee "$out/demo.log"
+snapshot
 echo "=== done ($(date +%T))"
