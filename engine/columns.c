@@ -539,6 +539,7 @@ static const char *dtype_str(int d)
 typedef unsigned __int128 u128;
 static inline uint64_t fastmod_buckets(uint64_t h, const struct wisp_node *nd)
 {
+    if (nd->pow2_mask) return h & nd->pow2_mask;
     u128 m = ((u128)nd->magic_hi << 64) | nd->magic_lo;
     u128 low = m * h;
     u128 bottom = ((low & UINT64_MAX) * (u128)nd->buckets) >> 64;
@@ -551,6 +552,7 @@ static void set_magic(struct wisp_node *nd)
     u128 m = (~(u128)0) / nd->buckets + 1;
     nd->magic_lo = (uint64_t)m;
     nd->magic_hi = (uint64_t)(m >> 64);
+    nd->pow2_mask = nd->buckets > 1 && !(nd->buckets & (nd->buckets - 1)) ? nd->buckets - 1 : 0;
 }
 
 static uint64_t mix64(uint64_t x)

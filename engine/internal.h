@@ -281,6 +281,7 @@ struct wisp_node {
     /* hash, identity, crossed: the bucket count; vocabulary: size + oov */
     uint64_t buckets;
     uint64_t magic_lo, magic_hi; /* 2^128 / buckets + 1, for h % buckets without a division */
+    uint64_t pow2_mask;          /* buckets - 1 when buckets is a power of two (> 1), else 0 */
     /* vocabulary, identity */
     bool has_default;
     int64_t default_value;

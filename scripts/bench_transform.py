@@ -8,8 +8,9 @@ Data: synthetic Criteo-layout TSV (label, I1..I13 integers, C1..C26 8-hex-digit
 categoricals, Zipf-distributed, about 10% empty fields), made here with a fixed seed.
 Feature columns (the same description for both, built by scripts/tf_export.py's bridge):
   13 numeric (float32, default 0, (x - 4) / 16), 13 bucketized of them (10 boundaries),
-  26 hash_bucket (2^20 buckets each) and the crosses: "adjacent" = C1xC2 .. C25xC26 (25),
-  "all" = every pair of the 26 categoricals (325), 2^20 buckets each.
+  26 hash_bucket (10^6 buckets each: not a power of two, so no mask shortcut) and the
+  crosses: "adjacent" = C1xC2 .. C25xC26 (25), "all" = every pair of the 26 categoricals
+  (325; 10^5 buckets each so the weight table stays under 2^32).
 wisp:  libwisp through ctypes, an engine of 1 thread: wisp_raw_parse_tsv (text -> raw
        columns) then wisp_transform (raw columns -> CSR batch), chunks of 8192 rows, the
        whole text, text already in memory.
@@ -48,7 +49,7 @@ import tf_export  # noqa: E402
 BOUNDS = [0, 1, 2, 4, 8, 16, 32, 64, 256, 1024]
 
 
-def description(crosses, buckets=1 << 20):
+def description(crosses, buckets=1000000):
     inputs = [{"name": "I%d" % k, "dtype": "float32", "default": 0.0} for k in range(1, 14)] + \
              [{"name": "C%d" % k, "dtype": "string"} for k in range(1, 27)]
     cols = []
@@ -62,9 +63,10 @@ def description(crosses, buckets=1 << 20):
         cols.append({"name": "C%d" % k, "type": "hash_bucket", "key": "C%d" % k, "buckets": buckets})
     pairs = [(i, i + 1) for i in range(1, 26)] if crosses == "adjacent" else \
             [(i, j) for i in range(1, 27) for j in range(i + 1, 27)]
+    xb = buckets if crosses == "adjacent" else buckets // 10
     for i, j in pairs:
         cols.append({"name": "C%d_X_C%d" % (i, j), "type": "crossed", "keys": ["C%d" % i, "C%d" % j],
-                     "buckets": buckets})
+                     "buckets": xb})
     spec = {"format": "wisp-columns", "version": 1, "inputs": inputs, "columns": cols}
     tf_export.assign_offsets(spec)
     return spec

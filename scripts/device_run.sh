@@ -16,7 +16,7 @@ snapshot() { cp scripts/results/*.json "$out/" 2>/dev/null; [ -n "${OUT:-}" ] &&
 step() { snapshot; echo; echo "=== $* ($(date +%T))"; }
 
 step build
-timeout 150 make -j16 BUILD=build all > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; echo "BUILD FAILED"; exit 1; }
+timeout 150 make -j16 BUILD=build all > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; echo "BUILD FAILED"; snapshot; exit 1; }
 build/wisp devices | tee "$out/devices.txt"
 
 step "make test-gpu"
