@@ -415,7 +415,7 @@ local label = (opt.label or hostname):gsub("[^%w%._-]", "_")
 local out_path = opt.out or (script_dir .. "/results/bench_cpu_" .. label .. (opt.quick and "-quick" or "") .. ".json")
 
 local commit = trim(sh("git rev-parse --short HEAD 2>/dev/null"))
-if commit == "" then commit = "unknown" end
+if commit == "" then commit = os.getenv("WISP_COMMIT") or "unknown" end   -- machines without .git
 if trim(sh("git status --porcelain -- . ':!scripts/results' 2>/dev/null")) ~= "" then
     commit = commit .. "+uncommitted"
 end

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # device_run.sh — one call on the GPU machine: build, the GPU test suite, and every benchmark.
 # Run there from the repository root, with .devdeps carried (see ../shared/device/README.md):
-#   source .devdeps/env.sh && scripts/device_run.sh [--quick]
+#   export WISP_COMMIT=<git rev-parse --short HEAD, computed here> && source .devdeps/env.sh && scripts/device_run.sh [--quick]
+# (the device's copy of the tree has no .git, so the results record WISP_COMMIT)
 # Logs and JSON results go to build/device_out and scripts/results/, and as one archive to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."

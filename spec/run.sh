@@ -42,7 +42,7 @@ fi
 stage=$(mktemp -d)
 if make -s install BUILD="$build" PREFIX=/usr DESTDIR="$stage" >"$log" 2>&1 &&
    PKG_CONFIG_SYSROOT_DIR="$stage" PKG_CONFIG_LIBDIR="$stage/usr/lib/pkgconfig" \
-     sh -c 'cc examples/quickstart.c $(pkg-config --cflags --libs --static wisp) -o "$0/quickstart"' "$stage" >>"$log" 2>&1 &&
+     sh -c 'cc examples/quickstart.c $(pkg-config --cflags --libs wisp) -o "$0/quickstart"' "$stage" >>"$log" 2>&1 &&
    (cd "$stage" && LD_LIBRARY_PATH="$stage/usr/lib" ./quickstart) >>"$log" 2>&1 &&
    grep -q "p = 0.924142 0.731059" "$log" &&
    make -s uninstall BUILD="$build" PREFIX=/usr DESTDIR="$stage" >>"$log" 2>&1 &&
