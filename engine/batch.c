@@ -2,13 +2,23 @@
 /*
  * Design (read with struct wisp_batch in internal.h and section 4 of wisp.h).
  *
- * Arrays. An owned batch keeps row_ptr (row_cap + 1 entries), ids (id_cap),
- * and, once any row carried a value, val_ptr (row_cap + 1 entries, the same
- * capacity as row_ptr) and vals (val_cap). All four come from
- * wisp_host_alloc (pinned when the GPU backend is live), so growth is
- * allocate + copy + free, geometric (x2). row_ptr exists from
- * wisp_batch_new on, so row_ptr[0] == 0 is readable even for an empty batch.
- * The bad-row list and its messages are plain wisp_malloc memory.
+ * Arrays. An owned batch keeps its four arrays in ONE block of host memory
+ * from wisp_host_alloc (pinned when the GPU backend is live), the arena,
+ * laid out as regions at 256-byte aligned offsets, in this order:
+ *     val_ptr (row_cap + 1) | row_ptr (row_cap + 1) | vals (val_cap) | ids (id_cap)
+ * (b->off_vp, off_rp, off_vals, off_ids; b->arena_bytes in all). So the
+ * CUDA backend checks one pointer for pinned memory, and ships the offsets
+ * and values, which sit next to each other, with one copy when the gaps
+ * between the used parts are small (the device buffer mirrors the same
+ * offsets and the kernel finds each array by its offset), then the ids in
+ * chunks (engine/cuda.c). Growth of any region lays the whole arena out
+ * anew (allocate, copy the used parts, free), geometric (x2) per region, so
+ * a failed growth leaves the batch as it was. The val_ptr region exists
+ * from the start, but b->val_ptr stays NULL until the first valued row
+ * (materialising it never allocates). row_ptr exists from wisp_batch_new
+ * on, so row_ptr[0] == 0 is readable even for an empty batch; ids and vals
+ * are NULL while their capacity is 0. The bad-row list and its messages
+ * are plain wisp_malloc memory.
  *
  * Value modes. value_mode is a function of the counts, always:
  *     nvals == 0            WISP_VALUES_NONE   every feature binary
@@ -32,7 +42,7 @@
  *
  * Failure. Every append checks limits and reserves all memory before it
  * writes anything, so a failed append leaves the batch as it was (a grown
- * array may have moved, with the same contents).
+ * arena may have moved, with the same contents).
  *
  * Bad rows are kept in increasing row order (wisp_batch_mark_bad refuses
  * anything else); each is a row with no features.
@@ -44,8 +54,9 @@
 
 #define MIN_ROW_CAP 256
 #define MIN_ID_CAP  4096
+#define ARENA_ALIGN 256
 
-/* ---- growth ----------------------------------------------------------------- */
+/* ---- the arena -------------------------------------------------------------- */
 
 static size_t grown_cap(size_t cap, size_t need, size_t min_cap, size_t max_cap)
 {
@@ -55,66 +66,67 @@ static size_t grown_cap(size_t cap, size_t need, size_t min_cap, size_t max_cap)
     return nc;
 }
 
-/* Make *p hold at least `need` elements of `elem` bytes, keeping the first
- * `used`. On failure *p and *cap are unchanged. */
-static int grow_array(wisp_batch *b, void **p, size_t *cap, size_t used, size_t need, size_t elem,
-                      size_t min_cap, size_t max_cap, const char *what)
-{
-    if (need <= *cap && *p) return WISP_OK;
-    size_t nc = grown_cap(*cap, need, min_cap, max_cap);
-    void *q = wisp_host_alloc(b->eng, nc * elem);
-    if (!q) return wisp_fail(WISP_ENOMEM, "batch: cannot allocate %zu bytes for %s (%zu entries)",
-                             nc * elem, what, nc);
-    if (used && *p) memcpy(q, *p, used * elem);
-    wisp_host_free(b->eng, *p);
-    *p = q;
-    *cap = nc;
-    return WISP_OK;
-}
+static size_t arena_up(size_t x) { return (x + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1); }
 
-/* Room for `rows_need` rows (row_ptr and, when present, val_ptr grow together). */
-static int reserve_rows(wisp_batch *b, size_t rows_need)
+/* Lay the arena out anew for these capacities (each >= what is used),
+ * keeping the used parts. On failure the batch is unchanged. */
+static int relayout(wisp_batch *b, size_t rc, size_t ic, size_t vc)
 {
-    if (rows_need <= b->row_cap && b->row_ptr) return WISP_OK;
-    size_t nc = grown_cap(b->row_cap, rows_need, MIN_ROW_CAP, WISP_MAX_ROWS);
-    uint32_t *rp = wisp_host_alloc(b->eng, (nc + 1) * sizeof *rp);
-    uint32_t *vp = NULL;
-    if (rp && b->val_ptr) vp = wisp_host_alloc(b->eng, (nc + 1) * sizeof *vp);
-    if (!rp || (b->val_ptr && !vp)) {
-        wisp_host_free(b->eng, rp);
-        return wisp_fail(WISP_ENOMEM, "batch: cannot allocate row offsets for %zu rows", nc);
-    }
+    if (rc > WISP_MAX_ROWS || ic > WISP_MAX_NNZ || vc > WISP_MAX_NNZ)
+        return wisp_fail(WISP_ELIMIT, "batch: capacities %zu rows, %zu ids, %zu values exceed the limits", rc, ic, vc);
+    size_t o = 0, vp_off, rp_off, vals_off, ids_off;
+    vp_off = o;   o = arena_up(o + (rc + 1) * sizeof(uint32_t));
+    rp_off = o;   o = arena_up(o + (rc + 1) * sizeof(uint32_t));
+    vals_off = o; o = arena_up(o + vc * sizeof(float));
+    ids_off = o;  o = arena_up(o + ic * sizeof(uint32_t));
+    char *p = wisp_host_alloc(b->eng, o);
+    if (!p) return wisp_fail(WISP_ENOMEM, "batch: cannot allocate %zu bytes of batch memory (%zu rows, %zu feature ids, %zu feature values)",
+                             o, rc, ic, vc);
+    uint32_t *rp = (uint32_t *)(p + rp_off), *vp = (uint32_t *)(p + vp_off), *ids = (uint32_t *)(p + ids_off);
+    float *vals = (float *)(p + vals_off);
     if (b->row_ptr) memcpy(rp, b->row_ptr, (b->rows + 1) * sizeof *rp);
     else rp[0] = 0;
-    if (vp) memcpy(vp, b->val_ptr, (b->rows + 1) * sizeof *vp);
-    wisp_host_free(b->eng, b->row_ptr);
-    wisp_host_free(b->eng, b->val_ptr);
+    if (b->val_ptr) memcpy(vp, b->val_ptr, (b->rows + 1) * sizeof *vp);
+    if (b->ids && b->nnz) memcpy(ids, b->ids, b->nnz * sizeof *ids);
+    if (b->vals && b->nvals) memcpy(vals, b->vals, b->nvals * sizeof *vals);
+    wisp_host_free(b->eng, b->arena);
+    b->arena = p;
+    b->arena_bytes = o;
+    b->off_vp = vp_off;
+    b->off_rp = rp_off;
+    b->off_vals = vals_off;
+    b->off_ids = ids_off;
     b->row_ptr = rp;
-    b->val_ptr = vp;
-    b->row_cap = nc;
+    b->val_ptr = b->val_ptr ? vp : NULL;
+    b->ids = ic ? ids : NULL;
+    b->vals = vc ? vals : NULL;
+    b->row_cap = rc;
+    b->id_cap = ic;
+    b->val_cap = vc;
     return WISP_OK;
 }
 
-/* Room for one more row, nnz+nid ids and nvals+nval values; `keep_ids` and
- * `keep_vals` extra entries past nnz/nvals (a row being parsed) survive. */
-static int reserve_row(wisp_batch *b, size_t nid, size_t nval, size_t keep_ids, size_t keep_vals)
+/* Room for rows_need rows, ids_need ids and vals_need values in all. */
+static int reserve(wisp_batch *b, size_t rows_need, size_t ids_need, size_t vals_need)
 {
-    int st = reserve_rows(b, b->rows + 1);
-    if (st == WISP_OK && nid)
-        st = grow_array(b, (void **)&b->ids, &b->id_cap, b->nnz + keep_ids, b->nnz + nid, sizeof *b->ids,
-                        MIN_ID_CAP, WISP_MAX_NNZ, "feature ids");
-    if (st == WISP_OK && nval)
-        st = grow_array(b, (void **)&b->vals, &b->val_cap, b->nvals + keep_vals, b->nvals + nval, sizeof *b->vals,
-                        MIN_ID_CAP, WISP_MAX_NNZ, "feature values");
-    return st;
+    if (b->arena && rows_need <= b->row_cap && ids_need <= b->id_cap && vals_need <= b->val_cap) return WISP_OK;
+    size_t rc = b->arena && rows_need <= b->row_cap ? b->row_cap : grown_cap(b->row_cap, rows_need, MIN_ROW_CAP, WISP_MAX_ROWS);
+    size_t ic = ids_need <= b->id_cap ? b->id_cap : grown_cap(b->id_cap, ids_need, MIN_ID_CAP, WISP_MAX_NNZ);
+    size_t vc = vals_need <= b->val_cap ? b->val_cap : grown_cap(b->val_cap, vals_need, MIN_ID_CAP, WISP_MAX_NNZ);
+    return relayout(b, rc, ic, vc);
 }
 
-/* Materialise val_ptr: every row so far has no values. */
+/* Room for one more row, nid more ids and nval more values. */
+static int reserve_row(wisp_batch *b, size_t nid, size_t nval)
+{
+    return reserve(b, b->rows + 1, b->nnz + nid, b->nvals + nval);
+}
+
+/* Materialise val_ptr in its region: every row so far has no values. Never fails. */
 static int ensure_val_ptr(wisp_batch *b)
 {
     if (b->val_ptr) return WISP_OK;
-    uint32_t *vp = wisp_host_alloc(b->eng, (b->row_cap + 1) * sizeof *vp);
-    if (!vp) return wisp_fail(WISP_ENOMEM, "batch: cannot allocate value offsets for %zu rows", b->row_cap);
+    uint32_t *vp = (uint32_t *)((char *)b->arena + b->off_vp);
     memset(vp, 0, (b->rows + 1) * sizeof *vp);
     b->val_ptr = vp;
     return WISP_OK;
@@ -152,7 +164,7 @@ int wisp_batch_new(wisp_engine *eng, wisp_batch **out)
     wisp_batch *b = wisp_calloc(1, sizeof *b);
     if (!b) return wisp_fail(WISP_ENOMEM, "wisp_batch_new: out of memory");
     b->eng = eng;
-    if (reserve_rows(b, MIN_ROW_CAP) != WISP_OK) {
+    if (reserve(b, MIN_ROW_CAP, 0, 0) != WISP_OK) {
         wisp_free(b);
         return wisp_fail_context(WISP_ENOMEM, "wisp_batch_new");
     }
@@ -166,12 +178,7 @@ void wisp_batch_free(wisp_batch *b)
 {
     if (!b) return;
     wisp_engine *eng = b->eng;
-    if (!b->wrapped) {
-        wisp_host_free(eng, b->row_ptr);
-        wisp_host_free(eng, b->ids);
-        wisp_host_free(eng, b->val_ptr);
-        wisp_host_free(eng, b->vals);
-    }
+    if (!b->wrapped) wisp_host_free(eng, b->arena);
     wisp_free(b->bad);
     wisp_free(b->msgs);
     wisp_free(b->scratch);
@@ -219,7 +226,7 @@ static int add_row(wisp_batch *b, const uint64_t *vids, const float *vals, size_
     if ((nv && (!vids || !vals)) || (nb && !bids))
         return wisp_fail(WISP_EINVAL, "%s: row %zu: %s is NULL", fn, b->rows,
                          nv && !vids ? (nb ? "vids" : "ids") : nv && !vals ? "vals" : vids ? "bids" : "ids");
-    if ((st = reserve_row(b, nv + nb, nv, 0, 0)) != WISP_OK) return wisp_fail_context(st, "%s: row %zu", fn, b->rows);
+    if ((st = reserve_row(b, nv + nb, nv)) != WISP_OK) return wisp_fail_context(st, "%s: row %zu", fn, b->rows);
     if (nv && (st = ensure_val_ptr(b)) != WISP_OK) return wisp_fail_context(st, "%s: row %zu", fn, b->rows);
     uint32_t *ip = b->ids ? b->ids + b->nnz : NULL;   /* NULL + 0 is undefined: ids may not exist yet */
     for (size_t i = 0; i < nv; i++) ip[i] = id32(vids[i]);
@@ -385,7 +392,7 @@ int wisp_batch_bad_row(const wisp_batch *b, size_t i, size_t *row, uint64_t *lin
  * its values and its binary ids (scratch) go. */
 int wisp_batch__reserve_line(wisp_batch *b, size_t nfeat, uint32_t **ids, float **vals, uint32_t **scratch)
 {
-    int st = reserve_row(b, nfeat, nfeat, 0, 0);
+    int st = reserve_row(b, nfeat, nfeat);
     if (st != WISP_OK) return st;
     if (nfeat > b->scratch_cap) {
         size_t nc = grown_cap(b->scratch_cap, nfeat, 1024, WISP_MAX_ROW_FEATURES + (size_t)1);

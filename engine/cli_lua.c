@@ -141,12 +141,27 @@ static const char repl_prelude[] =
     "  if not m then error(err, 0) end\n"
     "  model = m\n"
     "  session = m:session('auto')\n"
+    "end\n"
+    /* the ':' commands (lua/wisp/repl.lua); a missing module leaves plain Lua working */
+    "local ok, repl = pcall(require, 'wisp.repl')\n"
+    "if ok then\n"
+    "  repl.setup(_G)\n"
+    "  function __wisp_repl_command(line) repl.command(line, _G) end\n"
+    "else\n"
+    "  function __wisp_repl_command() print('wisp repl: commands unavailable: ' .. tostring(repl)) end\n"
     "end\n";
 
-/* Evaluate one chunk: as an expression first ("return <line>"), then as a statement. */
+/* Evaluate one chunk: a ':' command (lua/wisp/repl.lua), else as an expression first
+ * ("return <line>"), then as a statement. */
 static void repl_eval(lua_State *L, const char *line)
 {
     lua_settop(L, 0);
+    if (line[0] == ':') {
+        lua_getglobal(L, "__wisp_repl_command");
+        lua_pushstring(L, line);
+        report(L, docall(L, 1, 0));
+        return;
+    }
     char *ret = malloc(strlen(line) + 8);
     if (!ret) return;
     sprintf(ret, "return %s", line);
@@ -171,8 +186,11 @@ int wisp_cli_repl(int argc, char **argv)
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         fputs("usage: wisp repl [MODEL]\n\n"
               "An interactive LuaJIT prompt with `wisp` loaded; with MODEL, `model` and\n"
-              "`session` (placed on 'auto') are ready too. Plain Lua works; an expression\n"
-              "prints its value. History is kept in ~/.wisp_history. Ctrl-D quits.\n", stdout);
+              "`session` (placed on 'auto') are ready too, and `pipeline` (the session with a\n"
+              "per-batch placement). Plain Lua works; an expression prints its value.\n"
+              "Lines starting with ':' are commands: :devices, :model, :placement [DEV|calibrate],\n"
+              ":batcher, :bench [ROWS] [CALLS], :trace FILE, :stats, :help.\n"
+              "History is kept in ~/.wisp_history. Ctrl-D quits.\n", stdout);
         return 0;
     }
     if (argc > 2) { fputs("usage: wisp repl [MODEL]\n", stderr); return 2; }
@@ -193,7 +211,7 @@ int wisp_cli_repl(int argc, char **argv)
         snprintf(hist, sizeof hist, "%s/.wisp_history", home);
         using_history();
         read_history(hist);
-        printf("wisp %s — LuaJIT REPL. `wisp`%s are loaded; Ctrl-D quits.\n", wisp_version(),
+        printf("wisp %s — LuaJIT REPL. `wisp`%s are loaded; :help lists commands; Ctrl-D quits.\n", wisp_version(),
                argc == 2 ? ", `model` and `session`" : "");
     }
     for (;;) {

@@ -69,6 +69,23 @@
  *     refuses it).
  *   - The linear model sums w[id] over a row's ids with duplicates counted
  *     (sparse_combiner "sum", LinearClassifier's default).
+ *
+ * RAW INPUTS (wisp_raw): column by column, the layout a device would ship.
+ * A dense input holds exactly one value per row (value k is row k's; a
+ * missing one is filled with the default when the row ends; a bad row
+ * keeps a placeholder); a sparse input has row offsets. Values: float32,
+ * int64, or strings as byte offsets + bytes. Bad rows are listed with
+ * their line and message. The text readers (tsv.c) append straight into
+ * these arrays after one capacity check per line.
+ *
+ * THE TRANSFORM (bottom of this file). wisp_transform goes over chunks of
+ * 256 rows and evaluates each column over the chunk (the loop a GPU kernel
+ * has: one row per thread), then assembles the rows into the batch; columns
+ * over sparse inputs and unusual rows (bad values) take the row-wise path,
+ * wisp_transform__rowwise, which is also the reference the tests compare
+ * the column path with. Fingerprints of dense strings are computed once per
+ * value; h % buckets is a multiplication (or a mask for powers of two); the
+ * chunk loops are also compiled for x86-64-v4 and picked at load time.
  */
 #include "internal.h"
 
@@ -921,6 +938,8 @@ static int parse_inputs(builder *b, const jv *arr)
         int st;
         if ((st = only_keys(b, o, ok)) || (st = need(b, o, "name", J_STR, &v))) return st;
         if (v->len == 0) return bfail(b, v, WISP_EPARSE, "empty input name");
+        /* names are C strings (wisp_strdup below, name_len hashed): a \u0000 would cut them short */
+        if (memchr(v->s, '\0', v->len)) return bfail(b, v, WISP_EPARSE, "the input name contains a NUL (\\u0000)");
         if (wisp_columns__find_input(c, v->s, v->len) >= 0) return bfail(b, v, WISP_EPARSE, "input '%s' is declared twice", v->s);
         struct wisp_input *in = &c->inputs[i];
         in->name = wisp_strdup(v->s);
@@ -1422,20 +1441,14 @@ void wisp_raw__abort(wisp_raw *r)
 #define ROOM_ROWS  256
 #define ROOM_BYTES (64u << 10)
 
-/* The reserve behind the text readers: every input has room for room_rows
- * more values and every string input for room_bytes more bytes. A line
- * takes at most one value and (line length + longest default) bytes per
- * input, so most lines only decrement the counters. The checked push
- * functions (the Lua/FFI path) set room_rows to 0, so the next line
- * reserves again. */
-int wisp_raw__reserve_line(wisp_raw *r, size_t bytes)
+/* The reserve behind the text readers (wisp_raw__reserve_line, inline in
+ * internal.h): every input has room for room_rows more values and every
+ * string input for room_bytes more bytes. A line takes at most one value and
+ * (line length + longest default) bytes per input, so most lines only
+ * decrement the counters. The checked push functions (the Lua/FFI path) set
+ * room_rows to 0, so the next line reserves again. */
+int wisp_raw__reserve_line_slow(wisp_raw *r, size_t bytes)
 {
-    bytes += r->max_def_len + 16;
-    if (WISP_LIKELY(r->room_rows > 0 && bytes <= r->room_bytes)) {
-        r->room_rows--;
-        r->room_bytes -= bytes;
-        return WISP_OK;
-    }
     const wisp_columns *c = r->cols;
     size_t want_bytes = bytes > ROOM_BYTES ? bytes : ROOM_BYTES;
     for (size_t i = 0; i < c->ninputs; i++) {
@@ -1465,22 +1478,6 @@ int wisp_raw__reserve_line(wisp_raw *r, size_t bytes)
     r->room_rows = ROOM_ROWS - 1;
     r->room_bytes = want_bytes - bytes;
     return WISP_OK;
-}
-
-/* Commit the open row whose dense inputs all hold their value (a text reader's
- * fast path; wisp_raw_row_end does the general case). */
-void wisp_raw__commit_row(wisp_raw *r)
-{
-    const wisp_columns *c = r->cols;
-    const size_t row = r->rows;
-    for (size_t q = 0; q < r->nsparse; q++) {
-        size_t i = r->sparse_idx[q];
-        r->in[i].row_ptr[row + 1] = (uint32_t)r->in[i].n;
-    }
-    (void)c;
-    r->lines[row] = r->open_line;
-    r->rows = row + 1;
-    r->open = false;
 }
 
 static int need_open(wisp_raw *r, size_t input, const char *fn)
@@ -1969,6 +1966,17 @@ static int transform_row(tctx *t)
     return WISP_OK;
 }
 
+/* Append a bad row (no features) with its line and message; on failure
+ * the batch is as before. */
+static int add_bad_row(wisp_batch *b, uint64_t line, const char *msg)
+{
+    int st = wisp_batch_add_row(b, NULL, NULL, 0);
+    if (st != WISP_OK) return st;
+    st = wisp_batch_mark_bad(b, b->rows - 1, line, msg);
+    if (st != WISP_OK) b->rows--;               /* the empty row goes again (as libsvm.c does) */
+    return st;
+}
+
 int wisp_transform__rowwise(const wisp_raw *r, wisp_batch *b)
 {
     if (!r || !b) return wisp_fail(WISP_EINVAL, "wisp_transform: %s is NULL", !r ? "raw" : "batch");
@@ -1982,7 +1990,6 @@ int wisp_transform__rowwise(const wisp_raw *r, wisp_batch *b)
     int st = WISP_OK;
     size_t nextbad = 0;
     for (size_t row = 0; row < r->rows && st == WISP_OK; row++) {
-        size_t brow = wisp_batch_rows(b);
         const char *msg = NULL;
         t.row = row;
         t.bad = false;
@@ -1995,8 +2002,7 @@ int wisp_transform__rowwise(const wisp_raw *r, wisp_batch *b)
             if (t.bad) msg = t.msg;
         }
         if (msg) {
-            st = wisp_batch_add_row(b, NULL, NULL, 0);
-            if (st == WISP_OK) st = wisp_batch_mark_bad(b, brow, r->lines[row], msg);
+            st = add_bad_row(b, r->lines[row], msg);
         } else {
             st = wisp_batch_add_row_mixed(b, t.vids, t.vvals, t.nv, t.bids, t.nb);
         }
@@ -2345,11 +2351,9 @@ int wisp_transform(const wisp_raw *r, wisp_batch *b)
 
         size_t bi = nb0;
         for (size_t k = 0; k < x.n && st == WISP_OK; k++) {
-            size_t row = r0 + k, brow = b->rows;
+            size_t row = r0 + k;
             if (x.slow[k]) {                                   /* a bad raw row */
-                const char *msg = r->msgs + r->bad[bi++].msg_off;
-                st = wisp_batch_add_row(b, NULL, NULL, 0);
-                if (st == WISP_OK) st = wisp_batch_mark_bad(b, brow, r->lines[row], msg);
+                st = add_bad_row(b, r->lines[row], r->msgs + r->bad[bi++].msg_off);
                 continue;
             }
             bool redo = x.redo[k];
@@ -2363,8 +2367,7 @@ int wisp_transform(const wisp_raw *r, wisp_batch *b)
             t->bad = false;
             if ((st = transform_row(t))) break;
             if (t->bad) {
-                st = wisp_batch_add_row(b, NULL, NULL, 0);
-                if (st == WISP_OK) st = wisp_batch_mark_bad(b, brow, r->lines[row], t->msg);
+                st = add_bad_row(b, r->lines[row], t->msg);
             } else {
                 st = wisp_batch_add_row_mixed(b, t->vids, t->vvals, t->nv, t->bids, t->nb);
             }

@@ -329,7 +329,8 @@ static void cu_model_release(void *vctx, wisp_model *m)
 
 /* A unit's buffer (device memory, mirrored in the staging buffer when packed):
  * row_ptr | ids | val_ptr | vals | counter + header (64 B) | answers | per-row counts (zero-copy) */
-struct lay { size_t rp, ids, vp, vals, cnt, out, oorr, total; };
+struct lay { size_t rp, ids, vp, vals, cnt, out, oorr, flg, total; };
+#define GAP_MERGE ((size_t)128 << 10)   /* arena gaps up to this are shipped rather than paying a copy start (~4 us ~ 200 KB) */
 #define CNT_BYTES 64                  /* the out-of-range counter at cnt, a graph's size header at cnt + 32 */
 #define HDR_OFF 32
 
@@ -370,6 +371,9 @@ struct unit {
     int launched;                          /* timing events were recorded */
     int direct_out;                        /* answers are copied straight into the caller's out */
     int host_out;                          /* the host copies answers chunk by chunk as they land */
+    int mirror;                            /* L mirrors the batch's arena (shipped straight from it) */
+    uint32_t seq;                          /* tiny batches: the completion flag's value of the last launch */
+    size_t nblk;                           /* tiny batches: blocks launched (flags to wait for) */
 };
 
 struct job;
@@ -544,6 +548,12 @@ static int cu_session_open(void *vctx, const int *devs, int ndev, void **out)
 
 static size_t al(size_t x) { return (x + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
 
+/* Blocks of the tiny kernel for rows rows at lanes lanes a row (as kernels/score.cu launches it). */
+static size_t tiny_blocks(size_t rows, int lanes)
+{
+    return (rows * (size_t)lanes + WISP_K_BLOCK - 1) / WISP_K_BLOCK;
+}
+
 static void layout(struct lay *L, size_t rows, size_t nnz, size_t nvals, int vm, int nsh, int zc)
 {
     size_t o = 0;
@@ -554,6 +564,25 @@ static void layout(struct lay *L, size_t rows, size_t nnz, size_t nvals, int vm,
     L->cnt = o;  o += CNT_BYTES;
     L->out = o;  o = al(o + (size_t)nsh * rows * 4);
     L->oorr = o; if (zc) o = al(o + rows * 4);
+    L->flg = o;  if (zc) o = al(o + tiny_blocks(rows, 32) * 4);
+    L->total = o;
+}
+
+/* The layout of a whole owned batch shipped from its arena: val_ptr, row_ptr
+ * and vals at the arena's own offsets (so neighbours go in one copy), ids after. */
+static void layout_mirror(struct lay *L, const wisp_batch *b, size_t rows, size_t nnz, size_t nvals, int vm, int nsh)
+{
+    size_t head = b->off_rp + (rows + 1) * 4;
+    if (vm != WISP_VALUES_NONE && b->off_vals + nvals * 4 > head) head = b->off_vals + nvals * 4;
+    L->vp = b->off_vp;
+    L->rp = b->off_rp;
+    L->vals = b->off_vals;
+    size_t o = al(head);
+    L->ids = o;  o = al(o + nnz * 4);
+    L->cnt = o;  o += CNT_BYTES;
+    L->out = o;  o = al(o + (size_t)nsh * rows * 4);
+    L->oorr = o;
+    L->flg = o;
     L->total = o;
 }
 
@@ -641,6 +670,9 @@ struct job {
     const wisp_batch *b;
     float *out;
     int vm, dtype, lanes, sharded, nshards, zc, inl, staged, small, out_pinned;
+    int arena;                                /* an owned batch whose arena is pinned (one pointer query) */
+    int submitted;                            /* submit/wait: end events per stream; else the streams hold only this batch */
+    int poll;                                 /* a tiny batch whose blocks raise flags in mapped host memory: no events */
     void *zc_rp, *zc_ids, *zc_vp, *zc_vals;   /* zero-copy from a pinned batch: its device addresses */
     uint32_t nf;
     uint32_t sh_lo[MAX_SHARDS], sh_span[MAX_SHARDS];
@@ -871,6 +903,18 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
         t.p.num_features = j->nf;
         t.p.bias = (float)j->m->bias;
         t.p.scale = j->m->dtype == WISP_I8 ? j->m->scale : 1.0f;
+        t.flags = NULL;
+        t.seq = 0;
+        if (j->poll) {
+            /* each block raises its flag in mapped host memory once its answers are there;
+             * cleared here first (the staging buffer may be new), so no stale value can match */
+            volatile uint32_t *fl = (volatile uint32_t *)(s->stage + u->soff + L->flg);
+            if (++u->seq == 0) u->seq = 1;
+            u->nblk = tiny_blocks(rows, j->lanes);
+            for (size_t i = 0; i < u->nblk; i++) fl[i] = u->seq - 1;
+            t.flags = (uint32_t *)(din + L->flg);
+            t.seq = u->seq;
+        }
         j->ns_stage += wisp_now_ns() - t0;
         j->bytes_h2d += (uint64_t)n * 4;
         j->bytes_d2h += rows * 8;
@@ -951,29 +995,43 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
         return;
     }
 
-    /* a large batch: every copy in is queued first on the copy stream (offsets,
-     * then chunk by chunk ids and values); the compute stream scores chunk c
-     * as soon as it has landed and sends its answers back, so copies in,
-     * kernels and copies out overlap. (Two copy streams, ids on one and values
-     * on the other, measured slower: scripts/gpu_notes.md, run 4.) */
+    /* a large batch: every copy in is queued first on the copy stream: the
+     * head (value offsets, row offsets, values: a quarter of the bytes at the
+     * usual widths), then the ids chunk by chunk, one copy each; the compute
+     * stream scores chunk c as soon as its ids have landed and sends its
+     * answers back, so copies in, kernels and copies out overlap. Shipped
+     * from an owned batch's arena, the head's neighbours go in one copy when
+     * the gaps between them are small (u->mirror). (Two copy streams measured
+     * slower: scripts/gpu_notes.md, run 4; each copy start costs ~4 us.) */
     char *hout = j->staged ? s->stage + u->soff + L->cnt : s->stage + u->soff;
     const uint32_t *rp = b->row_ptr + u->r0;
     if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_START], u->copy), "recording an event");
     JOB_CHECK(j, u, cudaMemsetAsync(u->dbuf + L->cnt, 0, 8, u->copy), "clearing a counter");
-    copy_in(j, u, L->rp, rp, (rows + 1) * 4, u->copy);
-    if (j->vm == WISP_VALUES_MIXED) copy_in(j, u, L->vp, b->val_ptr + u->r0, (rows + 1) * 4, u->copy);
+    struct piece { size_t off; const char *src; size_t n; } pc[3];
+    int np = 0;
+    if (j->vm == WISP_VALUES_MIXED) pc[np++] = (struct piece){ L->vp, (const char *)(b->val_ptr + u->r0), (rows + 1) * 4 };
+    pc[np++] = (struct piece){ L->rp, (const char *)rp, (rows + 1) * 4 };
+    if (j->vm != WISP_VALUES_NONE && u->nvals) pc[np++] = (struct piece){ L->vals, (const char *)vals_from(j, u), (size_t)u->nvals * 4 };
+    if (u->mirror) {
+        /* neighbours in the arena at the same distance on the device: one copy, gap included */
+        const char *arena = b->arena;
+        int m = 0;
+        for (int i = 1; i < np; i++) {
+            struct piece *a = &pc[m], *z = &pc[i];
+            if ((size_t)(a->src - arena) == a->off && (size_t)(z->src - arena) == z->off && z->off >= a->off + a->n
+                && z->off - (a->off + a->n) <= GAP_MERGE) {
+                a->n = z->off + z->n - a->off;
+            } else {
+                pc[++m] = *z;
+            }
+        }
+        np = m + 1;
+    }
+    for (int i = 0; i < np; i++) copy_in(j, u, pc[i].off, pc[i].src, pc[i].n, u->copy);
     for (int c = 0; c < u->nchunks && j->err == cudaSuccess; c++) {
         const size_t a = u->cb[c], z = u->cb[c + 1];
         const size_t k0 = rp[a] - u->base, k1 = rp[z] - u->base;
         copy_in(j, u, L->ids + k0 * 4, b->ids + u->base + k0, (k1 - k0) * 4, u->copy);
-        if (j->vm != WISP_VALUES_NONE) {
-            size_t v0 = k0, v1 = k1;
-            if (j->vm == WISP_VALUES_MIXED) {
-                v0 = b->val_ptr[u->r0 + a] - u->vbase;
-                v1 = b->val_ptr[u->r0 + z] - u->vbase;
-            }
-            copy_in(j, u, L->vals + v0 * 4, vals_from(j, u) + v0, (v1 - v0) * 4, u->copy);
-        }
         JOB_CHECK(j, u, cudaEventRecord(u->ready[c], u->copy), "recording an event");
     }
     if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_H2D], u->copy), "recording an event");
@@ -1009,7 +1067,7 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
 static void enqueue_unit(struct job *j, struct unit *u)
 {
     enqueue_unit_work(j, u);
-    if (j->err != cudaSuccess) return;
+    if (j->err != cudaSuccess || j->poll || !j->submitted) return;   /* blocking: the streams hold only this batch */
     JOB_CHECK(j, u, cudaEventRecord(u->fin_comp, u->comp), "recording an event");
     if (!j->small && !j->zc) JOB_CHECK(j, u, cudaEventRecord(u->fin_copy, u->copy), "recording an event");
 }
@@ -1093,12 +1151,28 @@ static int plan(struct job *j)
     if (j->small) {
         j->staged = 1;
     } else {
-        int pinned = host_pinned(rp, NULL) && host_pinned(b->ids, NULL)
+        /* an owned batch is one arena: one pointer query; a wrapped one, one per array */
+        void *adev = NULL;
+        const int owned = !b->wrapped && b->arena;
+        int pinned = owned ? host_pinned(b->arena, j->zc ? &adev : NULL)
+                   : host_pinned(rp, NULL) && host_pinned(b->ids, NULL)
                      && (j->vm != WISP_VALUES_MIXED || host_pinned(b->val_ptr, NULL))
                      && (j->vm == WISP_VALUES_NONE || host_pinned(b->vals, NULL));
         j->staged = !pinned;
+        j->arena = owned && pinned;
         j->out_pinned = host_pinned(j->out, NULL);
-        if (j->zc && pinned) {
+        if (j->zc && j->arena) {
+            /* zero-copy straight from the arena: its device address plus the region offsets */
+            char *d = adev;
+            const uint32_t vb = j->vm == WISP_VALUES_MIXED ? b->val_ptr[0] : rp[0];
+            j->staged = d == NULL;
+            if (d) {
+                j->zc_rp = d + b->off_rp;
+                j->zc_ids = nnz ? d + b->off_ids + (size_t)rp[0] * 4 : NULL;
+                j->zc_vp = j->vm == WISP_VALUES_MIXED ? d + b->off_vp : NULL;
+                j->zc_vals = j->vm != WISP_VALUES_NONE && nvals ? d + b->off_vals + (size_t)vb * 4 : NULL;
+            }
+        } else if (j->zc && pinned) {
             /* zero-copy straight from the batch: every array must be mapped */
             const uint32_t vb = j->vm == WISP_VALUES_MIXED ? b->val_ptr[0] : rp[0];
             j->staged = !(mapped(rp, &j->zc_rp) && mapped(nnz ? b->ids + rp[0] : NULL, &j->zc_ids)
@@ -1149,6 +1223,9 @@ static int plan(struct job *j)
         } else {
             layout(&u->L, urows, u->nnz, u->nvals, j->vm, u->nsh, j->zc);
         }
+        /* a whole owned batch, copied from its arena: the device buffer mirrors the arena's offsets */
+        u->mirror = j->arena && !j->small && !j->zc && !j->staged && u->r0 == 0 && u->r1 == rows;
+        if (u->mirror) layout_mirror(&u->L, b, urows, u->nnz, u->nvals, j->vm, u->nsh);
         u->direct_out = !j->sharded && !j->small && !j->zc && j->out_pinned;
         u->host_out = !j->sharded && !j->small && !j->zc && !j->out_pinned;
         if (j->small || j->zc) {
@@ -1197,7 +1274,7 @@ static int unit_active(const struct job *j, const struct unit *u)
  * when the first work went in. A failure before anything was enqueued is
  * returned; a failure while enqueueing is left in j->err for job_finish. */
 static int job_start(sess *s, struct job *j, wisp_model *m, const wisp_batch *b, float *out, uint64_t *stats,
-                     const char *fn)
+                     const char *fn, int submitted)
 {
     if (!s || !m || !b || (!out && b->rows))
         return wisp_fail(WISP_EINVAL, "cuda: %s: %s is NULL", fn, !s ? "session" : !m ? "model" : !b ? "batch" : "out");
@@ -1228,13 +1305,42 @@ static int job_start(sess *s, struct job *j, wisp_model *m, const wisp_batch *b,
     j->stats = stats;
     j->err = cudaSuccess;
     j->lanes = s->lanes_env ? s->lanes_env : wisp_k_lanes_for((double)(rp[rows] - rp[0]) / (double)rows);
+    j->submitted = submitted;
     int st = plan(j);
     if (st != WISP_OK) return st;               /* nothing was enqueued */
+    /* a tiny batch waits on its blocks' flags, not on events (unless timed) */
+    j->poll = j->inl && !use_timing(j);
 
     j->t_enq = wisp_now_ns();
     for (int k = 0; k < s->nunits && j->err == cudaSuccess; k++)
         if (unit_active(j, &s->u[k])) enqueue_unit(j, &s->u[k]);
     return WISP_OK;
+}
+
+/* Wait until every block of unit u's tiny kernel raised its flag (answers are
+ * in mapped host memory by then: each block fences before its flag). The
+ * stream is asked now and then, so a kernel that failed is reported rather
+ * than waited for forever. */
+static cudaError_t poll_flags(sess *s, struct unit *u)
+{
+    const volatile uint32_t *fl = (const volatile uint32_t *)(s->stage + u->soff + u->L.flg);
+    const uint32_t seq = u->seq;
+    size_t i = 0;
+    for (uint64_t spin = 1;; spin++) {
+        while (i < u->nblk && fl[i] == seq) i++;
+        if (i == u->nblk) break;
+        if ((spin & 1023) == 0) {
+            cudaError_t e = cudaStreamQuery(u->comp);
+            if (e == cudaErrorNotReady) continue;
+            if (e != cudaSuccess) return e;
+            /* the stream is done: every flag must be up now */
+            while (i < u->nblk && fl[i] == seq) i++;
+            if (i != u->nblk) return cudaErrorNotReady;   /* not sticky: the batch moves to the CPU */
+            break;
+        }
+    }
+    atomic_thread_fence(memory_order_acquire);   /* the answers are read after the flags */
+    return cudaSuccess;
 }
 
 /* Wait for the batch of j (enqueued by job_start), gather its answers into
@@ -1268,7 +1374,11 @@ static int job_finish(struct job *j, uint64_t *stats, int async)
         struct unit *u = &s->u[k];
         if (!unit_active(j, u)) continue;
         cudaError_t e = cudaSetDevice(u->dev);
-        if (enq_failed) {
+        if (!enq_failed && j->poll) {
+            if (e == cudaSuccess) e = poll_flags(s, u);
+        } else if (enq_failed || !j->submitted) {
+            /* after a failure while enqueueing (the end events may not be recorded), or a
+             * blocking batch (nothing else is on the streams): the whole streams */
             if (e == cudaSuccess) e = cudaStreamSynchronize(u->comp);
             if (e == cudaSuccess && !j->small && !j->zc) e = cudaStreamSynchronize(u->copy);
         } else {
@@ -1411,7 +1521,7 @@ static int cu_score(void *vs, wisp_model *m, const wisp_batch *b, float *out, ui
         return wisp_fail(WISP_ESTATE, "cuda: score: %d submitted batches are still in flight", s->qlen);
     if (b && b->rows == 0 && s && m) return WISP_OK;
     struct job j;
-    int st = job_start(s, &j, m, b, out, stats, "score");
+    int st = job_start(s, &j, m, b, out, stats, "score", 0);
     if (st != WISP_OK) return st;
     return job_finish(&j, stats, 0);
 }
@@ -1461,7 +1571,7 @@ static int cu_submit(void *vs, wisp_model *m, const wisp_batch *b, float *out, u
     int st = slot_get(root, (root->qhead + root->qlen) % WISP_MAX_IN_FLIGHT, &s);
     if (st != WISP_OK) return st;
     struct job *j = s->job;
-    st = job_start(s, j, m, b, out, stats, "submit");
+    st = job_start(s, j, m, b, out, stats, "submit", 1);
     if (st != WISP_OK) return st;               /* nothing was enqueued */
     if (j->err != cudaSuccess) return job_finish(j, stats, 0);   /* waits for what went in, reports the failure */
     stats[WISP_STAT_NS_H2D] += j->ns_stage;     /* host packing, done by now */

@@ -181,6 +181,11 @@ struct wisp_batch {
     uint32_t *val_ptr;                    /* same capacity as row_ptr; NULL until a valued row */
     float    *vals;     size_t val_cap;
     int value_mode;                       /* WISP_VALUES_* */
+    /* owned batches: the four arrays are regions of ONE host block (pinned when
+     * the GPU backend is live): val_ptr | row_ptr | vals | ids at these byte
+     * offsets (256-aligned; see batch.c). NULL for wrapped batches. */
+    void *arena; size_t arena_bytes;
+    size_t off_vp, off_rp, off_vals, off_ids;
     /* bad rows */
     struct wisp_bad_row *bad; size_t nbad, bad_cap;
     char *msgs; size_t msgs_len, msgs_cap;
@@ -233,6 +238,11 @@ struct wisp_session {
     int pend_head, npend;
     int ngpu_pend;               /* entries with on_gpu (they are the backend's in-flight batches, in order) */
     int max_in_flight;           /* 1..WISP_MAX_IN_FLIGHT (WISP_MAX_IN_FLIGHT env to lower it) */
+    /* the profile (issue 5, wisp_session_set_profiling): off by default; when on,
+     * what the last score/submit/wait call added to each statistic, and its start */
+    int profiling;
+    uint64_t last_start_ns;
+    uint64_t last[WISP_STAT_COUNT];
 };
 
 enum { WISP_PLACE_CPU = 0, WISP_PLACE_GPU = 1, WISP_PLACE_AUTO = 2 };
@@ -421,11 +431,42 @@ int  wisp_raw__push_str(wisp_raw *r, size_t input, const char *s, size_t len);
 /* Room for one more value in every input and `bytes` (+16 of slack for
  * word-sized copies) more string bytes, so a text reader may append the
  * values of a line without further checks. */
-int  wisp_raw__reserve_line(wisp_raw *r, size_t bytes);
+int  wisp_raw__reserve_line_slow(wisp_raw *r, size_t bytes);
+static inline int wisp_raw__reserve_line(wisp_raw *r, size_t bytes)
+{
+    bytes += r->max_def_len + 16;
+    if (WISP_LIKELY(r->room_rows > 0 && bytes <= r->room_bytes)) {
+        r->room_rows--;
+        r->room_bytes -= bytes;
+        return WISP_OK;
+    }
+    return wisp_raw__reserve_line_slow(r, bytes);
+}
+/* Open a row (wisp_raw_row_begin, with its common case inline). */
+static inline int wisp_raw__row_begin(wisp_raw *r, uint64_t line)
+{
+    if (WISP_LIKELY(r->rows < r->row_cap && !r->open && r->lines)) {
+        r->open = true;
+        r->open_bad = false;
+        r->open_line = line;
+        return WISP_OK;
+    }
+    return wisp_raw_row_begin(r, line);
+}
 /* Drop the open row's values and close it (a reader's failure path). */
 void wisp_raw__abort(wisp_raw *r);
 /* Commit the open, good row whose dense inputs all hold a value. */
-void wisp_raw__commit_row(wisp_raw *r);
+static inline void wisp_raw__commit_row(wisp_raw *r)
+{
+    const size_t row = r->rows;
+    for (size_t q = 0; q < r->nsparse; q++) {
+        size_t i = r->sparse_idx[q];
+        r->in[i].row_ptr[row + 1] = (uint32_t)r->in[i].n;
+    }
+    r->lines[row] = r->open_line;
+    r->rows = row + 1;
+    r->open = false;
+}
 
 /* JSON text helpers shared by the description parser and the JSON-lines
  * reader (columns.c). wisp_json__string: *p at the opening quote; decodes

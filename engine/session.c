@@ -198,6 +198,10 @@ static void account(wisp_session *s, uint64_t t0, const uint64_t *before)
     for (int k = WISP_STAT_NS_TRANSFORM; k <= WISP_STAT_NS_SYNC; k++) staged += s->stats[k] - before[k];
     s->stats[WISP_STAT_NS_TOTAL] += total;
     s->stats[WISP_STAT_NS_OVERHEAD] += total > staged ? total - staged : 0;
+    if (s->profiling) {                  /* the per-call record; off: this branch is all it costs */
+        for (int k = 0; k < WISP_STAT_COUNT; k++) s->last[k] = s->stats[k] - before[k];
+        s->last_start_ns = t0;
+    }
 }
 
 /* Complete the oldest batch still in the backend (it is the backend's oldest
@@ -312,8 +316,29 @@ uint64_t wisp_session_stat(const wisp_session *s, int which)
 
 void wisp_session_reset_stats(wisp_session *s)
 {
-    if (s) memset(s->stats, 0, sizeof s->stats);
+    if (!s) return;
+    memset(s->stats, 0, sizeof s->stats);
+    memset(s->last, 0, sizeof s->last);
+    s->last_start_ns = 0;
 }
+
+void wisp_session_set_profiling(wisp_session *s, int on)
+{
+    if (!s) return;
+    s->profiling = on != 0;
+    if (!on) { memset(s->last, 0, sizeof s->last); s->last_start_ns = 0; }
+}
+
+int wisp_session_profiling(const wisp_session *s) { return s ? s->profiling : 0; }
+
+uint64_t wisp_session_last_stat(const wisp_session *s, int which)
+{
+    return s && s->profiling && which >= 0 && which < WISP_STAT_COUNT ? s->last[which] : 0;
+}
+
+uint64_t wisp_session_last_start_ns(const wisp_session *s) { return s && s->profiling ? s->last_start_ns : 0; }
+
+uint64_t wisp_clock_ns(void) { return wisp_now_ns(); }
 
 void wisp_session_add_stat(wisp_session *s, int which, uint64_t amount)
 {

@@ -467,7 +467,7 @@ static int parse_tab_line(wisp_raw *r, const char *p, const char *e, const char 
 /* One line [p, e) (no '\n', '\r' stripped) into one row. */
 static int parse_delimited_line(wisp_raw *r, const char *p, const char *e, const char *bufend, uint64_t line)
 {
-    int st = wisp_raw_row_begin(r, line);
+    int st = wisp_raw__row_begin(r, line);
     if (st) return st;
     if ((st = wisp_raw__reserve_line(r, (size_t)(e - p)))) { wisp_raw__abort(r); return st; }
     if (r->delim == '\t') return parse_tab_line(r, p, e, bufend);

@@ -19,7 +19,7 @@
 
 namespace {
 
-constexpr int BLOCK = 256;
+constexpr int BLOCK = WISP_K_BLOCK;
 constexpr int UNROLL = 4;
 
 // ---- weights: one read-only load per dtype, dequantization outside the sum --
@@ -157,6 +157,12 @@ __global__ void __launch_bounds__(BLOCK) tiny_kernel(const __grid_constant__ wis
     p.vals = reinterpret_cast<const float *>(sw + t.vals_off);
     const uint32_t r = (blockIdx.x * static_cast<uint32_t>(BLOCK) + threadIdx.x) / L;
     score_rows<W, VM, L, from_shared>(p, r, threadIdx.x & (L - 1), p.rows, p.nnz, p.nvals, p.ptr_base, p.val_base);
+    if (t.flags) {
+        // every thread's answers reach host memory before the block's flag does
+        __threadfence_system();
+        __syncthreads();
+        if (threadIdx.x == 0) *reinterpret_cast<volatile uint32_t *>(t.flags + blockIdx.x) = t.seq;
+    }
 }
 
 template <typename W, int VM>

@@ -48,9 +48,17 @@ typedef struct wisp_kparams {
 #define WISP_TINY_WORDS 960
 typedef struct wisp_ktiny {
     wisp_kparams p;
+    /* if not NULL (mapped host memory): block b writes seq to flags[b] once
+     * its answers are visible to the host (fenced), so the host can wait on
+     * the flags instead of an event */
+    uint32_t *flags;
+    uint32_t seq;
     uint32_t nwords, rp_off, ids_off, vp_off, vals_off;
     uint32_t words[WISP_TINY_WORDS];
 } wisp_ktiny;
+
+/* Threads a block of every kernel here; the tiny kernel runs ceil(rows * lanes / WISP_K_BLOCK) blocks. */
+#define WISP_K_BLOCK 256
 
 /* Value modes (the same numbers as WISP_VALUES_* in internal.h). */
 enum { WISP_KV_NONE = 0, WISP_KV_ALL = 1, WISP_KV_MIXED = 2 };

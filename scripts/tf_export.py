@@ -11,7 +11,9 @@ Usage:
       Checkpoints written by tf.estimator.LinearClassifier (variables
       "linear/linear_model/<column>/weights", ".../bias_weights") and by
       tf.compat.v1.feature_column.linear_model ("linear_model/...") are
-      understood; --prefix names another scope. Column names are
+      understood, as is a SavedModel directory (its variables/ checkpoint);
+      --prefix names another scope. (Keras 3, TensorFlow >= 2.16, has no
+      feature-column layers; a Keras model of preprocessing layers is not read.) Column names are
       TensorFlow's (e.g. "age_bucketized", "a_X_b"), computed here from the
       description. Binary classifiers only (one logit).
   scripts/tf_export.py --columns spec.json --print-tf
@@ -220,6 +222,8 @@ def find_prefix(names, prefix=None):
 def weights_from_checkpoint(ckpt, spec, prefix=None):
     """(weights, bias) laid out by the description's slices."""
     tf = _tf()
+    if os.path.isdir(ckpt) and os.path.exists(os.path.join(ckpt, "saved_model.pb")):
+        ckpt = os.path.join(ckpt, "variables", "variables")    # a SavedModel keeps its variables as a checkpoint
     reader = tf.train.load_checkpoint(ckpt)
     names = set(reader.get_variable_to_shape_map())
     pre = find_prefix(names, prefix)

@@ -6,7 +6,7 @@
 # Each program run of each stage counts as one check: it passes when it exits 0,
 # its closing "name: N passed, 0 failed" line (C tests) says so, and its output
 # holds no sanitizer or valgrind report.
-#   fuzz      every spec/fuzz/fuzz_* target for WISP_FUZZ_SECONDS (default 15; `make fuzz`
+#   fuzz      every spec/fuzz/fuzz_* target for WISP_FUZZ_SECONDS (default 12; `make fuzz`
 #             passes FUZZ_SECONDS, default 60), corpus in $WISP_BUILD/fuzz/corpus/<target>
 #             (kept between runs) seeded from spec/fuzz/corpus/<target>; a crash leaves
 #             $WISP_BUILD/fuzz/artifacts/<target>-crash-* : copy it into
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.." || exit 2
 case "$build" in /*) ;; *) build="$PWD/$build" ;; esac
 export WISP_BUILD="$build"
 stages=${*:-fuzz regress asan tsan valgrind}
-secs=${WISP_FUZZ_SECONDS:-${FUZZ_SECONDS:-15}}
+secs=${WISP_FUZZ_SECONDS:-${FUZZ_SECONDS:-12}}
 res="$build/reliability"
 mkdir -p "$res" || exit 2
 results="$res/results.txt"        # key=value lines for the JSON
@@ -56,8 +56,13 @@ record() {
     printf '%-10s %-22s %-7s (%ds)%s\n' "$stage" "$name" "$verdict" "$secs_taken" "${line:+  $line}"
     note "run.$stage.$name" "$verdict $secs_taken"
     if [ $ok -eq 0 ]; then
-        grep -E "$REPORTS|CHECK failed|fuzz property failed|not ok|SUMMARY" "$log" | head -n 20 | sed 's/^/    /'
-        tail -n 30 "$log" | sed 's/^/    | /'
+        if grep -qE "$REPORTS" "$log"; then          # the first report with its stack
+            awk -v re="$REPORTS" '$0 ~ re { on = 1 } on && n < 45 { print "    | " $0; n++ }' "$log"
+        elif grep -qE "CHECK failed|fuzz property failed|^not ok" "$log"; then
+            grep -E -A3 "CHECK failed|fuzz property failed|^not ok" "$log" | head -n 40 | sed 's/^/    | /'
+        else
+            tail -n 30 "$log" | sed 's/^/    | /'
+        fi
     fi
 }
 

@@ -7,6 +7,7 @@
  *   3. models (.wisp files: load, inspect, write, convert, import)
  *   4. batches (CSR rows built from arrays, from caller buffers, from text)
  *   5. sessions (placement on a device, scoring, per-stage statistics)
+ *   6. feature columns and the transform (raw rows -> features, exact to TensorFlow)
  *
  * A worked example (error checks shortened):
  *
@@ -390,6 +391,22 @@ void        wisp_session_reset_stats(wisp_session *s);
 /* Add to a stage counter (for callers that time their own stages, e.g. parse). */
 void        wisp_session_add_stat(wisp_session *s, int which, uint64_t amount);
 
+/* The profile of the last call (what wisp.profile and `session:last_stats()`
+ * read). Off by default. With profiling on, each wisp_session_score, _submit
+ * and _wait records what it added to every statistic above (its own stages,
+ * bytes, rows; for a wait, the device stages of the batch it completed) and
+ * when it started, on the clock of wisp_clock_ns. wisp_session_last_stat
+ * reads that record: 0 when profiling is off or before the first call.
+ * Off, a call pays one predictable branch for it and nothing else; on, a
+ * copy of WISP_STAT_COUNT counters per call. wisp_session_reset_stats
+ * clears the record too. */
+void        wisp_session_set_profiling(wisp_session *s, int on);
+int         wisp_session_profiling(const wisp_session *s);
+uint64_t    wisp_session_last_stat(const wisp_session *s, int which);
+uint64_t    wisp_session_last_start_ns(const wisp_session *s);
+/* Nanoseconds of CLOCK_MONOTONIC: the clock of every statistic. Thread-safe. */
+uint64_t    wisp_clock_ns(void);
+
 /* ---------------------------------------------------------------------------
  * 6. Feature columns and the transform
  *
@@ -442,7 +459,7 @@ typedef struct wisp_raw     wisp_raw;       /* raw inputs of a batch of rows; re
 enum { WISP_INPUT_FLOAT32 = 0, WISP_INPUT_INT64 = 1, WISP_INPUT_STRING = 2 };
 
 #define WISP_MAX_STRING_BYTES  (1u << 16)   /* bytes in one string value */
-#define WISP_MAX_COLUMNS       65536u       /* columns, inputs or vocabulary entries... in one description */
+#define WISP_MAX_COLUMNS       65536u       /* columns, inputs or boundaries (vocabularies: x64) */
 #define WISP_MAX_SPEC_BYTES    (1u << 30)   /* bytes of description text */
 
 /* TensorFlow's Fingerprint64 (FarmHash's farmhashna::Hash64) and
@@ -513,13 +530,15 @@ int    wisp_raw_row_end(wisp_raw *r);
  *   "header"            the first line of the text is the header
  *   "a,b,,c"            the names, comma-separated (an empty name skips a field)
  * Fields whose name is not an input are skipped (the label); every dense
- * input must be a field (a sparse input may be absent: no values). delim is '\t' or ','; with ','
- * double-quoted fields ("a,b", "say ""hi""") are understood. Empty fields
- * are missing. Numbers are parsed as TensorFlow's decode_csv parses them
- * (float32 fields rounded once, directly to float32; "nan", "inf" accepted
- * and then judged by the column); a field of another type, or a line
- * with another number of fields, makes a bad row. WISP_EINVAL for a bad
- * delimiter or schema (an input of the description missing from it). */
+ * input must be a field (a sparse one may be absent: it has no values).
+ * delim is '\t' or ','; with ',' double-quoted fields ("a,b", "say ""hi""")
+ * are understood. Empty fields are missing. Numbers are parsed as
+ * TensorFlow's decode_csv parses them (float32 fields rounded once,
+ * directly to float32; "nan", "inf" accepted and then judged by the
+ * column); a field of another type, or a line with another number of
+ * fields, makes a bad row. Strings are taken byte for byte (TensorFlow
+ * hashes bytes: no UTF-8 check). WISP_EINVAL for a bad delimiter or
+ * schema (a dense input of the description missing from it, or named twice). */
 int    wisp_raw_set_schema(wisp_raw *r, const char *schema, int delim);
 /* Parse lines into rows, with the contract of wisp_batch_parse_libsvm
  * (final, max_rows, *line_no, *consumed). Blank lines make no row.
@@ -545,9 +564,10 @@ int    wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **row_ptr, con
 
 /* The transform on the CPU: append one batch row per raw row to b (bad
  * rows as bad rows with their line and message). Numeric columns give
- * valued features, the others binary ones. Runs on the calling thread;
- * r is not changed. On failure (WISP_ENOMEM, WISP_ELIMIT) b holds the
- * rows appended before. */
+ * valued features, the others binary ones, in column order. Runs on the
+ * calling thread; r is not changed; b must be a growable batch
+ * (WISP_ESTATE for a wrapped one). On failure (WISP_ENOMEM, WISP_ELIMIT)
+ * b holds the rows appended before. */
 int    wisp_transform(const wisp_raw *r, wisp_batch *b);
 
 #ifdef __cplusplus

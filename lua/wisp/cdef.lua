@@ -99,6 +99,11 @@ uint64_t    wisp_session_stat(const wisp_session *s, int which);
 const char *wisp_stat_name(int which);
 void        wisp_session_reset_stats(wisp_session *s);
 void        wisp_session_add_stat(wisp_session *s, int which, uint64_t amount);
+void        wisp_session_set_profiling(wisp_session *s, int on);
+int         wisp_session_profiling(const wisp_session *s);
+uint64_t    wisp_session_last_stat(const wisp_session *s, int which);
+uint64_t    wisp_session_last_start_ns(const wisp_session *s);
+uint64_t    wisp_clock_ns(void);
 
 /* 6. feature columns and the transform */
 typedef struct wisp_columns wisp_columns;

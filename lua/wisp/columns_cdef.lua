@@ -1,9 +1,9 @@
 -- columns_cdef.lua — FFI declarations of section 6 of wisp.h (feature columns, raw inputs, the transform); returns the library namespace of wisp.cdef.
 --
--- Kept apart from wisp/cdef.lua while that module has another owner; the
--- declarations below are copied from engine/include/wisp.h, functions
--- only, and belong in cdef.lua once it is free to edit (spec/lua/
--- columns_spec.lua checks that every one resolves in the library).
+-- Written while wisp/cdef.lua had another owner. cdef.lua now declares
+-- section 6 itself (spec/lua/cdef_spec.lua checks it against wisp.h), so
+-- the block below only runs with an older cdef.lua; this module can go
+-- once nothing requires it (wisp/columns.lua does today).
 
 local ffi = require "ffi"
 local C = require "wisp.cdef"          -- loads the library, declares wisp_engine, wisp_model, wisp_batch

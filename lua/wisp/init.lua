@@ -1023,4 +1023,15 @@ end
 
 wisp.stat_names = stat_names
 
+-- The policy layer (issue 5), loaded on first use: wisp.calibrate, wisp.pipeline,
+-- wisp.placement (lua/wisp/placement.lua), wisp.batcher (batcher.lua), wisp.profile (profile.lua).
+local lazy = { calibrate = "wisp.placement", pipeline = "wisp.placement", placement = "wisp.placement",
+               batcher = "wisp.batcher", profile = "wisp.profile" }
+setmetatable(wisp, { __index = function(t, k)
+    local mod = lazy[k]
+    if mod == nil then return nil end
+    require(mod)
+    return rawget(t, k)
+end })
+
 return wisp

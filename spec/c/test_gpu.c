@@ -254,6 +254,178 @@ static void set_env(const char *k, const char *v)
 
 static void test_async(wisp_engine *eng, const char *device, int on_gpu, int quick);
 
+/* ---- owned batches: one arena, shipped packed (engine/batch.c, engine/cuda.c) ---------------- */
+
+/* the arena's invariants: every array a region of one block, in order, aligned, inside it */
+static int arena_ok(const wisp_batch *b)
+{
+    const char *a = b->arena;
+    if (!a || b->wrapped) return 0;
+    int ok = b->off_vp % 256 == 0 && b->off_rp % 256 == 0 && b->off_vals % 256 == 0 && b->off_ids % 256 == 0;
+    ok = ok && b->off_vp + (b->row_cap + 1) * 4 <= b->off_rp && b->off_rp + (b->row_cap + 1) * 4 <= b->off_vals
+         && b->off_vals + b->val_cap * 4 <= b->off_ids && b->off_ids + b->id_cap * 4 <= b->arena_bytes;
+    ok = ok && (const char *)b->row_ptr == a + b->off_rp && (!b->val_ptr || (const char *)b->val_ptr == a + b->off_vp)
+         && (!b->ids || (const char *)b->ids == a + b->off_ids) && (!b->vals || (const char *)b->vals == a + b->off_vals);
+    return ok && b->rows <= b->row_cap && b->nnz <= b->id_cap && b->nvals <= b->val_cap;
+}
+
+/* append d's rows to b as value mode vm (VM_MIXED: valued then binary features of each row) */
+static void append_rows(wisp_batch *b, const struct data *d, int vm)
+{
+    int st = WISP_OK;
+    for (size_t r = 0; r < d->rows && st == WISP_OK; r++) {
+        const uint64_t *ids = d->ids64 + d->row_ptr[r];
+        size_t n = d->row_ptr[r + 1] - d->row_ptr[r], nv = d->val_ptr[r + 1] - d->val_ptr[r];
+        const float *v = d->vals + d->val_ptr[r];
+        if (vm == VM_NONE) st = wisp_batch_add_row(b, ids, NULL, n);
+        else if (vm == VM_ALL) st = wisp_batch_add_row(b, ids, v, n);
+        else st = wisp_batch_add_row_mixed(b, ids, v, nv, ids + nv, n - nv);
+    }
+    CHECK_OK(st);
+}
+
+/* score b on s and on the CPU; rows [0, n1) against d1's reference, the rest against d2's */
+static void check_parts(const char *what, wisp_session *s, wisp_session *cpu, wisp_batch *b,
+                        const struct data *d1, const struct data *d2)
+{
+    const size_t rows = wisp_batch_rows(b);
+    float *out = malloc(rows * sizeof *out), *outc = malloc(rows * sizeof *outc);
+    for (size_t r = 0; r < rows; r++) out[r] = NAN;
+    const uint64_t fb0 = wisp_session_stat(s, WISP_STAT_FALLBACKS);
+    CHECK_OK(wisp_session_score(s, b, out));
+    CHECK_OK(wisp_session_score(cpu, b, outc));
+    size_t bad = 0, first = 0;
+    double maxerr = 0;
+    for (size_t r = 0; r < rows; r++) {
+        const double ref = r < d1->rows ? d1->ref[r] : d2->ref[r - d1->rows];
+        const double e = fabs(out[r] - ref), ec = fabs((double)out[r] - outc[r]);
+        if (!(e <= TOL && ec <= TOL)) { if (!bad++) first = r; }
+        if (e > maxerr) maxerr = e;
+    }
+    CHECK_MSG(bad == 0 && wisp_session_stat(s, WISP_STAT_FALLBACKS) == fb0 && !strncmp(wisp_session_last_device(s), "gpu", 3),
+              "%s: rows %zu (nnz %zu, nvals %zu, mode %d, row_cap %zu): %zu rows wrong (first %zu), max err %.3g, "
+              "fallbacks %llu, last device %s", what, rows, wisp_batch_nnz(b), wisp_batch_nvals(b), b->value_mode,
+              b->row_cap, bad, first, maxerr, (unsigned long long)(wisp_session_stat(s, WISP_STAT_FALLBACKS) - fb0),
+              wisp_session_last_device(s));
+    free(out);
+    free(outc);
+}
+
+/* Owned batches through the packed copies: sizes on both sides of the gap rule
+ * (65536 rows: no gap between the offsets; 70001: a large gap) and of the chunk
+ * bounds, every value mode, growth after scoring, clear and reuse with another
+ * mode, binary rows then valued ones (val_ptr materialised late), zero-copy
+ * from the arena; then many tiny batches (blocks' completion flags). */
+static void test_packed(wisp_engine *eng, int quick)
+{
+    wisp_model *m = make_model(eng, (uint64_t)1 << 22, WISP_F32, -0.4);
+    wisp_session *cpu = NULL;
+    CHECK_OK(wisp_session_new(eng, m, "cpu", &cpu));
+    const char *chunks[] = { NULL, "3", "16", "1" };
+    const size_t sizes[] = { 65536, 70001, 6000, 200000 };
+    const size_t nsizes = quick ? 3 : 4;
+    char what[160];
+    for (size_t c = 0; c < (quick ? 2u : 4u); c++) {
+        set_env("WISP_GPU_CHUNKS", chunks[c]);
+        wisp_session *s = NULL;
+        CHECK_OK(wisp_session_new(eng, m, "gpu", &s));
+        for (size_t k = 0; k < nsizes; k++)
+            for (int vm = 0; vm < 3; vm++) {
+                const unsigned wmin = sizes[k] < 10000 ? 40 : 10, wmax = sizes[k] < 10000 ? 60 : 60;
+                struct spec sp = { sizes[k], vm, (int)(k & 1), wmin, wmax, 0.02, 0.001, 0.01 };
+                struct data d1, d2;
+                gen(&d1, &sp, m);
+                wisp_batch *b = NULL;
+                CHECK_OK(wisp_batch_new(eng, &b));
+                if (!b) { data_free(&d1); continue; }
+                append_rows(b, &d1, vm);
+                CHECK_MSG(arena_ok(b), "arena invariants after building %zu rows", d1.rows);
+                snprintf(what, sizeof what, "packed, chunks %s, built", chunks[c] ? chunks[c] : "auto");
+                check_parts(what, s, cpu, b, &d1, &d1);
+                /* growth after scoring: more rows of the next mode (the arena is laid out anew) */
+                struct spec sq = { sizes[k] / 2 + 1, (vm + 1) % 3, 0, wmin, wmax, 0.02, 0.001, 0.01 };
+                gen(&d2, &sq, m);
+                append_rows(b, &d2, sq.vm);
+                CHECK_MSG(arena_ok(b), "arena invariants after growing to %zu rows", wisp_batch_rows(b));
+                snprintf(what, sizeof what, "packed, chunks %s, grown (mode %d then %d)", chunks[c] ? chunks[c] : "auto", vm, sq.vm);
+                check_parts(what, s, cpu, b, &d1, &d2);
+                /* clear and reuse: the second part alone, in its own mode */
+                wisp_batch_clear(b);
+                append_rows(b, &d2, sq.vm);
+                CHECK_MSG(arena_ok(b) && wisp_batch_rows(b) == d2.rows, "arena invariants after clear and reuse");
+                snprintf(what, sizeof what, "packed, chunks %s, cleared and reused", chunks[c] ? chunks[c] : "auto");
+                check_parts(what, s, cpu, b, &d2, &d2);
+                wisp_batch_free(b);
+                data_free(&d1);
+                data_free(&d2);
+            }
+        wisp_session_free(s);
+    }
+    set_env("WISP_GPU_CHUNKS", NULL);
+
+    /* binary rows first, valued rows after (val_ptr materialised mid-batch), one copy of the head or not */
+    for (size_t k = 0; k < 2; k++) {
+        wisp_session *s = NULL;
+        CHECK_OK(wisp_session_new(eng, m, "gpu", &s));
+        struct spec a = { k ? 40000 : 32768, VM_NONE, 0, 20, 40, 0.01, 0.001, 0.01 };
+        struct spec z = { k ? 30001 : 32768, VM_ALL, 1, 20, 40, 0.01, 0.001, 0.01 };
+        struct data d1, d2;
+        gen(&d1, &a, m);
+        gen(&d2, &z, m);
+        wisp_batch *b = NULL;
+        CHECK_OK(wisp_batch_new(eng, &b));
+        if (b) {
+            append_rows(b, &d1, VM_NONE);
+            CHECK(b->val_ptr == NULL && arena_ok(b));
+            append_rows(b, &d2, VM_ALL);
+            CHECK(b->value_mode == WISP_VALUES_MIXED && b->val_ptr != NULL && arena_ok(b));
+            check_parts("packed, binary rows then valued rows", s, cpu, b, &d1, &d2);
+            wisp_batch_free(b);
+        }
+        data_free(&d1);
+        data_free(&d2);
+        wisp_session_free(s);
+    }
+
+    /* zero-copy straight from an owned batch's arena (a large batch, every mode) */
+    set_env("WISP_GPU_ZEROCOPY", "all");
+    for (int vm = 0; vm < 3; vm++) {
+        struct spec sp = { 30000, vm, 0, 20, 60, 0.02, 0.001, 0.01 };
+        expect_gpu("zero-copy from the arena", eng, m, &sp, 0, "gpu");
+    }
+    set_env("WISP_GPU_ZEROCOPY", NULL);
+
+    /* many tiny batches in a row: each waits on its blocks' flags (1 to 4 blocks), the flag value changes every batch */
+    wisp_session *s = NULL;
+    CHECK_OK(wisp_session_new(eng, m, "gpu", &s));
+    wisp_batch *b = NULL;
+    CHECK_OK(wisp_batch_new(eng, &b));
+    size_t wrong = 0;
+    for (int i = 0; i < (quick ? 200 : 1000) && s && b; i++) {
+        const int kind = i % 4;
+        struct spec sp = kind == 0 ? (struct spec){ 1 + rnd_below(10), i % 3, 0, 1, 40, 0.05, 0.05, 0.05 }
+                       : kind == 1 ? (struct spec){ 20 + rnd_below(20), i % 3, 0, 1, 12, 0.05, 0.05, 0.05 }
+                       : kind == 2 ? (struct spec){ 150 + rnd_below(60), VM_NONE, 0, 1, 3, 0.05, 0.05, 0.05 }
+                                   : (struct spec){ 10, VM_MIXED, 1, 39, 39, 0, 0.01, 0 };
+        struct data d;
+        gen(&d, &sp, m);
+        wisp_batch_clear(b);
+        append_rows(b, &d, sp.vm);
+        float out[256];
+        for (size_t r = 0; r < d.rows; r++) out[r] = NAN;
+        CHECK_OK(wisp_session_score(s, b, out));
+        for (size_t r = 0; r < d.rows; r++) if (!(fabs(out[r] - d.ref[r]) <= TOL)) wrong++;
+        data_free(&d);
+    }
+    CHECK_MSG(wrong == 0 && wisp_session_stat(s, WISP_STAT_FALLBACKS) == 0 && !strncmp(wisp_session_last_device(s), "gpu", 3),
+              "tiny batches: %zu rows wrong, %llu fallbacks", wrong,
+              (unsigned long long)wisp_session_stat(s, WISP_STAT_FALLBACKS));
+    wisp_batch_free(b);
+    wisp_session_free(s);
+    wisp_session_free(cpu);
+    wisp_model_free(m);
+}
+
 /* ---- without a usable GPU: everything still answers, on the CPU -------------------------- */
 
 static void test_no_gpu(wisp_engine *eng)
@@ -828,6 +1000,7 @@ int main(void)
         unsetenv("WISP_NO_GPU");
         if (want_gpu) {
             test_gpu(eng, quick);
+            test_packed(eng, quick);
             test_async(eng, "gpu", 1, quick);
             test_async(eng, "gpu:0", 1, quick);
             test_async(eng, "gpus", 1, quick);

@@ -2,6 +2,9 @@
 """tf_parity.py — TensorFlow parity: train a linear model in TensorFlow on generated raw rows, export it with scripts/tf_export.py, score held-out rows with wisp, compare.
 
 Usage: spec/interop/tf_parity.py [--train 20000] [--test 3000] [--steps 400] [--tol 1e-5] [--keep DIR]
+       spec/interop/tf_parity.py --replay DIR     (no TensorFlow, no numpy: compare wisp on every
+                                                   device with the predictions kept in DIR by --keep;
+                                                   for a GPU machine where TensorFlow is not installed)
 Needs TensorFlow (tensorflow-cpu) and a built libwisp.so ($WISP_LIB or build/libwisp.so).
 
 The model: tf.compat.v1.feature_column.linear_model (the layer inside
@@ -33,7 +36,10 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import numpy as np  # noqa: E402
+try:
+    import numpy as np  # noqa: E402
+except ImportError:        # --replay works without numpy
+    np = None
 
 import tf_export  # noqa: E402
 
@@ -229,7 +235,7 @@ def wisp_scores(lib, model_path, text, fmt, devices):
         check(lib, lib.wisp_session_new(eng, m, dev.encode(), ctypes.byref(s)), "session")
         out = (ctypes.c_float * n)()
         check(lib, lib.wisp_session_score(s, b, out), "score")
-        results[lib.wisp_session_last_device(s).decode()] = np.frombuffer(out, dtype=np.float32).copy()
+        results[lib.wisp_session_last_device(s).decode()] = list(out)
         lib.wisp_session_free(s)
     gpus = lib.wisp_engine_gpu_count(eng)
     for f, h in (("wisp_batch_free", b), ("wisp_raw_free", raw), ("wisp_columns_free", cols), ("wisp_model_free", m),
@@ -250,6 +256,26 @@ def to_tsv(spec, rows):
     return "\n".join(lines) + "\n"
 
 
+def replay(a):
+    """Score the kept held-out rows on every device and compare with the kept TensorFlow predictions."""
+    with open(os.path.join(a.replay, "p_tf.json")) as f:
+        kept = json.load(f)
+    with open(os.path.join(a.replay, "test.jsonl")) as f:
+        jsonl = f.read()
+    model_path = os.path.join(a.replay, "model.wisp")
+    lib = wisp_lib()
+    probe = wisp_scores(lib, model_path, "", "jsonl", ["cpu"])
+    ngpu = probe[2]
+    devices = ["cpu"] + (["gpu:%d" % i for i in range(ngpu)] + (["gpus"] if ngpu > 1 else []) if ngpu else [])
+    res, _, _ = wisp_scores(lib, model_path, jsonl, "jsonl", devices)
+    worst = {dev: max(abs(float(x) - y) for x, y in zip(p, kept["p_tf"])) for dev, p in res.items()}
+    ok = all(v <= a.tol for v in worst.values()) and len(res) == len(devices)
+    print("tf_parity --replay: %s: %d rows, TensorFlow %s, max |p_wisp - p_tf| by device: %s (tol %g); %d GPU(s)" % (
+        "ok" if ok else "FAILED", len(kept["p_tf"]), kept["tensorflow"],
+        ", ".join("%s %.2e" % kv for kv in sorted(worst.items())), a.tol, ngpu))
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--train", type=int, default=20000)
@@ -257,8 +283,11 @@ def main():
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--tol", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--keep", help="keep the checkpoint, model and data in this directory")
+    ap.add_argument("--keep", help="keep the checkpoint, model, held-out rows and predictions in this directory")
+    ap.add_argument("--replay", help="compare wisp with the predictions kept in this directory (no TensorFlow)")
     a = ap.parse_args()
+    if a.replay:
+        return replay(a)
     rng = random.Random(a.seed)
     spec = description()
     train, labels = gen_rows(a.train, rng, False)
@@ -286,8 +315,14 @@ def main():
     res_t, t_t, _ = wisp_scores(lib, model_path, to_tsv(spec, [test[i] for i in no_tags]), "tsv", ["cpu"])
     worst = {}
     for dev, p in res_j.items():
-        worst["jsonl/" + dev] = float(np.max(np.abs(p.astype(np.float64) - p_tf)))
-    worst["tsv/cpu"] = float(np.max(np.abs(res_t["cpu"].astype(np.float64) - p_tf[no_tags])))
+        worst["jsonl/" + dev] = float(np.max(np.abs(np.array(p, dtype=np.float64) - p_tf)))
+    worst["tsv/cpu"] = float(np.max(np.abs(np.array(res_t["cpu"], dtype=np.float64) - p_tf[no_tags])))
+    if a.keep:
+        import tensorflow as tf
+        with open(os.path.join(work, "test.jsonl"), "w") as f:
+            f.write(jsonl)
+        with open(os.path.join(work, "p_tf.json"), "w") as f:
+            json.dump({"tensorflow": tf.__version__, "p_tf": [float(x) for x in p_tf]}, f)
     ok = all(v <= a.tol for v in worst.values())
     print("tf_parity: %s: %d held-out rows (%d via TSV), TensorFlow %s, train loss %.4f, max |p_wisp - p_tf|: %s "
           "(tol %g); mean p %.4f; training %.1fs, wisp parse+transform %.1f ms" % (
