@@ -22,8 +22,9 @@
 -- overhead (session statistics) and the Lua-side wall time; transfer = h2d + d2h,
 -- per-call overhead = wall - (h2d + kernel + d2h), GPU utilization = kernel / wall.
 -- Calibration: wisp.calibrate on the same batches at the seed sizes; then, per size, the
--- calibrated pipeline against CPU-only and GPU-only sessions (median of 5 rounds of
--- >= 20 calls, >= 2 ms): "never slower" allows 5% + 2 µs a call of noise.
+-- calibrated pipeline against CPU-only and GPU-only sessions (interleaved rounds of
+-- >= 20 calls, >= 2 ms, interleaved; judged on each one's fastest round, medians kept):
+-- "never slower" allows 5% + 2 µs a call of noise.
 -- Also measured: the profiler's cost when on (wisp.profile around the same calls) and off.
 -- Output: scripts/results/seed_experiment_<label>.json (-quick with --quick); progress on stderr.
 local ffi = require "ffi"
@@ -278,9 +279,14 @@ local function compare(contenders, bs, rounds)
             per[i][#per[i] + 1] = (now_ns() - s0) / calls
         end
     end
-    local res = {}
-    for i = 1, #contenders do res[i] = placement.median(per[i]) end
-    return res
+    local res, mins = {}, {}
+    for i = 1, #contenders do
+        res[i] = placement.median(per[i])
+        local lo = math.huge
+        for _, v in ipairs(per[i]) do lo = min(lo, v) end
+        mins[i] = lo
+    end
+    return res, mins
 end
 
 local checks = {}
@@ -297,13 +303,18 @@ do
             fns[i] = function(b) assert(s:score(b, out)) end
         end
         fns[#fns + 1] = function(b) assert(pipe:score(b, out)) end
-        local med = compare(fns, bs, size >= 100000 and 5 or 7)
+        local med, mins = compare(fns, bs, size >= 100000 and 5 or 9)
+        -- judged on the fastest round of each (load from other processes only adds time);
+        -- the medians are kept beside
         local best = math.huge
+        row.median_ms = {}
         for i, d in ipairs(devices) do
-            row.ms[d.name] = med[i] / 1e6
-            best = min(best, med[i] / 1e6)
+            row.ms[d.name] = mins[i] / 1e6
+            row.median_ms[d.name] = med[i] / 1e6
+            best = min(best, mins[i] / 1e6)
         end
-        row.ms.policy = med[#fns] / 1e6
+        row.ms.policy = mins[#fns] / 1e6
+        row.median_ms.policy = med[#fns] / 1e6
         row.best_fixed_ms = best
         row.ratio_to_best = row.ms.policy / best
         row.ok = row.ms.policy <= best * 1.05 + 0.002
@@ -408,7 +419,7 @@ add("")
 add("Calibrated placement: %s", placement.describe_node(policy))
 for _, c in ipairs(policy.crossover) do add("  crossover at %d rows: %s below, %s from there", c.rows, c.from, c.to) end
 if #policy.crossover == 0 then add("  no crossover: %s at every size", policy.breaks[1].device) end
-add("Calibrated policy vs fixed devices, median ms a call:")
+add("Calibrated policy vs fixed devices, ms a call (fastest of interleaved rounds):")
 local h2 = fmt("%8s", "batch")
 for _, d in ipairs(devices) do h2 = h2 .. fmt(" %10s", d.name) end
 add("%s %10s %8s  %s", h2, "policy", "chose", "ok")
