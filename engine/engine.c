@@ -77,8 +77,9 @@ static void discover(wisp_engine *eng)
             void *ctx = NULL;
             int n = be->init(eng, &ctx, why, sizeof why);
             if (n > 0) {
-                eng->gpu = be;
                 eng->gpu_ctx = ctx;
+                /* published last: wisp_host_alloc/free read it without the lock */
+                __atomic_store_n(&eng->gpu, be, __ATOMIC_RELEASE);
                 eng->gpu_count = n > WISP_MAX_GPUS ? WISP_MAX_GPUS : n;
                 snprintf(eng->gpu_status, sizeof eng->gpu_status, "%d CUDA device%s", eng->gpu_count,
                          eng->gpu_count == 1 ? "" : "s");
@@ -172,8 +173,9 @@ void *wisp_host_alloc(wisp_engine *eng, size_t n)
     if (n > SIZE_MAX - 2 * HOST_PAD) return NULL;
     void *base = NULL;
     int pinned = 0;
-    if (eng && eng->gpu && eng->gpu->host_alloc) {
-        base = eng->gpu->host_alloc(eng->gpu_ctx, n + 2 * HOST_PAD);
+    const wisp_backend *gpu = eng ? __atomic_load_n(&eng->gpu, __ATOMIC_ACQUIRE) : NULL;
+    if (gpu && gpu->host_alloc) {
+        base = gpu->host_alloc(eng->gpu_ctx, n + 2 * HOST_PAD);
         pinned = base != NULL;
     }
     if (!base) base = wisp_malloc(n + 2 * HOST_PAD);   /* still correct, just not pinned */
@@ -189,6 +191,7 @@ void wisp_host_free(wisp_engine *eng, void *p)
 {
     if (!p) return;
     struct host_hdr *h = (struct host_hdr *)p - 1;
-    if (h->pinned && eng && eng->gpu && eng->gpu->host_free) eng->gpu->host_free(eng->gpu_ctx, h->base);
+    const wisp_backend *gpu = eng ? __atomic_load_n(&eng->gpu, __ATOMIC_ACQUIRE) : NULL;
+    if (h->pinned && gpu && gpu->host_free) gpu->host_free(eng->gpu_ctx, h->base);
     else wisp_free(h->base);
 }

@@ -2,6 +2,7 @@
 # reliability.sh — sanitizer, valgrind and fuzzing passes over the CPU engine; prints "N passed, N failed" last.
 #
 #   sh spec/reliability.sh [STAGE...]     stages: fuzz regress asan tsan valgrind (default: all of them)
+#   sh spec/reliability.sh json           only rewrite $WISP_RELIABILITY_JSON from the last run's figures
 #
 # Each program run of each stage counts as one check: it passes when it exits 0,
 # its closing "name: N passed, 0 failed" line (C tests) says so, and its output
@@ -27,7 +28,7 @@ secs=${WISP_FUZZ_SECONDS:-${FUZZ_SECONDS:-12}}
 res="$build/reliability"
 mkdir -p "$res" || exit 2
 results="$res/results.txt"        # key=value lines for the JSON
-: >"$results"
+[ "$stages" = json ] || { : >"$results"; echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)" >>"$results"; }
 passed=0 failed=0
 log=$(mktemp) || exit 2
 trap 'rm -f "$log"' EXIT
@@ -96,6 +97,7 @@ if has fuzz; then
         [ -d "spec/fuzz/regress/$t" ] && dirs="$dirs spec/fuzz/regress/$t"
         maxlen=4096; [ "$t" = fuzz_model ] && maxlen=8192
         start=$(now)
+        touch "$res/stamp.$t"
         "$bin" -max_total_time="$secs" -max_len=$maxlen -timeout=25 -rss_limit_mb=2560 -print_final_stats=1 \
             -artifact_prefix="$build/fuzz/artifacts/$t-" $dirs >"$log" 2>&1
         rc=$?
@@ -104,7 +106,7 @@ if has fuzz; then
         files=$(ls "$corpus" | wc -l)
         note "fuzz.$t.execs" "$execs"
         note "fuzz.$t.corpus_files" "$files"
-        crashes=$(ls "$build/fuzz/artifacts/" 2>/dev/null | grep -c "^$t-\(crash\|leak\|timeout\|oom\)-")
+        crashes=$(find "$build/fuzz/artifacts" -name "$t-*" -newer "$res/stamp.$t" 2>/dev/null | wc -l)   # this run's
         note "fuzz.$t.artifacts" "$crashes"
         record fuzz "$t" $(( $(now) - start )) $rc
         echo "           $execs executions, corpus $files files"
@@ -205,8 +207,12 @@ if has valgrind; then
     fi
 fi
 
-note passed "$passed"
-note failed "$failed"
+if [ "$stages" = json ]; then                 # the JSON again from the last run's figures
+    passed=$(sed -n 's/^passed=//p' "$results"); failed=$(sed -n 's/^failed=//p' "$results")
+else
+    note passed "$passed"
+    note failed "$failed"
+fi
 
 # ---- the figures as JSON ---------------------------------------------------------------------------
 json_str() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g' | tr -d '\n'; }
@@ -218,7 +224,7 @@ write_json() {
     cc=$(${SAN_CC:-clang} --version 2>/dev/null | head -n 1)
     vg=$(valgrind --version 2>/dev/null)
     printf '{\n'
-    printf '  "date": "%s",\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    printf '  "date": "%s",\n' "$(sed -n 's/^date=//p' "$results")"       # when the run started
     printf '  "commit": "%s",\n' "$(json_str "$commit")"
     printf '  "machine": {"cpu": "%s", "cores": %s, "os": "%s", "kernel": "%s", "sanitizer_compiler": "%s", "valgrind": "%s"},\n' \
         "$(json_str "$cpu")" "$(nproc 2>/dev/null || echo 0)" "$(json_str "$os")" "$(uname -r)" "$(json_str "$cc")" "$(json_str "$vg")"
@@ -263,6 +269,7 @@ write_json() {
         done <spec/fuzz/regress/FINDINGS
     fi
     printf '\n  ],\n'
+    printf '  "crashes_found_by_fuzzing": %d,\n' "$(grep -c 'found by fuzz_' spec/fuzz/regress/FINDINGS 2>/dev/null)"
     printf '  "open_defects": %d\n}\n' "$failed"
 }
 if [ -n "$WISP_RELIABILITY_JSON" ]; then

@@ -29,6 +29,14 @@ local uint64_vla = ffi_typeof("uint64_t[?]")
 local float_vla = ffi_typeof("float[?]")
 local uint32_vla = ffi_typeof("uint32_t[?]")
 local float_ptr = ffi_typeof("float *")
+-- ffi.sizeof of a VLA is not compiled by the JIT: remember each output
+-- array's length once (weak keys), so the scoring path stays on trace
+local vla_len = setmetatable({}, { __mode = "k" })
+local function vla_floats(a)
+    local n = vla_len[a]
+    if n == nil then n = ffi_sizeof(a) / 4; vla_len[a] = n end
+    return n
+end
 local const_char_ptr = ffi_typeof("const char *")
 
 -- out-parameter boxes, shared: a Lua state runs one call at a time
@@ -876,7 +884,7 @@ function Session:score(batch, out)
     elseif not ffi_istype(float_ptr, out) then
         local len
         if ffi_istype(float_vla, out) then
-            len = ffi_sizeof(out) / 4
+            len = vla_floats(out)
         else
             len = ffi_elems(1, 2, "score", out, f32p_probe, "float array", 4)
         end
@@ -902,8 +910,8 @@ function Session:submit(batch, out)
     if batch._h == nil then argerror(1, 1, "submit", "batch is closed") end
     if type(out) ~= "cdata" then expected(1, 2, "submit", "float array", out) end
     local rows = tonumber(C.wisp_batch_rows(batch._h))
-    if ffi_istype(float_vla, out) and ffi_sizeof(out) / 4 < rows then
-        argerror(1, 2, "submit", fmt("out holds %d floats, the batch has %d rows", ffi_sizeof(out) / 4, rows))
+    if ffi_istype(float_vla, out) and vla_floats(out) < rows then
+        argerror(1, 2, "submit", fmt("out holds %d floats, the batch has %d rows", vla_floats(out), rows))
     end
     local rc = C.wisp_session_submit(h, batch._h, out)
     if rc ~= 0 then return nil, last_error(rc, "submit") end

@@ -1134,6 +1134,61 @@ static void test_parse_speed(wisp_engine *eng, int reps)
     free(text);
 }
 
+
+/* ---- the arena: one block, regions in order, aligned; contents survive every re-layout ---- */
+
+static int arena_ok(const wisp_batch *b)
+{
+    const char *a = b->arena;
+    if (!a || b->wrapped) return 0;
+    int ok = b->off_vp % 256 == 0 && b->off_rp % 256 == 0 && b->off_vals % 256 == 0 && b->off_ids % 256 == 0;
+    ok = ok && b->off_vp + (b->row_cap + 1) * 4 <= b->off_rp && b->off_rp + (b->row_cap + 1) * 4 <= b->off_vals
+         && b->off_vals + b->val_cap * 4 <= b->off_ids && b->off_ids + b->id_cap * 4 <= b->arena_bytes;
+    ok = ok && (const char *)b->row_ptr == a + b->off_rp && (!b->val_ptr || (const char *)b->val_ptr == a + b->off_vp)
+         && (!b->ids || (const char *)b->ids == a + b->off_ids) && (!b->vals || (const char *)b->vals == a + b->off_vals);
+    return ok && b->rows <= b->row_cap && b->nnz <= b->id_cap && b->nvals <= b->val_cap;
+}
+
+static void test_arena(wisp_engine *eng)
+{
+    wisp_batch *b = NULL;
+    CHECK_OK(wisp_batch_new(eng, &b));
+    if (!b) return;
+    CHECK(arena_ok(b) && b->ids == NULL && b->vals == NULL && b->val_ptr == NULL && b->row_ptr[0] == 0);
+    uint64_t seed = 12345;
+    for (int round = 0; round < 3; round++) {
+        /* binary rows, then valued ones (val_ptr appears late), then mixed; growth past every first capacity */
+        uint32_t *xr = malloc(9001 * 4), *xid = malloc(9000 * 40 * 4), *xvp = malloc(9001 * 4);
+        float *xv = malloc(9000 * 40 * 4);
+        size_t nnz = 0, nv = 0, rows = 3000 + 3000 * (size_t)round;
+        xr[0] = xvp[0] = 0;
+        int ok = 1;
+        for (size_t r = 0; r < rows; r++) {
+            uint64_t ids[40]; float vals[40];
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            size_t n = (size_t)(seed >> 59) + (r % 7 == 0 ? 0 : 5), v = r < rows / 3 ? 0 : r < 2 * rows / 3 ? n : n / 2;
+            for (size_t k = 0; k < n; k++) { ids[k] = (seed >> 20) % 100000 + k; vals[k] = (float)k * 0.25f - 1.0f; }
+            int st = v == n && v ? wisp_batch_add_row(b, ids, vals, n) : !v ? wisp_batch_add_row(b, ids, NULL, n)
+                   : wisp_batch_add_row_mixed(b, ids, vals, v, ids + v, n - v);
+            if (st != WISP_OK || !arena_ok(b)) { ok = 0; break; }
+            for (size_t k = 0; k < n; k++) xid[nnz++] = (uint32_t)ids[k];
+            for (size_t k = 0; k < v; k++) xv[nv++] = vals[k];
+            xr[r + 1] = (uint32_t)nnz;
+            xvp[r + 1] = (uint32_t)nv;
+        }
+        CHECK_MSG(ok, "round %d: append or arena invariants failed at %zu rows", round, wisp_batch_rows(b));
+        CHECK(wisp_batch_rows(b) == rows && wisp_batch_nnz(b) == nnz && wisp_batch_nvals(b) == nv);
+        CHECK(b->value_mode == WISP_VALUES_MIXED && b->val_ptr != NULL);
+        CHECK(!memcmp(b->row_ptr, xr, (rows + 1) * 4) && !memcmp(b->ids, xid, nnz * 4)
+              && !memcmp(b->val_ptr, xvp, (rows + 1) * 4) && !memcmp(b->vals, xv, nv * 4));
+        free(xr); free(xid); free(xvp); free(xv);
+        const void *arena = b->arena;
+        wisp_batch_clear(b);                       /* keeps the arena and val_ptr */
+        CHECK(b->arena == arena && arena_ok(b) && b->rows == 0 && b->row_ptr[0] == 0 && b->val_ptr[0] == 0);
+    }
+    wisp_batch_free(b);
+}
+
 int main(void)
 {
     wisp_engine *eng;
@@ -1148,6 +1203,7 @@ int main(void)
                eng->gpu && eng->gpu->host_alloc ? "pinned" : "plain");
     }
     test_builders(eng);
+    test_arena(eng);
     test_value_modes(eng);
     test_builder_errors(eng);
     test_wrap(eng);
