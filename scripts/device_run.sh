@@ -3,7 +3,7 @@
 # Run there from the repository root, with .devdeps carried (see ../shared/device/README.md):
 #   export WISP_COMMIT=<git rev-parse --short HEAD, computed here> &&
 #   source .devdeps/env.sh && scripts/device_run.sh [STAGE...]
-# Stages (default: all, in this order): test bench_gpu bench_cpu seed batcher demo
+# Stages (default: all, in this order): test bench_gpu bench_cpu seed sanitize batcher demo
 # (the device's copy of the tree has no .git, so the results record WISP_COMMIT)
 # Logs and JSON results go to build/device_out and scripts/results/, and as one archive to $OUT.
 set -uo pipefail
@@ -13,7 +13,7 @@ mkdir -p "$out" scripts/results
 export CPATH=/opt/devdeps/usr/include:/opt/devdeps/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}
 export LUA_PATH="/opt/devdeps/usr/share/luajit2-2.1/?.lua;/opt/devdeps/usr/share/luajit-2.1/?.lua;${LUA_PATH:-;}"
 export WISP_SKIP_DEPS=1 PYTHONUNBUFFERED=1
-stages=${*:-test bench_gpu bench_cpu seed batcher demo}
+stages=${*:-test bench_gpu bench_cpu seed sanitize batcher demo}
 want() { case " $stages " in *" $1 "*) return 0 ;; esac; return 1; }
 # the device tool brings back at most 8 files: one archive, refreshed after every step
 snapshot() { cp scripts/results/*.json "$out/" 2>/dev/null; [ -n "${OUT:-}" ] && tar czf "$OUT/device_out.tgz" -C build device_out; }
@@ -42,6 +42,14 @@ if want seed; then
     step "seed_experiment.lua"
     timeout 120 build/wisp run scripts/seed_experiment.lua --label h200 > "$out/seed.log" 2>&1
     tail -45 "$out/seed.log"
+fi
+if want sanitize; then
+    step "compute-sanitizer memcheck + racecheck on the GPU specs (quick mode)"
+    for tool in memcheck racecheck; do
+        WISP_TEST_GPU=1 WISP_TEST_GPU_QUICK=1 WISP_TEST_NO_STICKY=1 timeout 100 \
+            compute-sanitizer --tool $tool --error-exitcode 99 build/test/test_gpu > "$out/$tool.log" 2>&1
+        echo "$tool: exit $? ; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test_gpu: [0-9]+ passed' "$out/$tool.log" | tr '\n' ' ')"
+    done
 fi
 if want batcher; then
     step "bench_batcher.lua on the GPU"
