@@ -27,6 +27,14 @@
  * - Batch arrays in pinned memory are copied straight from where they are;
  *   small batches, and batches in pageable memory, are first packed into a
  *   pinned staging buffer the session owns (one copy moves a small batch).
+ *   A large batch goes as its head (value offsets, row offsets, values)
+ *   first, then its ids one copy a chunk. An owned batch keeps its arrays
+ *   in one pinned arena (batch.c): one pointer query, and the device buffer
+ *   mirrors the arena's offsets so the head's neighbours go in one copy when
+ *   the gaps between them are small.
+ * - Tiny batches (inline) wait on per-block flags the kernel raises in
+ *   mapped host memory, not on events; blocking calls sync the streams
+ *   (nothing else is on them) instead of recording end events.
  * - Zero-copy (WISP_GPU_ZEROCOPY=1: batches of up to 4096 rows; =all: every
  *   batch): the kernel reads the rows straight from mapped pinned host
  *   memory and writes the probabilities there; no copies at all.

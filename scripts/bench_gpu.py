@@ -61,6 +61,8 @@ class Wisp:
             ("wisp_model_load", i32, [vp, C.c_char_p, C.POINTER(vp)]),
             ("wisp_model_free", None, [vp]),
             ("wisp_batch_wrap", i32, [vp, sz, vp, vp, vp, vp, C.POINTER(vp)]),
+            ("wisp_batch_new", i32, [vp, C.POINTER(vp)]),
+            ("wisp_batch_add_row_mixed", i32, [vp, vp, vp, sz, vp, sz]),
             ("wisp_batch_free", None, [vp]),
             ("wisp_session_new", i32, [vp, vp, C.c_char_p, C.POINTER(vp)]),
             ("wisp_session_free", None, [vp]),
@@ -141,6 +143,21 @@ def wrap(w, eng, rows, arrs):
     b = C.c_void_p()
     w.ok(w.L.wisp_batch_wrap(eng, rows, ptr(arrs["row_ptr"]), ptr(arrs["ids"]), ptr(arrs["val_ptr"]),
                              ptr(arrs["vals"]), C.byref(b)), "wisp_batch_wrap")
+    return b
+
+
+def build_owned(w, eng, bt):
+    """The batch built row by row through the builders: an owned batch, its arrays in
+    one pinned arena (engine/batch.c), shipped packed (engine/cuda.c)."""
+    b = C.c_void_p()
+    w.ok(w.L.wisp_batch_new(eng, C.byref(b)), "wisp_batch_new")
+    ids64 = bt.ids.astype(np.uint64)
+    bi, bv = ids64.ctypes.data, bt.vals.ctypes.data
+    f = w.L.wisp_batch_add_row_mixed
+    for r in range(bt.rows):
+        st = f(b, bi + 8 * r * K, bv + 4 * r * KV, KV, bi + 8 * (r * K + KV), K - KV)
+        if st != 0:
+            w.ok(st, "wisp_batch_add_row_mixed")
     return b
 
 
@@ -333,9 +350,9 @@ def main():
     e2e = {}
     m32 = models["f32"]
 
-    def wisp_e2e(arrs, out, iters=REPS, device=b"gpu"):
+    def wisp_e2e(arrs, out, iters=REPS, device=b"gpu", owned=None):
         s = session(m32, device)
-        b = wrap(w, eng, R_E2E, arrs)
+        b = owned if owned is not None else wrap(w, eng, R_E2E, arrs)
         for _ in range(3):
             w.ok(L.wisp_session_score(s, b, out.ctypes.data), "score")
         L.wisp_session_reset_stats(s)
@@ -347,7 +364,8 @@ def main():
         st = {k: L.wisp_session_stat(s, v) / iters for k, v in ST.items() if k.startswith(("ns_", "bytes_"))}
         assert L.wisp_session_stat(s, ST["fallbacks"]) == 0, "a fallback in the benchmark"
         dev_used = L.wisp_session_last_device(s).decode()
-        L.wisp_batch_free(b)
+        if owned is None:
+            L.wisp_batch_free(b)
         L.wisp_session_free(s)
         return med(ts), st, dev_used
 
@@ -380,6 +398,29 @@ def main():
     e2e["pcie_floor_serial_ms"] = pcie_floor_sum_ms
     e2e["wisp_over_pcie_floor"] = ms_pin / pcie_floor_ms
     e2e["device"] = dev_used
+    # the same rows built through the builders: one pinned arena, the head (offsets + values) in one copy
+    # when its gaps are small, then one copy of ids a chunk (gpu_notes.md, run 6)
+    t0 = time.perf_counter()
+    owned = build_owned(w, eng, bt)
+    e2e["owned_build_s"] = time.perf_counter() - t0
+    ms_own, st_own, _ = wisp_e2e(None, out_pageable, owned=owned)
+    ms_own2, _, _ = wisp_e2e(None, out_pinned, owned=owned)
+    osweep = {}
+    for ch in ("1", "4", "8", "16"):
+        os.environ["WISP_GPU_CHUNKS"] = ch
+        osweep[ch] = wisp_e2e(None, out_pageable, iters=max(5, REPS // 2), owned=owned)[0]
+    del os.environ["WISP_GPU_CHUNKS"]
+    L.wisp_batch_free(owned)
+    own_floor_ms = max(st_own["bytes_h2d"] / bw_h2d, st_own["bytes_d2h"] / bw_d2h) * 1e3
+    e2e["wisp_owned_batch_ms"] = ms_own
+    e2e["wisp_owned_batch_pinned_out_ms"] = ms_own2
+    e2e["wisp_owned_chunks_sweep_ms"] = osweep
+    e2e["wisp_stage_ns_per_batch_owned"] = st_own
+    e2e["owned_bytes_shipped_h2d"] = st_own["bytes_h2d"]
+    e2e["owned_pcie_floor_ms"] = own_floor_ms
+    e2e["wisp_owned_over_pcie_floor"] = ms_own / pcie_floor_ms
+    log(f"e2e 200k owned (arena) batch: {ms_own:.3f} ms (pinned out {ms_own2:.3f}), "
+        f"{ms_own / pcie_floor_ms:.2f}x the PCIe floor; chunk sweep", {k: round(v, 3) for k, v in osweep.items()})
     log(f"e2e 200k: wisp pinned {ms_pin:.3f} ms (pinned out {ms_pin2:.3f}), pageable {ms_page:.3f} ms, "
         f"PCIe floor {pcie_floor_ms:.3f} ms for {shipped/1e6:.1f} MB")
 
@@ -425,6 +466,7 @@ def main():
     e2e["torch_vs_wisp_max_abs_diff"] = float(np.max(np.abs(torch_pinned() - out_pageable)))
     e2e["speedup_vs_torch_pinned"] = e2e["torch_pinned_nonblocking_ms"] / ms_pin
     e2e["speedup_vs_torch_pageable"] = e2e["torch_pageable_ms"] / ms_pin
+    e2e["owned_speedup_vs_torch_pinned"] = e2e["torch_pinned_nonblocking_ms"] / ms_own
     log(f"e2e 200k peers: torch pageable {e2e['torch_pageable_ms']:.3f} ms, pinned {e2e['torch_pinned_nonblocking_ms']:.3f} ms")
     res["e2e_200k"] = e2e
 
@@ -642,6 +684,9 @@ def main():
                                                "met": e2e["speedup_vs_torch_pageable"] >= 15},
         "e2e_within_1.2x_pcie_floor": {"ratio": e2e["wisp_over_pcie_floor"], "floor_ms": pcie_floor_ms,
                                        "met": e2e["wisp_over_pcie_floor"] <= 1.2},
+        "e2e_owned_batch": {"ratio_to_pcie_floor": e2e["wisp_owned_over_pcie_floor"],
+                            "speedup_vs_torch_pinned": e2e["owned_speedup_vs_torch_pinned"],
+                            "met": e2e["wisp_owned_over_pcie_floor"] <= 1.2 and e2e["owned_speedup_vs_torch_pinned"] >= 2},
         "small_10_rows_at_most_15us": {"default_us": small["wisp_us"], "zero_copy_us": small["wisp_zero_copy_us"],
                                        "met_default": small["wisp_us"] <= 15,
                                        "met_zero_copy": small["wisp_zero_copy_us"] <= 15},
