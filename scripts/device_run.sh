@@ -46,7 +46,7 @@ fi
 if want sanitize; then
     step "compute-sanitizer memcheck + racecheck on the GPU specs (quick mode)"
     for tool in memcheck racecheck; do
-        WISP_TEST_GPU=1 WISP_TEST_GPU_QUICK=1 WISP_TEST_NO_STICKY=1 timeout 100 \
+        WISP_TEST_GPU=1 WISP_TEST_GPU_QUICK=1 WISP_TEST_NO_STICKY=1 timeout 70 \
             compute-sanitizer --tool $tool --error-exitcode 99 build/test/test_gpu > "$out/$tool.log" 2>&1
         echo "$tool: exit $? ; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test_gpu: [0-9]+ passed' "$out/$tool.log" | tr '\n' ' ')"
     done
