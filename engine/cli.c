@@ -126,7 +126,7 @@ static int input_open(input *in, const char *path)
     if (fstat(in->fd, &st) == 0 && S_ISDIR(st.st_mode)) return die("%s: is a directory", in->name);
     if (fstat(in->fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
         in->map_len = (size_t)st.st_size;
-        in->map = mmap(NULL, in->map_len, PROT_READ, MAP_PRIVATE | MAP_POPULATE, in->fd, 0);
+        in->map = mmap(NULL, in->map_len, PROT_READ, MAP_PRIVATE, in->fd, 0);
         if (in->map == MAP_FAILED) { in->map = NULL; in->map_len = 0; }
         else madvise(in->map, in->map_len, MADV_SEQUENTIAL);
     }
@@ -166,22 +166,29 @@ static void input_close(input *in)
 }
 
 /* ---- wisp score ---------------------------------------------------------------
- * The text is parsed in parallel: each round takes a window of the input, cuts
- * it into pieces at line ends (one or more per thread), parses every piece into
- * its own batch on the engine's pool, then scores and writes the pieces in
- * order. Line numbers are counted per piece and made absolute when reported. */
+ * The work is split into pieces of the input, cut at line ends, one or more per
+ * thread. Each piece is parsed, scored (by its own session) and formatted on one
+ * thread of the engine's pool, while its batch is still in that core's cache;
+ * the main thread then reports bad lines and writes the pieces' text in order.
+ * Line numbers are counted per piece and made absolute when reported. */
 
 typedef struct {
     wisp_batch *batch;
+    wisp_session *session;          /* one per piece: a session is one thread's at a time */
+    float *probs;                   /* max_rows */
+    char *obuf; size_t olen;        /* the piece's formatted output */
     const char *text; size_t len;   /* the piece */
     int final;                      /* the piece may end without '\n' */
     size_t max_rows;
     size_t used;                    /* bytes consumed */
     uint64_t lines;                 /* lines consumed */
+    uint64_t ns_parse, ns_format;
     int status; char err[256];
 } piece;
 
 typedef struct { piece *p; } parse_job;
+
+static char *fmt_prob(char *p, float v);
 
 static void parse_piece(void *ctx, size_t i)
 {
@@ -189,8 +196,19 @@ static void parse_piece(void *ctx, size_t i)
     wisp_batch_clear(pc->batch);
     pc->lines = 0;
     pc->used = 0;
+    pc->olen = 0;
+    uint64_t t0 = wisp_now_ns();
     pc->status = wisp_batch_parse_libsvm(pc->batch, pc->text, pc->len, pc->final, pc->max_rows, &pc->lines, &pc->used);
-    if (pc->status != WISP_OK) snprintf(pc->err, sizeof pc->err, "%s", wisp_errmsg());
+    uint64_t t1 = wisp_now_ns();
+    pc->ns_parse += t1 - t0;
+    size_t rows = wisp_batch_rows(pc->batch);
+    if (pc->status == WISP_OK && rows) pc->status = wisp_session_score(pc->session, pc->batch, pc->probs);
+    if (pc->status != WISP_OK) { snprintf(pc->err, sizeof pc->err, "%s", wisp_errmsg()); return; }
+    uint64_t t2 = wisp_now_ns();
+    char *o = pc->obuf;
+    for (size_t r = 0; r < rows; r++) o = fmt_prob(o, pc->probs[r]);
+    pc->olen = (size_t)(o - pc->obuf);
+    pc->ns_format += wisp_now_ns() - t2;
 }
 
 static int parse_count(const char *s, const char *what, long lo, long hi, long *out)
@@ -268,29 +286,32 @@ static int cmd_score(int argc, char **argv)
 
     enum { PIECES_PER_THREAD = 2 };
     int rc = 1, npieces = 0;
-    wisp_engine *eng = NULL; wisp_model *m = NULL; wisp_session *s = NULL;
+    wisp_engine *eng = NULL; wisp_model *m = NULL;
     piece *pc = NULL;
-    float *probs = NULL; char *obuf = NULL;
     FILE *out = stdout;
     input in;
-    uint64_t bad_total = 0, rows_total = 0, line_base = 0, t_start = wisp_now_ns(), ns_parse = 0, ns_write = 0;
+    uint64_t bad_total = 0, rows_total = 0, line_base = 0, t_start = wisp_now_ns(), ns_write = 0;
     if (input_open(&in, in_path)) goto done;
     if (wisp_engine_new((int)threads, &eng) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
     if (wisp_model_load_ex(eng, model_path, hugepages ? WISP_LOAD_HUGEPAGES : 0, &m) != WISP_OK) {
         die("%s", wisp_errmsg()); goto done;
     }
-    if (wisp_session_new(eng, m, device, &s) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
     npieces = wisp_engine_threads(eng) * PIECES_PER_THREAD;
     pc = calloc((size_t)npieces, sizeof *pc);
-    probs = malloc((size_t)batch_rows * sizeof *probs);
-    obuf = malloc((size_t)batch_rows * 24);
-    if (!pc || !probs || !obuf) { die("score: out of memory for a batch of %ld rows", batch_rows); goto done; }
+    if (!pc) { die("score: out of memory"); goto done; }
     for (int i = 0; i < npieces; i++) {
         pc[i].max_rows = (size_t)batch_rows;
+        if (wisp_session_new(eng, m, device, &pc[i].session) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
+        if (i == 0) wisp_engine_set_log_level(eng, WISP_LOG_ERROR);   /* say a device fallback once, not per piece */
         if (wisp_batch_new(eng, &pc[i].batch) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
+        pc[i].probs = malloc((size_t)batch_rows * sizeof *pc[i].probs);
+        pc[i].obuf = malloc((size_t)batch_rows * 24);
+        if (!pc[i].probs || !pc[i].obuf) { die("score: out of memory for a batch of %ld rows", batch_rows); goto done; }
     }
+    wisp_engine_set_log_level(eng, WISP_LOG_WARN);
     if (out_path && !(out = fopen(out_path, "w"))) { die("%s: cannot open for writing: %s", out_path, strerror(errno)); goto done; }
-    /* piece size: about a batch of rows at ~64 bytes a row, 64 KiB to 4 MiB */
+    /* piece size: about a batch of rows at ~64 bytes a row, 64 KiB to 4 MiB (small
+     * pieces keep a piece's batch in cache between parsing and scoring) */
     size_t piece_bytes = (size_t)batch_rows * 64;
     if (piece_bytes < (64u << 10)) piece_bytes = 64u << 10;
     if (piece_bytes > (4u << 20)) piece_bytes = 4u << 20;
@@ -310,35 +331,28 @@ static int cmd_score(int argc, char **argv)
             if (!in.map && !in.eof && input_fill(&in)) goto done;
             continue;
         }
-        uint64_t t0 = wisp_now_ns();
         parse_job job = { pc };
         if (k == 1) parse_piece(&job, 0);
         else wisp_pool_run(eng->pool, k, parse_piece, &job);
-        ns_parse += wisp_now_ns() - t0;
         size_t advanced = 0;
         for (size_t j = 0; j < k; j++) {
             piece *p = &pc[j];
             if (p->status != WISP_OK) { die("%s: %s", in.name, p->err); goto done; }
             size_t rows = wisp_batch_rows(p->batch);
-            if (rows) {
-                if (wisp_session_score(s, p->batch, probs) != WISP_OK) { die("%s: %s", in.name, wisp_errmsg()); goto done; }
-                size_t nbad = wisp_batch_bad_count(p->batch);
-                for (size_t i = 0; i < nbad; i++) {
-                    size_t row; uint64_t line; const char *msg;
-                    if (wisp_batch_bad_row(p->batch, i, &row, &line, &msg) != WISP_OK) continue;
-                    char prefix[32];   /* the message names its piece-relative line: keep one "FILE:LINE:" */
-                    int pn = snprintf(prefix, sizeof prefix, "line %llu: ", (unsigned long long)line);
-                    if (!strncmp(msg, prefix, (size_t)pn)) msg += pn;
-                    fprintf(stderr, "%s:%llu: %s\n", in.name, (unsigned long long)(line_base + line), msg);
-                }
-                bad_total += nbad;
-                rows_total += rows;
-                uint64_t w0 = wisp_now_ns();
-                char *o = obuf;
-                for (size_t i = 0; i < rows; i++) o = fmt_prob(o, probs[i]);
-                if (write_all(out, obuf, (size_t)(o - obuf), out_path ? out_path : "<stdout>")) goto done;
-                ns_write += wisp_now_ns() - w0;
+            size_t nbad = wisp_batch_bad_count(p->batch);
+            for (size_t i = 0; i < nbad; i++) {
+                size_t row; uint64_t line; const char *msg;
+                if (wisp_batch_bad_row(p->batch, i, &row, &line, &msg) != WISP_OK) continue;
+                char prefix[32];   /* the message names its piece-relative line: keep one "FILE:LINE:" */
+                int pn = snprintf(prefix, sizeof prefix, "line %llu: ", (unsigned long long)line);
+                if (!strncmp(msg, prefix, (size_t)pn)) msg += pn;
+                fprintf(stderr, "%s:%llu: %s\n", in.name, (unsigned long long)(line_base + line), msg);
             }
+            bad_total += nbad;
+            rows_total += rows;
+            uint64_t w0 = wisp_now_ns();
+            if (p->olen && write_all(out, p->obuf, p->olen, out_path ? out_path : "<stdout>")) goto done;
+            ns_write += wisp_now_ns() - w0;
             line_base += p->lines;
             advanced += p->used;
             if (p->used < p->len) break;   /* stopped at max_rows: the pieces after it are parsed again */
@@ -353,25 +367,36 @@ static int cmd_score(int argc, char **argv)
                 in.name, (unsigned long long)bad_total, bad_total == 1 ? "" : "s", (unsigned long long)rows_total);
     if (show_stats) {
         double wall = (double)(wisp_now_ns() - t_start) / 1e9;
+        uint64_t st[WISP_STAT_COUNT] = {0}, ns_parse = 0, ns_format = 0;
+        for (int i = 0; i < npieces; i++) {
+            for (int k = 0; k < WISP_STAT_COUNT; k++) st[k] += wisp_session_stat(pc[i].session, k);
+            ns_parse += pc[i].ns_parse;
+            ns_format += pc[i].ns_format;
+        }
         fprintf(stderr, "wisp score: %llu rows in %.3f s (%.0f rows/s) on %s, %d threads\n",
-                (unsigned long long)rows_total, wall, (double)rows_total / wall, wisp_session_last_device(s),
+                (unsigned long long)rows_total, wall, (double)rows_total / wall, wisp_session_last_device(pc[0].session),
                 wisp_engine_threads(eng));
-        fprintf(stderr, "  parse %.1f ms, score %.1f ms (kernel %.1f, h2d %.1f, d2h %.1f), write %.1f ms\n",
-                (double)ns_parse / 1e6, (double)wisp_session_stat(s, WISP_STAT_NS_TOTAL) / 1e6,
-                (double)wisp_session_stat(s, WISP_STAT_NS_KERNEL) / 1e6,
-                (double)wisp_session_stat(s, WISP_STAT_NS_H2D) / 1e6,
-                (double)wisp_session_stat(s, WISP_STAT_NS_D2H) / 1e6, (double)ns_write / 1e6);
-        uint64_t oor = wisp_session_stat(s, WISP_STAT_OUT_OF_RANGE);
-        if (oor) fprintf(stderr, "  %llu feature ids beyond the model's %llu features were ignored\n",
-                         (unsigned long long)oor, (unsigned long long)wisp_model_num_features(m));
+        fprintf(stderr, "  thread time: parse %.1f ms, score %.1f ms (kernel %.1f, h2d %.1f, d2h %.1f), format %.1f ms;"
+                " write %.1f ms\n", (double)ns_parse / 1e6, (double)st[WISP_STAT_NS_TOTAL] / 1e6,
+                (double)st[WISP_STAT_NS_KERNEL] / 1e6, (double)st[WISP_STAT_NS_H2D] / 1e6,
+                (double)st[WISP_STAT_NS_D2H] / 1e6, (double)ns_format / 1e6, (double)ns_write / 1e6);
+        if (st[WISP_STAT_OUT_OF_RANGE])
+            fprintf(stderr, "  %llu feature ids beyond the model's %llu features were ignored\n",
+                    (unsigned long long)st[WISP_STAT_OUT_OF_RANGE], (unsigned long long)wisp_model_num_features(m));
+        if (st[WISP_STAT_FALLBACKS])
+            fprintf(stderr, "  %llu batches fell back from the GPU to the CPU\n", (unsigned long long)st[WISP_STAT_FALLBACKS]);
     }
 done:
     if (out && out != stdout) fclose(out);
     input_close(&in);
-    free(probs); free(obuf);
-    for (int i = 0; pc && i < npieces; i++) wisp_batch_free(pc[i].batch);
+    for (int i = 0; pc && i < npieces; i++) {
+        wisp_batch_free(pc[i].batch);
+        wisp_session_free(pc[i].session);
+        free(pc[i].probs);
+        free(pc[i].obuf);
+    }
     free(pc);
-    wisp_session_free(s); wisp_model_free(m); wisp_engine_free(eng);
+    wisp_model_free(m); wisp_engine_free(eng);
     return rc;
 }
 
