@@ -72,7 +72,7 @@ nnz=$(awk '{n += NF - 1} END {print n}' "$test")
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-dirty=$(git status --porcelain 2>/dev/null | grep -q . && echo "+uncommitted" || true)
+dirty=$(git status --porcelain -- . ':!scripts/results' 2>/dev/null | grep -q . && echo "+uncommitted" || true)
 out=scripts/results/bench_cpu_vs_liblinear.json
 cat > "$out" <<EOF
 {
