@@ -29,7 +29,7 @@
 -- runtime failures return nil, "context: reason".
 
 local ffi = require "ffi"
-local C = require "wisp.columns_cdef"
+local C = require "wisp.cdef"
 local wisp = require "wisp"
 
 local ffi_new, ffi_gc, ffi_str, ffi_cast = ffi.new, ffi.gc, ffi.string, ffi.cast

@@ -2,7 +2,7 @@
 local ffi = require "ffi"
 local wisp = require "wisp"
 local fc = require "wisp.columns"
-local C = require "wisp.columns_cdef"
+local C = require "wisp.cdef"
 local H = require "helpers"
 local cjson = require "cjson.safe"
 
