@@ -38,12 +38,16 @@ external_dependencies = {
 
 build = {
    type = "builtin",
-   -- (LuaRocks also copies everything else under lua/, so modules added
-   -- there later, like wisp.synth, are installed as well)
    modules = {
       ["wisp"] = "lua/wisp/init.lua",
       ["wisp.cdef"] = "lua/wisp/cdef.lua",
       ["wisp.const"] = "lua/wisp/const.lua",
+      ["wisp.synth"] = "lua/wisp/synth.lua",
+      ["wisp.columns"] = "lua/wisp/columns.lua",
+      ["wisp.placement"] = "lua/wisp/placement.lua",
+      ["wisp.batcher"] = "lua/wisp/batcher.lua",
+      ["wisp.profile"] = "lua/wisp/profile.lua",
+      ["wisp.repl"] = "lua/wisp/repl.lua",
    },
 }
 
