@@ -1,6 +1,7 @@
 /* test_batch.c — batches: builders vs a reference, wrap checks, value modes, bad rows, the libsvm parser. */
 #include "internal.h"
 #include "check.h"
+#include "testrand.h"
 
 #include <float.h>
 #include <inttypes.h>
@@ -9,16 +10,8 @@
 
 /* ---- small tools --------------------------------------------------------------- */
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 static size_t rndn(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
-static double rndu(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
+static double rndu(void) { return rnd01(); }
 /* Zipf-like: log-uniform over [1, n], so small ids are hot */
 static uint64_t rnd_zipf(uint64_t n) { return (uint64_t)exp(rndu() * log((double)n)); }
 

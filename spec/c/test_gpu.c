@@ -1,6 +1,7 @@
 /* test_gpu.c — the CUDA backend: CPU fallback without a GPU; with WISP_TEST_GPU=1, conformance against a float64 reference and the CPU, splits, shards, faults, submit/wait streams. */
 #include "internal.h"
 #include "check.h"
+#include "testrand.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -12,50 +13,9 @@
 int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int lanes, int iters, float *ms, float *out)
     __attribute__((weak));
 
-/* ---- random numbers: splitmix64, Zipf by rejection-inversion -------------------- */
+/* ---- random numbers (spec/c/testrand.h) -------------------------------------- */
 
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double rnd01(void) { return (double)(rnd() >> 11) * 0x1p-53; }
 static uint64_t rnd_below(uint64_t n) { return n ? rnd() % n : 0; }
-
-struct zipf { double n, s, hx1, hn, thr; };
-static double zh1(double x) { return fabs(x) > 1e-8 ? log1p(x) / x : 1 - x * (0.5 - x * (1.0 / 3 - 0.25 * x)); }
-static double zh2(double x) { return fabs(x) > 1e-8 ? expm1(x) / x : 1 + x * 0.5 * (1 + x / 3 * (1 + 0.25 * x)); }
-static double zH(const struct zipf *z, double x) { double l = log(x); return zh2((1 - z->s) * l) * l; }
-static double zh(const struct zipf *z, double x) { return exp(-z->s * log(x)); }
-static double zHinv(const struct zipf *z, double x)
-{
-    double t = x * (1 - z->s);
-    if (t < -1) t = -1;
-    return exp(zh1(t) * x);
-}
-static struct zipf zipf_new(double n, double s)
-{
-    struct zipf z = { n, s, 0, 0, 0 };
-    z.hx1 = zH(&z, 1.5) - 1.0;
-    z.hn = zH(&z, n + 0.5);
-    z.thr = 2.0 - zHinv(&z, zH(&z, 2.5) - zh(&z, 2));
-    return z;
-}
-static uint64_t zipf_rank(const struct zipf *z)
-{
-    for (;;) {
-        double u = z->hn + rnd01() * (z->hx1 - z->hn);
-        double x = zHinv(z, u);
-        double k = floor(x + 0.5);
-        if (k < 1) k = 1;
-        else if (k > z->n) k = z->n;
-        if (k - x <= z->thr || u >= zH(z, k + 0.5) - zh(z, k)) return (uint64_t)k;
-    }
-}
 
 /* ---- models -------------------------------------------------------------------------- */
 

@@ -1,6 +1,7 @@
 /* test_score.c — the thread pool and CPU scoring against a float64 reference, plus a timing printout. */
 #include "internal.h"
 #include "check.h"
+#include "testrand.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -8,52 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* ---- random numbers: splitmix64, and Zipf by rejection-inversion ------------ */
+/* ---- random numbers (spec/c/testrand.h) -------------------------------------- */
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double rnd01(void) { return (double)(rnd() >> 11) * 0x1p-53; }
 static uint32_t rnd_below(uint64_t n) { return (uint32_t)(((rnd() >> 32) * n) >> 32); }
 static float rnd_range(float lo, float hi) { return lo + (hi - lo) * (float)rnd01(); }
-
-/* Zipf(s) over ranks 1..n (Hörmann & Derflinger's rejection-inversion). */
-struct zipf { double n, s, hx1, hn, thr; };
-static double zh1(double x) { return fabs(x) > 1e-8 ? log1p(x) / x : 1 - x * (0.5 - x * (1.0 / 3 - 0.25 * x)); }
-static double zh2(double x) { return fabs(x) > 1e-8 ? expm1(x) / x : 1 + x * 0.5 * (1 + x / 3 * (1 + 0.25 * x)); }
-static double zH(const struct zipf *z, double x) { double l = log(x); return zh2((1 - z->s) * l) * l; }
-static double zh(const struct zipf *z, double x) { return exp(-z->s * log(x)); }
-static double zHinv(const struct zipf *z, double x)
-{
-    double t = x * (1 - z->s);
-    if (t < -1) t = -1;
-    return exp(zh1(t) * x);
-}
-static struct zipf zipf_new(double n, double s)
-{
-    struct zipf z = { n, s, 0, 0, 0 };
-    z.hx1 = zH(&z, 1.5) - 1.0;
-    z.hn = zH(&z, n + 0.5);
-    z.thr = 2.0 - zHinv(&z, zH(&z, 2.5) - zh(&z, 2));
-    return z;
-}
-static uint64_t zipf_rank(const struct zipf *z)
-{
-    for (;;) {
-        double u = z->hn + rnd01() * (z->hx1 - z->hn);
-        double x = zHinv(z, u);
-        double k = floor(x + 0.5);
-        if (k < 1) k = 1;
-        else if (k > z->n) k = z->n;
-        if (k - x <= z->thr || u >= zH(z, k + 0.5) - zh(z, k)) return (uint64_t)k;
-    }
-}
 /* hot ranks scattered over the table, as hashing does */
 static uint32_t zipf_id(const struct zipf *z, uint64_t nf)
 {
