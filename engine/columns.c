@@ -1373,34 +1373,39 @@ static int dense_twice(wisp_raw *r, size_t input)
                             r->cols->inputs[input].name);
 }
 
-int wisp_raw__push_f32(wisp_raw *r, size_t input, float v)
+/* Room for one more fixed-size value of `input`: *slot points at it (the
+ * caller stores the value and nothing else changes on failure), or NULL
+ * when the row is already bad and the value is to be dropped. */
+static int push_slot(wisp_raw *r, size_t input, size_t esize, void **slot)
 {
+    *slot = NULL;
     r->room_rows = 0;                    /* the text readers' reserve no longer holds */
     if (WISP_UNLIKELY(r->open_bad)) return WISP_OK;
     if (WISP_UNLIKELY(dense_full(r, input))) return dense_twice(r, input);
     struct wisp_raw_input *in = &r->in[input];
     if (WISP_UNLIKELY(in->n >= WISP_MAX_NNZ)) return wisp_fail(WISP_ELIMIT, "raw: input '%s' holds WISP_MAX_NNZ values", r->cols->inputs[input].name);
     if (WISP_UNLIKELY(in->n + 1 > in->val_cap)) {
-        int st = grow(&in->vals, &in->val_cap, in->n, in->n + 1, sizeof(float), RAW_MIN_VALS);
+        int st = grow(&in->vals, &in->val_cap, in->n, in->n + 1, esize, RAW_MIN_VALS);
         if (st) { wisp_raw__reject(r, "out of memory"); return st; }
     }
-    ((float *)in->vals)[in->n++] = v;
+    *slot = (char *)in->vals + esize * in->n++;
     return WISP_OK;
+}
+
+int wisp_raw__push_f32(wisp_raw *r, size_t input, float v)
+{
+    void *slot;
+    int st = push_slot(r, input, sizeof v, &slot);
+    if (slot) memcpy(slot, &v, sizeof v);
+    return st;
 }
 
 int wisp_raw__push_i64(wisp_raw *r, size_t input, int64_t v)
 {
-    r->room_rows = 0;                    /* the text readers' reserve no longer holds */
-    if (WISP_UNLIKELY(r->open_bad)) return WISP_OK;
-    if (WISP_UNLIKELY(dense_full(r, input))) return dense_twice(r, input);
-    struct wisp_raw_input *in = &r->in[input];
-    if (WISP_UNLIKELY(in->n >= WISP_MAX_NNZ)) return wisp_fail(WISP_ELIMIT, "raw: input '%s' holds WISP_MAX_NNZ values", r->cols->inputs[input].name);
-    if (WISP_UNLIKELY(in->n + 1 > in->val_cap)) {
-        int st = grow(&in->vals, &in->val_cap, in->n, in->n + 1, sizeof(int64_t), RAW_MIN_VALS);
-        if (st) { wisp_raw__reject(r, "out of memory"); return st; }
-    }
-    ((int64_t *)in->vals)[in->n++] = v;
-    return WISP_OK;
+    void *slot;
+    int st = push_slot(r, input, sizeof v, &slot);
+    if (slot) memcpy(slot, &v, sizeof v);
+    return st;
 }
 
 int wisp_raw__push_str(wisp_raw *r, size_t input, const char *s, size_t len)
