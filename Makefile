@@ -55,7 +55,7 @@ all: deps-build $(BUILD)/libwisp.so $(BUILD)/libwisp.a $(BUILD)/wisp
 
 # ---- Debian packages: installed when missing (fresh machines, CI) ----------
 BUILD_PKGS := gcc make pkg-config libxxhash-dev libluajit2-5.1-dev luajit2 libedit-dev
-TEST_PKGS  := lua-busted lua-cjson liblinear-tools tmux
+TEST_PKGS  := lua-busted lua-cjson liblinear-tools tmux nginx libnginx-mod-http-lua lua-resty-core wrk curl
 # WISP_SKIP_DEPS=1: never call apt-get (machines whose packages come from elsewhere)
 define ensure_pkgs
 	@[ -n "$(WISP_SKIP_DEPS)" ] && exit 0; missing=""; for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; done; \
@@ -87,8 +87,18 @@ $(BUILD)/obj:
 $(BUILD)/libwisp.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
-$(BUILD)/libwisp.so: $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,libwisp.so.0 -Wl,--no-undefined -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+# libwisp.so exports the functions declared in wisp.h and nothing else (no
+# internal wisp_* helpers, no symbols of the static CUDA runtime); the hooks
+# below are for specs and benchmarks that reach them through the FFI/ctypes.
+TEST_HOOKS := wisp_fault_alloc_after wisp_cuda_time_resident wisp_cuda_timeline_start wisp_cuda_timeline_read
+$(BUILD)/libwisp.map: engine/include/wisp.h Makefile | $(BUILD)/obj
+	@{ echo '{ global:'; \
+	   sed -E '/^[[:space:]]*(\/?\*|\/\/)/d' $< | grep -oE '\bwisp_[a-z0-9_]+[[:space:]]*\(' | tr -d ' (' | sort -u | sed 's/$$/;/'; \
+	   for h in $(TEST_HOOKS); do echo "$$h;"; done; \
+	   echo 'local: *; };'; } > $@
+$(BUILD)/libwisp.so: $(LIB_OBJ) $(BUILD)/libwisp.map
+	$(CC) -shared -Wl,-soname,libwisp.so.0 -Wl,--no-undefined -Wl,--version-script=$(BUILD)/libwisp.map \
+	  -o $@ $(LIB_OBJ) $(CUDA_LIBS) $(LDLIBS)
 # the CLI embeds LuaJIT and links the library statically; -rdynamic exports
 # wisp_* so the Lua layer finds them through ffi.C inside `wisp run/repl`
 $(BUILD)/wisp: $(CLI_OBJ) $(BUILD)/libwisp.a

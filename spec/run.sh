@@ -38,6 +38,35 @@ else
     echo "busted specs: luajit or spec/lua missing"; failed=$((failed + 1))
 fi
 
+# the OpenResty service against a real nginx (spec/nginx/run.sh prints "nginx: N passed, N failed" last)
+if [ -f spec/nginx/run.sh ] && [ "${WISP_NGINX:-1}" != 0 ]; then
+    sh spec/nginx/run.sh >"$log" 2>&1
+    rc=$?
+    line=$(grep -E "^nginx: [0-9]+ passed, [0-9]+ failed" "$log" | tail -n 1)
+    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
+    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+    if [ -z "$line" ]; then p=0; f=1; fi
+    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    passed=$((passed + p)); failed=$((failed + f))
+    printf '%-24s %5d passed, %d failed\n' "nginx (spec/nginx)" "$p" "$f"
+    if [ "$f" -ne 0 ]; then sed 's/^/    /' "$log" | tail -n 60; fi
+fi
+
+# libwisp.so exports exactly the functions of wisp.h (+ the test hooks of the Makefile): each one defined
+if [ -f "$build/libwisp.map" ] && command -v nm >/dev/null 2>&1; then
+    want=$(grep -oE '^wisp_[a-z0-9_]+' "$build/libwisp.map" | sort -u)
+    have=$(nm -D --defined-only "$build/libwisp.so" | awk '$2 ~ /^[TWDBRV]$/ {print $3}' | sort -u)
+    missing=$(printf '%s\n' "$want" | comm -23 - "$(printf '%s\n' "$have" >"$log"; echo "$log")")
+    extra=$(printf '%s\n' "$have" | grep -v -x -F "$want")
+    if [ -z "$missing" ] && [ -z "$extra" ]; then
+        passed=$((passed + 1)); printf '%-24s %5d passed, %d failed\n' "exports (libwisp.so)" 1 0
+    else
+        failed=$((failed + 1)); printf '%-24s %5d passed, %d failed\n' "exports (libwisp.so)" 0 1
+        [ -n "$missing" ] && echo "    declared in wisp.h but not defined in libwisp.so:" $missing
+        [ -n "$extra" ] && echo "    exported but not in wisp.h:" $extra
+    fi
+fi
+
 # install into a scratch DESTDIR and build the C quickstart against it with pkg-config
 stage=$(mktemp -d)
 if make -s install BUILD="$build" PREFIX=/usr DESTDIR="$stage" >"$log" 2>&1 &&
