@@ -3,6 +3,7 @@
 
 Usage:
   scripts/tf_export.py --columns spec.json --checkpoint DIR_OR_PREFIX --out model.wisp [--dtype f32|f16|i8]
+  scripts/tf_export.py --columns spec.json --keras MODEL --out model.wisp [--dtype f32|f16|i8]
       Reads the weights of a linear model over the feature columns that
       spec.json describes (a wisp-columns description; see the top of
       engine/columns.c) from a TensorFlow checkpoint and writes a
@@ -16,6 +17,17 @@ Usage:
       feature-column layers; a Keras model of preprocessing layers is not read.) Column names are
       TensorFlow's (e.g. "age_bucketized", "a_X_b"), computed here from the
       description. Binary classifiers only (one logit).
+      --keras reads a Keras 2 model (the tf_keras package: pip install
+      tf_keras; a SavedModel directory, .keras or .h5 file) built as
+        inputs -> tf_keras.layers.DenseFeatures(columns) -> Dense(1, sigmoid or linear)
+      where the columns are the description's, categorical ones wrapped in
+      indicator_column. DenseFeatures concatenates its columns sorted by
+      name (numeric: 1 value, bucketized: a one-hot of its buckets,
+      indicator: the counts of its ids), so the Dense kernel's rows are
+      exactly the weights of a linear model, column by column. The model's
+      columns are checked against the description (names, kinds, sizes,
+      keys, boundaries, vocabularies); anything else (an embedding column,
+      hidden layers, several outputs) is refused with the reason.
   scripts/tf_export.py --columns spec.json --print-tf
       Print the tf.feature_column objects the description stands for.
 
@@ -250,10 +262,110 @@ def weights_from_checkpoint(ckpt, spec, prefix=None):
     return w, float(bias[0])
 
 
+# ---- Keras 2 (tf_keras) models: DenseFeatures -> Dense(1) ------------------------------
+
+def _norm_config(x):
+    """A serialized feature column with its normalizer function reduced to present/absent
+    (a Python callable does not survive saving; the description's normalizer is taken as is)."""
+    if isinstance(x, dict):
+        return {k: (v is not None) if k == "normalizer_fn" else _norm_config(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_norm_config(v) for v in x]
+    return x
+
+
+def _dense_width(cfg, name):
+    kind, c = cfg["class_name"], cfg["config"]
+    if kind == "NumericColumn":
+        if list(c.get("shape", [1])) != [1]:
+            raise SystemExit("tf_export: numeric column %r has shape %s; only scalars are supported" % (name, c["shape"]))
+        return 1
+    if kind == "BucketizedColumn":
+        return len(c["boundaries"]) + 1
+    if kind == "IndicatorColumn":
+        return None      # the categorical column's size: from the description
+    raise SystemExit("tf_export: column %r is a %s; a linear model over DenseFeatures needs numeric, bucketized or "
+                     "indicator columns (an embedding is not linear in the ids)" % (name, kind))
+
+
+def keras_wrap(spec):
+    """The columns of a description as DenseFeatures takes them: categorical ones in indicator_column."""
+    fc = _tf().feature_column
+    out = []
+    for c in tf_columns(spec):
+        kind = type(c).__name__
+        out.append(c if kind in ("NumericColumn", "BucketizedColumn") else fc.indicator_column(c))
+    return out
+
+
+def weights_from_keras(path, spec):
+    """(weights, bias) of a tf_keras model inputs -> DenseFeatures -> Dense(1), laid out by the description."""
+    _tf()
+    try:
+        import tf_keras as keras
+    except ImportError:
+        raise SystemExit("tf_export: --keras needs the tf_keras package (pip install tf_keras): Keras 3 has no "
+                         "DenseFeatures layer, so models built on feature columns are Keras 2 models")
+    try:
+        model = keras.models.load_model(path, compile=False)
+    except Exception as e:  # noqa: BLE001  (the loader raises many kinds)
+        raise SystemExit("tf_export: cannot load the Keras model %s: %s" % (path, str(e).splitlines()[0] if str(e) else e))
+    feats = [l for l in model.layers if type(l).__name__ == "DenseFeatures"]
+    dense = [l for l in model.layers if type(l).__name__ == "Dense"]
+    if len(feats) != 1 or len(dense) != 1:
+        raise SystemExit("tf_export: %s: expected one DenseFeatures layer and one Dense layer, found %d and %d (layers: %s)"
+                         % (path, len(feats), len(dense), ", ".join(type(l).__name__ for l in model.layers)))
+    df, d = feats[0], dense[0]
+    other = [type(l).__name__ for l in model.layers if l not in (df, d) and type(l).__name__ != "InputLayer"]
+    if other:
+        raise SystemExit("tf_export: %s: layers other than DenseFeatures -> Dense are not supported: %s" % (path, other))
+    if d.input is not df.output and getattr(d.input, "name", 1) != getattr(df.output, "name", 2):
+        raise SystemExit("tf_export: %s: the Dense layer does not read the DenseFeatures output" % path)
+    act = d.get_config().get("activation")
+    if act not in ("sigmoid", "linear"):
+        raise SystemExit("tf_export: %s: the Dense layer's activation is %r; wisp scores sigmoid(logit): use sigmoid, "
+                         "or linear for a model trained from logits" % (path, act))
+    kernel, bias = d.get_weights() if d.use_bias else (d.get_weights()[0], np.zeros(1, np.float32))
+    if kernel.ndim != 2 or kernel.shape[1] != 1:
+        raise SystemExit("tf_export: %s: the Dense kernel has shape %s; only binary (one-logit) models are supported"
+                         % (path, kernel.shape))
+    from tensorflow.python.feature_column import serialization   # what DenseFeatures' get_config uses
+    want = {}            # normalized config -> (TensorFlow name, description column)
+    for c, tc, wc in zip(spec["columns"], tf_columns(spec), keras_wrap(spec)):
+        want[json.dumps(_norm_config(serialization.serialize_feature_column(wc)), sort_keys=True)] = (wc.name, c, tc.name)
+    saved = df.get_config().get("feature_columns") or []
+    found = []
+    for cfg in saved:
+        key = json.dumps(_norm_config(cfg), sort_keys=True)
+        if key not in want:
+            raise SystemExit("tf_export: %s: a column of the model is not in the description (or differs from it): %s"
+                             % (path, json.dumps(cfg)[:400]))
+        found.append((want[key], cfg))
+    if len(found) != len(want) or len({f[0][0] for f in found}) != len(want):
+        raise SystemExit("tf_export: %s: the model has %d columns, the description %d" % (path, len(found), len(want)))
+    nf = assign_offsets(spec)
+    w = np.zeros(nf, dtype=np.float32)
+    row = 0
+    for (wname, col, tfname), cfg in sorted(found, key=lambda f: f[0][0]):   # DenseFeatures' concatenation order
+        width = _dense_width(cfg, wname) or column_size(col)
+        if width != column_size(col):
+            raise SystemExit("tf_export: column %r: %d dense values, the description has %d weights"
+                             % (tfname, width, column_size(col)))
+        if row + width > kernel.shape[0]:
+            raise SystemExit("tf_export: %s: the Dense kernel has %d rows, fewer than the columns need" % (path, kernel.shape[0]))
+        w[col["offset"]:col["offset"] + width] = kernel[row:row + width, 0]
+        col["name"] = tfname
+        row += width
+    if row != kernel.shape[0]:
+        raise SystemExit("tf_export: %s: the Dense kernel has %d rows, the columns %d" % (path, kernel.shape[0], row))
+    return w, float(np.asarray(bias).reshape(-1)[0])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--columns", required=True, help="wisp-columns description (JSON)")
     ap.add_argument("--checkpoint", help="checkpoint directory or prefix")
+    ap.add_argument("--keras", help="a tf_keras model (SavedModel dir, .keras, .h5): DenseFeatures -> Dense(1)")
     ap.add_argument("--prefix", help="variable scope of the linear model (default: found)")
     ap.add_argument("--out", help=".wisp file to write")
     ap.add_argument("--dtype", default="f32", choices=["f32", "f16", "i8"])
@@ -265,10 +377,14 @@ def main(argv=None):
         for c in tf_columns(spec):
             print(c)
         return 0
-    if not a.checkpoint or not a.out:
-        ap.error("--checkpoint and --out are required")
-    w, bias = weights_from_checkpoint(a.checkpoint, spec, a.prefix)
-    meta = "source=tensorflow\ncheckpoint=%s\nexporter=scripts/tf_export.py\n" % os.path.abspath(a.checkpoint)
+    if bool(a.checkpoint) == bool(a.keras) or not a.out:
+        ap.error("--out and one of --checkpoint or --keras are required")
+    if a.keras:
+        w, bias = weights_from_keras(a.keras, spec)
+        meta = "source=tensorflow-keras\nkeras_model=%s\nexporter=scripts/tf_export.py\n" % os.path.abspath(a.keras)
+    else:
+        w, bias = weights_from_checkpoint(a.checkpoint, spec, a.prefix)
+        meta = "source=tensorflow\ncheckpoint=%s\nexporter=scripts/tf_export.py\n" % os.path.abspath(a.checkpoint)
     write_wisp(a.out, w, bias, json.dumps(spec, indent=1), meta=meta, dtype=a.dtype)
     print("tf_export: wrote %s (%d weights, %d columns, bias %.6g)" % (a.out, len(w), len(spec["columns"]), bias))
     return 0

@@ -1,6 +1,7 @@
 # spec/interop.mk — parity with other trainers' libraries; included by the Makefile.
 #
-#   make test-interop     TensorFlow parity (spec/interop/tf_parity.py: train, export with
+#   make test-interop     TensorFlow parity (spec/interop/tf_parity.py: train a linear_model layer and, with
+#                         tf_keras installed, a Keras DenseFeatures -> Dense(1) model; export with
 #                         scripts/tf_export.py, score held-out raw rows, |p_wisp - p_tf| <= 1e-5)
 #                         when `import tensorflow` works, and Fingerprint64 against Debian's
 #                         libfarmhash (spec/interop/farmhash_check.cc) when libfarmhash-dev is

@@ -16,8 +16,12 @@ click model. Held-out rows include missing values, out-of-vocabulary
 strings, -1 and "" markers and empty sparse lists. wisp reads the held-out
 rows as TSV (with a header) and as JSON lines, transforms them on the CPU,
 scores them on the CPU and, when a GPU is usable, on "auto" too, and every
-probability must equal TensorFlow's to --tol. Prints one summary line;
-exit status 0 on success.
+probability must equal TensorFlow's to --tol.
+When the tf_keras package is importable (pip install tf_keras), the same
+columns (categorical ones in indicator_column) also feed a Keras 2 model,
+inputs -> DenseFeatures -> Dense(1, sigmoid), trained with FTRL, saved as a
+SavedModel, exported with tf_export.py --keras and compared the same way
+(--no-keras skips it). Prints one summary line; exit status 0 on success.
 """
 import argparse
 import ctypes
@@ -175,6 +179,31 @@ def train_and_predict(spec, train, labels, test, steps, ckpt_dir, rng):
     return path, p, float(final_loss)
 
 
+def train_keras(spec, train, labels, test, work):
+    """A tf_keras model over the description's columns; returns (SavedModel dir, predictions) or (None, why)."""
+    try:
+        import tf_keras as keras
+    except ImportError:
+        return None, "tf_keras not importable (pip install tf_keras)"
+    import tensorflow as tf
+    tf.random.set_seed(7)
+    inputs = {}
+    for inp in spec["inputs"]:
+        dt = {"float32": tf.float32, "int64": tf.int64, "string": tf.string}[inp["dtype"]]
+        sparse = bool(inp.get("sparse"))
+        inputs[inp["name"]] = keras.Input(shape=(None,) if sparse else (1,), sparse=sparse, dtype=dt, name=inp["name"])
+    x = keras.layers.DenseFeatures(tf_export.keras_wrap(spec), name="features")(inputs)
+    out = keras.layers.Dense(1, activation="sigmoid", name="logit")(x)
+    model = keras.Model(inputs, out)
+    model.compile(optimizer=keras.optimizers.Ftrl(0.2, l1_regularization_strength=0.001), loss="binary_crossentropy")
+    model.fit(tf_export.tf_features(spec, train), np.array(labels, np.float32).reshape(-1, 1),
+              batch_size=512, epochs=2, verbose=0)
+    path = os.path.join(work, "keras_model")
+    model.save(path)
+    p = model.predict(tf_export.tf_features(spec, test), batch_size=4096, verbose=0).reshape(-1).astype(np.float64)
+    return path, p
+
+
 # ---- wisp through ctypes ----------------------------------------------------------------
 
 def wisp_lib():
@@ -283,6 +312,7 @@ def main():
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--tol", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--no-keras", action="store_true", help="skip the Keras (tf_keras) model")
     ap.add_argument("--keep", help="keep the checkpoint, model, held-out rows and predictions in this directory")
     ap.add_argument("--replay", help="compare wisp with the predictions kept in this directory (no TensorFlow)")
     a = ap.parse_args()
@@ -294,6 +324,11 @@ def main():
     test, _ = gen_rows(a.test, rng, True)
     work = a.keep or tempfile.mkdtemp(prefix="wisp_tf_parity_")
     os.makedirs(work, exist_ok=True)
+    kpath, p_k, t_keras = None, "--no-keras", 0.0
+    if not a.no_keras:       # first: train_and_predict turns eager execution off for good
+        t0 = time.perf_counter()
+        kpath, p_k = train_keras(spec, train, labels, test, work)
+        t_keras = time.perf_counter() - t0
     t0 = time.perf_counter()
     ckpt, p_tf, loss = train_and_predict(spec, train, labels, test, a.steps, work, rng)
     t_train = time.perf_counter() - t0
@@ -317,6 +352,18 @@ def main():
     for dev, p in res_j.items():
         worst["jsonl/" + dev] = float(np.max(np.abs(np.array(p, dtype=np.float64) - p_tf)))
     worst["tsv/cpu"] = float(np.max(np.abs(np.array(res_t["cpu"], dtype=np.float64) - p_tf[no_tags])))
+    keras_note = ""
+    if not a.no_keras:
+        if kpath is None:
+            keras_note = "; Keras SKIPPED: " + p_k
+        else:
+            kmodel = os.path.join(work, "keras.wisp")
+            subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "tf_export.py"), "--columns", spec_path,
+                            "--keras", kpath, "--out", kmodel], check=True, env=env, stdout=subprocess.DEVNULL)
+            res_k, _, _ = wisp_scores(lib, kmodel, jsonl, "jsonl", devices)
+            for dev, p in res_k.items():
+                worst["keras-jsonl/" + dev] = float(np.max(np.abs(np.array(p, dtype=np.float64) - p_k)))
+            keras_note = "; Keras model: mean p %.4f, training %.1fs" % (float(np.mean(p_k)), t_keras)
     if a.keep:
         import tensorflow as tf
         with open(os.path.join(work, "test.jsonl"), "w") as f:
@@ -325,9 +372,9 @@ def main():
             json.dump({"tensorflow": tf.__version__, "p_tf": [float(x) for x in p_tf]}, f)
     ok = all(v <= a.tol for v in worst.values())
     print("tf_parity: %s: %d held-out rows (%d via TSV), TensorFlow %s, train loss %.4f, max |p_wisp - p_tf|: %s "
-          "(tol %g); mean p %.4f; training %.1fs, wisp parse+transform %.1f ms" % (
+          "(tol %g); mean p %.4f; training %.1fs, wisp parse+transform %.1f ms%s" % (
               "ok" if ok else "FAILED", len(test), len(no_tags), __import__("tensorflow").__version__, loss,
-              ", ".join("%s %.2e" % kv for kv in sorted(worst.items())), a.tol, float(np.mean(p_tf)), t_train, 1e3 * t_j))
+              ", ".join("%s %.2e" % kv for kv in sorted(worst.items())), a.tol, float(np.mean(p_tf)), t_train, 1e3 * t_j, keras_note))
     return 0 if ok else 1
 
 
