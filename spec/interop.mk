@@ -35,3 +35,14 @@ interop-farmhash: $(BUILD)/libwisp.a
 
 tf-golden:
 	TF_CPP_MIN_LOG_LEVEL=3 $(INTEROP_PY) scripts/tf_golden.py --out spec/data 2>/dev/null
+
+# A virtual environment with the trainers' packages, for CI (.ci/run): `make interop-venv`
+# then `make test-interop INTEROP_PY=$(BUILD)/interop-venv/bin/python`. Fails (and CI skips
+# the parity tests, saying so) when PyPI cannot be reached.
+INTEROP_PIP_PKGS ?= "tensorflow-cpu==2.21.*" "tf_keras==2.21.*" "vowpalwabbit==9.*" numpy
+.PHONY: interop-venv
+interop-venv:
+	$(call ensure_pkgs,python3 python3-venv)
+	@[ -x $(BUILD)/interop-venv/bin/python ] || python3 -m venv $(BUILD)/interop-venv
+	@echo "wisp: installing $(INTEROP_PIP_PKGS) into $(BUILD)/interop-venv (minutes)"
+	@timeout 900 $(BUILD)/interop-venv/bin/pip install -q --disable-pip-version-check $(INTEROP_PIP_PKGS)
