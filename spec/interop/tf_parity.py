@@ -298,7 +298,14 @@ def replay(a):
     devices = ["cpu"] + (["gpu:%d" % i for i in range(ngpu)] + (["gpus"] if ngpu > 1 else []) if ngpu else [])
     res, _, _ = wisp_scores(lib, model_path, jsonl, "jsonl", devices)
     worst = {dev: max(abs(float(x) - y) for x, y in zip(p, kept["p_tf"])) for dev, p in res.items()}
-    ok = all(v <= a.tol for v in worst.values()) and len(res) == len(devices)
+    ok = len(res) == len(devices)
+    kmodel = os.path.join(a.replay, "keras.wisp")
+    if "p_keras" in kept and os.path.exists(kmodel):
+        res_k, _, _ = wisp_scores(lib, kmodel, jsonl, "jsonl", devices)
+        ok = ok and len(res_k) == len(devices)
+        for dev, p in res_k.items():
+            worst["keras/" + dev] = max(abs(float(x) - y) for x, y in zip(p, kept["p_keras"]))
+    ok = ok and all(v <= a.tol for v in worst.values())
     print("tf_parity --replay: %s: %d rows, TensorFlow %s, max |p_wisp - p_tf| by device: %s (tol %g); %d GPU(s)" % (
         "ok" if ok else "FAILED", len(kept["p_tf"]), kept["tensorflow"],
         ", ".join("%s %.2e" % kv for kv in sorted(worst.items())), a.tol, ngpu))
@@ -369,7 +376,10 @@ def main():
         with open(os.path.join(work, "test.jsonl"), "w") as f:
             f.write(jsonl)
         with open(os.path.join(work, "p_tf.json"), "w") as f:
-            json.dump({"tensorflow": tf.__version__, "p_tf": [float(x) for x in p_tf]}, f)
+            kept = {"tensorflow": tf.__version__, "p_tf": [float(x) for x in p_tf]}
+            if kpath is not None:
+                kept["p_keras"] = [float(x) for x in p_k]      # for keras.wisp, kept next to model.wisp
+            json.dump(kept, f)
     ok = all(v <= a.tol for v in worst.values())
     print("tf_parity: %s: %d held-out rows (%d via TSV), TensorFlow %s, train loss %.4f, max |p_wisp - p_tf|: %s "
           "(tol %g); mean p %.4f; training %.1fs, wisp parse+transform %.1f ms%s" % (
