@@ -35,8 +35,8 @@ static const char usage_main[] =
     "wisp scores sparse logistic-regression (\"wide\") models on CPUs and CUDA GPUs.\n"
     "\n"
     "commands:\n"
-    "  score    score libsvm rows with a model, one probability per line\n"
-    "  import   convert a trained model (LIBLINEAR) into a .wisp file\n"
+    "  score    score libsvm or Vowpal Wabbit rows with a model, one probability per line\n"
+    "  import   convert a trained model (LIBLINEAR, Vowpal Wabbit) into a .wisp file\n"
     "  convert  rewrite a .wisp file with another weight dtype (f32, f16, i8)\n"
     "  info     describe a .wisp file\n"
     "  devices  list the devices wisp can score on\n"
@@ -48,7 +48,7 @@ static const char usage_main[] =
     "2 on a usage error.\n";
 
 static const char usage_score[] =
-    "usage: wisp score -m MODEL [--format libsvm] [--device DEV] [--batch N] [--threads N]\n"
+    "usage: wisp score -m MODEL [--format libsvm|vw] [--device DEV] [--batch N] [--threads N]\n"
     "                  [--hugepages] [-o OUT] [FILE|-]\n"
     "\n"
     "Reads libsvm lines (\"[label] id:value id:value ...\"; the label is ignored, a bare\n"
@@ -58,8 +58,14 @@ static const char usage_score[] =
     "'#' comments make no row. A malformed line prints \"nan\" in its place, is reported\n"
     "on stderr as FILE:LINE: reason, and makes the exit status 1; other rows are kept.\n"
     "\n"
+    "With --format vw the lines are Vowpal Wabbit text (\"label [weight] ['tag]|ns[:w] feat[:value]\n"
+    "... |ns2 ...\"), hashed as VW hashes them with the options kept in the model (made by\n"
+    "`wisp import vw`: -b, -q, --hash_seed, --noconstant, ...); the probability is\n"
+    "sigmoid(VW's sum), what `vw -t -i MODEL --link logistic -p PREDS` prints for a model\n"
+    "trained with --loss_function logistic. Blank lines make no row.\n"
+    "\n"
     "  -m, --model MODEL   the .wisp model file (required)\n"
-    "  -f, --format FMT    input format: libsvm (the default and, for now, the only one)\n"
+    "  -f, --format FMT    input format: libsvm (the default) or vw (Vowpal Wabbit text)\n"
     "  -d, --device DEV    cpu, gpu, gpu:N, gpus or auto (default: auto = a GPU if usable)\n"
     "  -b, --batch N       rows per batch (default 65536)\n"
     "  -t, --threads N     CPU threads (default: one per core)\n"
@@ -69,10 +75,19 @@ static const char usage_score[] =
 
 static const char usage_import[] =
     "usage: wisp import liblinear MODEL.txt OUT.wisp [--dtype f32|f16|i8]\n"
+    "       wisp import vw MODEL.txt OUT.wisp [--dtype f32|f16|i8]\n"
     "\n"
-    "Converts a LIBLINEAR binary logistic-regression model (solvers L2R_LR, L1R_LR,\n"
-    "L2R_LR_DUAL; saved by liblinear-train -s 0, 6 or 7) into a .wisp file. Feature\n"
-    "indices keep their 1-based numbering; the bias term becomes the model bias.\n";
+    "liblinear: converts a LIBLINEAR binary logistic-regression model (solvers L2R_LR,\n"
+    "L1R_LR, L2R_LR_DUAL; saved by liblinear-train -s 0, 6 or 7) into a .wisp file. Feature\n"
+    "indices keep their 1-based numbering; the bias term becomes the model bias.\n"
+    "\n"
+    "vw: converts a Vowpal Wabbit linear model saved with --readable_model or --invert_hash\n"
+    "(train with --loss_function logistic for probabilities) into a .wisp file of 2^bits\n"
+    "weights at VW's own indices (the constant's weight included, bias 0). The header's\n"
+    "bits and options (-q/--quadratic, --hash_seed, --hash, --noconstant, --ignore, --keep,\n"
+    "--ignore_linear) are kept in the model, so `wisp score --format vw -m OUT.wisp` hashes\n"
+    "VW text as VW does. Refused: reductions and options that change a prediction (--oaa,\n"
+    "--nn, --lrq, cubic interactions, the ':' wildcard, n-grams, LDA, ...).\n";
 
 static const char usage_convert[] =
     "usage: wisp convert IN.wisp OUT.wisp --dtype f32|f16|i8\n"
@@ -179,6 +194,7 @@ typedef struct {
     char *obuf; size_t olen;        /* the piece's formatted output */
     const char *text; size_t len;   /* the piece */
     int final;                      /* the piece may end without '\n' */
+    const wisp_vw *vw;              /* --format vw: the model's hashing options; NULL: libsvm */
     size_t max_rows;
     size_t used;                    /* bytes consumed */
     uint64_t lines;                 /* lines consumed */
@@ -198,7 +214,10 @@ static void parse_piece(void *ctx, size_t i)
     pc->used = 0;
     pc->olen = 0;
     uint64_t t0 = wisp_now_ns();
-    pc->status = wisp_batch_parse_libsvm(pc->batch, pc->text, pc->len, pc->final, pc->max_rows, &pc->lines, &pc->used);
+    pc->status = pc->vw ? wisp_batch_parse_vw(pc->batch, pc->vw, pc->text, pc->len, pc->final, pc->max_rows,
+                                              &pc->lines, &pc->used)
+                        : wisp_batch_parse_libsvm(pc->batch, pc->text, pc->len, pc->final, pc->max_rows, &pc->lines,
+                                                  &pc->used);
     uint64_t t1 = wisp_now_ns();
     pc->ns_parse += t1 - t0;
     size_t rows = wisp_batch_rows(pc->batch);
@@ -262,13 +281,15 @@ static int cmd_score(int argc, char **argv)
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *model_path = NULL, *device = "auto", *out_path = NULL;
     long batch_rows = 65536, threads = 0;
-    int hugepages = 0, show_stats = 0, c;
+    int hugepages = 0, show_stats = 0, fmt_vw = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:f:d:b:t:o:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model_path = optarg; break;
         case 'f':
-            if (strcmp(optarg, "libsvm")) return die("score: unknown --format '%s' (supported: libsvm)", optarg);
+            if (!strcmp(optarg, "vw")) fmt_vw = 1;
+            else if (!strcmp(optarg, "libsvm")) fmt_vw = 0;
+            else return die("score: unknown --format '%s' (supported: libsvm, vw)", optarg), 2;
             break;
         case 'd': device = optarg; break;
         case 'b': if (parse_count(optarg, "--batch", 1, WISP_MAX_ROWS, &batch_rows)) return 2; break;
@@ -287,6 +308,7 @@ static int cmd_score(int argc, char **argv)
     enum { PIECES_PER_THREAD = 2 };
     int rc = 1, npieces = 0;
     wisp_engine *eng = NULL; wisp_model *m = NULL;
+    wisp_vw *vw = NULL;
     piece *pc = NULL;
     FILE *out = stdout;
     input in;
@@ -296,11 +318,13 @@ static int cmd_score(int argc, char **argv)
     if (wisp_model_load_ex(eng, model_path, hugepages ? WISP_LOAD_HUGEPAGES : 0, &m) != WISP_OK) {
         die("%s", wisp_errmsg()); goto done;
     }
+    if (fmt_vw && wisp_vw_from_model(m, &vw) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
     npieces = wisp_engine_threads(eng) * PIECES_PER_THREAD;
     pc = calloc((size_t)npieces, sizeof *pc);
     if (!pc) { die("score: out of memory"); goto done; }
     for (int i = 0; i < npieces; i++) {
         pc[i].max_rows = (size_t)batch_rows;
+        pc[i].vw = vw;
         if (wisp_session_new(eng, m, device, &pc[i].session) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
         if (i == 0) wisp_engine_set_log_level(eng, WISP_LOG_ERROR);   /* say a device fallback once, not per piece */
         if (wisp_batch_new(eng, &pc[i].batch) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
@@ -396,6 +420,7 @@ done:
         free(pc[i].obuf);
     }
     free(pc);
+    wisp_vw_free(vw);
     wisp_model_free(m); wisp_engine_free(eng);
     return rc;
 }
@@ -431,14 +456,37 @@ static int wants_help(int argc, char **argv)
     return 0;
 }
 
+static int import_vw(const char *src, const char *dst, int dtype)
+{
+    if (wisp_import_vw(src, dst, dtype) != WISP_OK) return die("%s", wisp_errmsg());
+    wisp_engine *eng = NULL; wisp_model *m = NULL;
+    if (wisp_engine_new(1, &eng) != WISP_OK || wisp_model_load(eng, dst, &m) != WISP_OK) {
+        wisp_engine_free(eng);
+        return die("%s", wisp_errmsg());
+    }
+    const char *opts = wisp_model_meta(m, "vw_options"), *loss = wisp_model_meta(m, "vw_loss");
+    const char *nw = wisp_model_meta(m, "vw_weights");
+    fprintf(stderr, "wisp: wrote %s (2^%d %s weights, %s weight lines read, VW options: %s) from Vowpal Wabbit model %s\n",
+            dst, __builtin_ctzll(wisp_model_num_features(m)), wisp_dtype_name(dtype), nw ? nw : "?", opts ? opts : "?", src);
+    if (!loss || strcmp(loss, "logistic"))
+        fprintf(stderr, "wisp: warning: %s does not look trained with --loss_function logistic (its label range is "
+                "%s..%s, logistic's is -50..50): wisp's score is sigmoid(VW's sum), a probability only for a "
+                "logistic model\n", src, wisp_model_meta(m, "vw_min_label") ? wisp_model_meta(m, "vw_min_label") : "?",
+                wisp_model_meta(m, "vw_max_label") ? wisp_model_meta(m, "vw_max_label") : "?");
+    wisp_model_free(m);
+    wisp_engine_free(eng);
+    return 0;
+}
+
 static int cmd_import(int argc, char **argv)
 {
     if (wants_help(argc, argv)) return fputs(usage_import, stdout), 0;
     int dtype;
     if (take_dtype(&argc, argv, &dtype)) return 2;
     if (argc != 4) return fputs(usage_import, stderr), 2;
+    if (!strcmp(argv[1], "vw")) return import_vw(argv[2], argv[3], dtype);
     if (strcmp(argv[1], "liblinear"))
-        return die("import: unknown model kind '%s' (supported: liblinear)", argv[1]);
+        return die("import: unknown model kind '%s' (supported: liblinear, vw)", argv[1]), 2;
     if (wisp_import_liblinear(argv[2], argv[3], dtype) != WISP_OK) return die("%s", wisp_errmsg());
     fprintf(stderr, "wisp: wrote %s (%s weights) from LIBLINEAR model %s\n", argv[3], wisp_dtype_name(dtype), argv[2]);
     return 0;

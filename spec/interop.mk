@@ -10,11 +10,19 @@
 #                         (pip install tensorflow-cpu). The golden vectors TensorFlow produced
 #                         (spec/data/tf_golden_*.json, scripts/tf_golden.py) are tested by `make test`.
 #   make tf-golden        regenerate spec/data/tf_golden_*.json with the installed TensorFlow
+#   (test-interop also)   Vowpal Wabbit parity (spec/interop/vw_parity.py: train logistic models with
+#                         the vowpalwabbit PyPI package, -q interactions, --readable_model and
+#                         --invert_hash, import with `wisp import vw`, score held-out lines with
+#                         `wisp score --format vw`, |p_wisp - p_vw| <= 1e-5); installs vowpalwabbit
+#                         with `$(INTEROP_PY) -m pip install vowpalwabbit` when missing, skipped with a
+#                         message when that fails. VW's golden vectors (spec/data/vw_golden.json,
+#                         scripts/vw_golden.py) are tested by `make test` (spec/c/test_vw.c).
+#   make vw-golden        regenerate spec/data/vw_golden.json with the installed vowpalwabbit
 
 INTEROP_PY ?= python3
 
-.PHONY: test-interop tf-golden interop-farmhash interop-tf
-test-interop: interop-farmhash interop-tf
+.PHONY: test-interop tf-golden interop-farmhash interop-tf interop-vw vw-golden
+test-interop: interop-farmhash interop-tf interop-vw
 
 interop-tf: all
 	@if $(INTEROP_PY) -c "import tensorflow" >/dev/null 2>&1; then \
@@ -46,3 +54,18 @@ interop-venv:
 	@[ -x $(BUILD)/interop-venv/bin/python ] || python3 -m venv $(BUILD)/interop-venv
 	@echo "wisp: installing $(INTEROP_PIP_PKGS) into $(BUILD)/interop-venv (minutes)"
 	@timeout 900 $(BUILD)/interop-venv/bin/pip install -q --disable-pip-version-check $(INTEROP_PIP_PKGS)
+
+interop-vw: all
+	@if ! $(INTEROP_PY) -c "import vowpalwabbit" >/dev/null 2>&1; then \
+	  echo "test-interop: installing vowpalwabbit ($(INTEROP_PY) -m pip install vowpalwabbit)"; \
+	  $(INTEROP_PY) -m pip install -q vowpalwabbit >/dev/null 2>&1 || true; \
+	fi; \
+	if $(INTEROP_PY) -c "import vowpalwabbit" >/dev/null 2>&1; then \
+	  out=$$($(INTEROP_PY) spec/interop/vw_parity.py --wisp $(abspath $(BUILD))/wisp 2>&1); st=$$?; \
+	  if [ $$st -eq 0 ]; then echo "$$out" | tail -n 1; else echo "$$out" | tail -n 30; fi; exit $$st; \
+	else \
+	  echo "test-interop: Vowpal Wabbit parity SKIPPED: '$(INTEROP_PY) -c \"import vowpalwabbit\"' fails and pip could not install it"; \
+	fi
+
+vw-golden:
+	$(INTEROP_PY) scripts/vw_golden.py --out spec/data
