@@ -10,6 +10,20 @@
 #include <string.h>
 #include <unistd.h>
 
+/* NVTX ranges for Nsight Systems (issue 5): nvtx3 is header-only in CUDA 12+; with no
+ * tool attached a range is a load and a branch. WISP_NO_NVTX compiles them out. */
+#if !defined(WISP_NO_NVTX) && defined(__has_include)
+#if __has_include(<nvtx3/nvToolsExt.h>)
+#include <nvtx3/nvToolsExt.h>
+#define NVTX_PUSH(name) nvtxRangePushA(name)
+#define NVTX_POP() nvtxRangePop()
+#endif
+#endif
+#ifndef NVTX_PUSH
+#define NVTX_PUSH(name) ((void)0)
+#define NVTX_POP() ((void)0)
+#endif
+
 /* How a batch moves (see scripts/gpu_notes.md for the measurements behind the numbers):
  *
  * - Rows are split across "units". A unit is one device with its own two
@@ -411,6 +425,7 @@ typedef struct sess {
     /* the timeline hook (root only): per batch, event times from `epoch` */
     cudaEvent_t epoch;
     float *tl; size_t tl_n, tl_cap;
+    void *xf;                              /* root only: the GPU transform's state (engine/cuda_transform.c) */
 } sess;
 
 static int env_int(const char *name, int def, int lo, int hi)
@@ -474,6 +489,7 @@ static void cu_session_close(void *vs)
         cudaGetLastError();
     }
     wisp_free(s->tl);
+    wisp_cuda_xf_free(s->xf);
     sess_free_one(s);
 }
 
@@ -741,14 +757,17 @@ static void pcopy_task(void *vctx, size_t t)
 static void par_memcpy(const cuda_ctx *ctx, void *dst, const void *src, size_t n)
 {
     int th = ctx->eng ? wisp_engine_threads(ctx->eng) : 1;
+    NVTX_PUSH("wisp pack");
     if (n < ((size_t)1 << 20) || th <= 1) {
         memcpy(dst, src, n);
+        NVTX_POP();
         return;
     }
     size_t tasks = n >> 18;                              /* at least 256 KB a task */
     if (tasks > (size_t)th * 2) tasks = (size_t)th * 2;
     struct pcopy c = { dst, src, n, ((n + tasks - 1) / tasks + 63) & ~(size_t)63 };
     wisp_pool_run(ctx->eng->pool, tasks, pcopy_task, &c);
+    NVTX_POP();
 }
 
 /* One host -> device copy of n bytes at offset off of the unit's layout, packed first when staged. */
@@ -1529,9 +1548,14 @@ static int cu_score(void *vs, wisp_model *m, const wisp_batch *b, float *out, ui
         return wisp_fail(WISP_ESTATE, "cuda: score: %d submitted batches are still in flight", s->qlen);
     if (b && b->rows == 0 && s && m) return WISP_OK;
     struct job j;
+    NVTX_PUSH("wisp score: copies + kernels enqueued");
     int st = job_start(s, &j, m, b, out, stats, "score", 0);
+    NVTX_POP();
     if (st != WISP_OK) return st;
-    return job_finish(&j, stats, 0);
+    NVTX_PUSH("wisp score: sync");
+    st = job_finish(&j, stats, 0);
+    NVTX_POP();
+    return st;
 }
 
 /* slot k of the session: created on first use, sharing the session's streams */
@@ -1579,7 +1603,9 @@ static int cu_submit(void *vs, wisp_model *m, const wisp_batch *b, float *out, u
     int st = slot_get(root, (root->qhead + root->qlen) % WISP_MAX_IN_FLIGHT, &s);
     if (st != WISP_OK) return st;
     struct job *j = s->job;
+    NVTX_PUSH("wisp submit");
     st = job_start(s, j, m, b, out, stats, "submit", 1);
+    NVTX_POP();
     if (st != WISP_OK) return st;               /* nothing was enqueued */
     if (j->err != cudaSuccess) return job_finish(j, stats, 0);   /* waits for what went in, reports the failure */
     stats[WISP_STAT_NS_H2D] += j->ns_stage;     /* host packing, done by now */
@@ -1594,7 +1620,10 @@ static int cu_wait(void *vs, uint64_t *stats)
     sess *s = root->slot[root->qhead];
     root->qhead = (root->qhead + 1) % WISP_MAX_IN_FLIGHT;
     root->qlen--;
-    return job_finish(s->job, stats, 1);
+    NVTX_PUSH("wisp wait");
+    int st = job_finish(s->job, stats, 1);
+    NVTX_POP();
+    return st;
 }
 
 /* ---- test and benchmark hook (not in wisp.h) ---------------------------------------
@@ -1731,6 +1760,33 @@ int wisp_cuda_timeline_read(wisp_session *ws, float *ms, size_t cap)
     return (int)(s->tl_n > (size_t)INT32_MAX ? INT32_MAX : s->tl_n);
 }
 
+/* ---- for the GPU transform (engine/cuda_transform.c; internal.h) ------------------------- */
+
+int wisp_cuda__dev(void *vs) { return ((sess *)vs)->u[0].dev; }
+void **wisp_cuda__xf_slot(void *vs) { return &((sess *)vs)->xf; }
+
+int wisp_cuda__weights(void *vs, wisp_model *m, const void **w, uint64_t *stats)
+{
+    sess *s = vs;
+    if (m->num_features == 0 || m->num_features > WISP_MAX_FEATURES)
+        return wisp_fail(WISP_EINVAL, "cuda: a model of %llu weights", (unsigned long long)m->num_features);
+    return get_weights(s->ctx, m, s->u[0].dev, 0, (uint32_t)m->num_features, w, stats);
+}
+
+int wisp_cuda__failed(void *vs, int err, const char *what)
+{
+    sess *s = vs;
+    cudaError_t e = (cudaError_t)err;
+    int dev = s->u[0].dev;
+    cudaGetLastError();
+    int st = err_fail(dev, what, e);
+    if (is_sticky(e)) {
+        mark_unusable(s->ctx, dev, e);
+        wisp_fail_context(st, "sticky CUDA error, gpu:%d is marked unusable", dev);
+    }
+    return st;
+}
+
 /* ---- the backend table ------------------------------------------------------------ */
 
 static const wisp_backend cuda_backend = {
@@ -1750,6 +1806,8 @@ static const wisp_backend cuda_backend = {
     .model_release = cu_model_release,
     .host_alloc = cu_host_alloc,
     .host_free = cu_host_free,
+    .transform = wisp_cuda_xf_transform,
+    .score_raw = wisp_cuda_xf_score_raw,
 };
 
 const wisp_backend *wisp_cuda_backend(void) { return &cuda_backend; }

@@ -100,12 +100,33 @@ typedef struct wisp_backend {
     /* Pinned host memory for batches. Optional (NULL: plain memory). */
     void *(*host_alloc)(void *ctx, size_t n);
     void  (*host_free)(void *ctx, void *p);
+    /* The transform on the device (optional: NULL, and session.c runs
+     * wisp_transform). transform appends r's rows to b as wisp_transform
+     * does; score_raw scores r's rows into out (transform and score fused
+     * on the device; it counts batches, rows, nnz and bad rows itself).
+     * Both add their stage times and bytes into stats; called with nothing
+     * in flight. On a device failure (WISP_EDEVICE, before b changed) the
+     * caller falls back to the CPU; any other failure is the call's. */
+    int  (*transform)(void *sctx, const wisp_raw *r, wisp_batch *b, uint64_t *stats);
+    int  (*score_raw)(void *sctx, wisp_model *m, const wisp_raw *r, float *out, uint64_t *stats);
 } wisp_backend;
 
 #define WISP_BACKEND_VERSION 2   /* 2: submit/wait */
 
 /* The CUDA backend, or NULL in a build without CUDA (engine/cuda_stub.c). */
 const wisp_backend *wisp_cuda_backend(void);
+
+/* The GPU transform (engine/cuda_transform.c, CUDA builds only) and what it
+ * uses of a cuda.c session: its first device, a slot for its state (freed
+ * with the session), the model's weights on that device, and the failure
+ * path (a message; a sticky error marks the device unusable). */
+int   wisp_cuda_xf_transform(void *sctx, const wisp_raw *r, wisp_batch *b, uint64_t *stats);
+int   wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *out, uint64_t *stats);
+void  wisp_cuda_xf_free(void *xf);
+int   wisp_cuda__dev(void *sctx);
+void **wisp_cuda__xf_slot(void *sctx);
+int   wisp_cuda__weights(void *sctx, wisp_model *m, const void **w, uint64_t *stats);
+int   wisp_cuda__failed(void *sctx, int cuda_error, const char *what);
 
 /* ---- engine (engine.c) ----------------------------------------------------- */
 
@@ -243,6 +264,8 @@ struct wisp_session {
     int profiling;
     uint64_t last_start_ns;
     uint64_t last[WISP_STAT_COUNT];
+    /* wisp_session_score_raw on the CPU path: the transform's batch, reused */
+    wisp_batch *raw_batch;
 };
 
 enum { WISP_PLACE_CPU = 0, WISP_PLACE_GPU = 1, WISP_PLACE_AUTO = 2 };

@@ -109,6 +109,7 @@ void wisp_session_free(wisp_session *s)
 {
     if (!s) return;
     close_gpu(s);
+    wisp_batch_free(s->raw_batch);
     wisp_model_free(s->model);
     wisp_engine_free(s->eng);
     wisp_free(s);
@@ -232,14 +233,9 @@ static void drain_gpu(wisp_session *s)
     while (s->ngpu_pend > 0) complete_oldest_gpu(s);
 }
 
-int wisp_session_score(wisp_session *s, const wisp_batch *b, float *out)
+/* Score b on the session's device (the CPU when that fails), bad rows NaN, counted. */
+static void score_batch(wisp_session *s, const wisp_batch *b, float *out)
 {
-    if (!s || !b || (!out && b->rows))
-        return wisp_fail(WISP_EINVAL, "wisp_session_score: %s is NULL", !s ? "session" : !b ? "batch" : "out");
-    uint64_t t0 = wisp_now_ns();
-    uint64_t before[WISP_STAT_COUNT];
-    memcpy(before, s->stats, sizeof before);
-    drain_gpu(s);                        /* submitted batches finish first; they stay owed a wait */
     bool done = false;
     if (b->rows && s->kind != WISP_PLACE_CPU && s->ngpu > 0 && s->eng->gpu) {
         done = score_gpu(s, b, out) == WISP_OK;
@@ -249,6 +245,17 @@ int wisp_session_score(wisp_session *s, const wisp_batch *b, float *out)
     }
     if (!done) score_on_cpu(s, b, out);
     finish_batch(s, b, out);
+}
+
+int wisp_session_score(wisp_session *s, const wisp_batch *b, float *out)
+{
+    if (!s || !b || (!out && b->rows))
+        return wisp_fail(WISP_EINVAL, "wisp_session_score: %s is NULL", !s ? "session" : !b ? "batch" : "out");
+    uint64_t t0 = wisp_now_ns();
+    uint64_t before[WISP_STAT_COUNT];
+    memcpy(before, s->stats, sizeof before);
+    drain_gpu(s);                        /* submitted batches finish first; they stay owed a wait */
+    score_batch(s, b, out);
     account(s, t0, before);
     return WISP_OK;
 }
@@ -343,4 +350,93 @@ uint64_t wisp_clock_ns(void) { return wisp_now_ns(); }
 void wisp_session_add_stat(wisp_session *s, int which, uint64_t amount)
 {
     if (s && which >= 0 && which < WISP_STAT_COUNT) s->stats[which] += amount;
+}
+
+/* ---- the transform node on the session's device (wisp.h section 6) ------------------------ */
+
+/* The session's GPU backend with a device transform, ready; NULL when the CPU runs it
+ * (with count: a fallback counted when a GPU was named, or when the backend failed to open;
+ * score_raw's CPU path counts its own, through score_batch). */
+static const wisp_backend *transform_gpu(wisp_session *s, size_t rows, bool count)
+{
+    const wisp_backend *be = s->eng->gpu;
+    if (!rows || s->kind == WISP_PLACE_CPU) return NULL;
+    if (s->ngpu == 0 || !be || !be->transform || !be->score_raw) {
+        if (count && s->kind == WISP_PLACE_GPU) s->stats[WISP_STAT_FALLBACKS]++;
+        return NULL;
+    }
+    if (gpu_ready(s) != WISP_OK) {
+        if (count) s->stats[WISP_STAT_FALLBACKS]++;
+        return NULL;
+    }
+    return be;
+}
+
+static void log_raw_failed(wisp_session *s, const wisp_raw *r, const char *what)
+{
+    wisp_log(s->eng, WISP_LOG_WARN, "device '%s' failed to %s %zu raw rows (%s); they run on the CPU",
+             s->device, what, r->rows, wisp_errmsg());
+    s->stats[WISP_STAT_FALLBACKS]++;
+}
+
+int wisp_session_transform(wisp_session *s, const wisp_raw *r, wisp_batch *b)
+{
+    if (!s || !r || !b)
+        return wisp_fail(WISP_EINVAL, "wisp_session_transform: %s is NULL", !s ? "session" : !r ? "raw" : "batch");
+    if (r->open) return wisp_fail(WISP_ESTATE, "wisp_session_transform: a row is still open (call wisp_raw_row_end)");
+    if (b->wrapped)
+        return wisp_fail(WISP_ESTATE, "wisp_session_transform: the batch wraps caller arrays and cannot grow");
+    uint64_t t0 = wisp_now_ns();
+    uint64_t before[WISP_STAT_COUNT];
+    memcpy(before, s->stats, sizeof before);
+    drain_gpu(s);
+    int st = WISP_EDEVICE;
+    const wisp_backend *be = transform_gpu(s, r->rows, true);
+    if (be) {
+        st = be->transform(s->gpu_sctx, r, b, s->stats);
+        if (st == WISP_OK) set_last_gpu(s);
+        else if (st == WISP_EDEVICE) log_raw_failed(s, r, "transform");
+    }
+    if (st == WISP_EDEVICE) {
+        uint64_t k0 = wisp_now_ns();
+        st = wisp_transform(r, b);
+        s->stats[WISP_STAT_NS_TRANSFORM] += wisp_now_ns() - k0;
+        snprintf(s->last_device, sizeof s->last_device, "cpu");
+    }
+    account(s, t0, before);
+    return st;
+}
+
+int wisp_session_score_raw(wisp_session *s, const wisp_raw *r, float *out)
+{
+    if (!s || !r || (!out && r && r->rows))
+        return wisp_fail(WISP_EINVAL, "wisp_session_score_raw: %s is NULL", !s ? "session" : !r ? "raw" : "out");
+    if (r->open) return wisp_fail(WISP_ESTATE, "wisp_session_score_raw: a row is still open (call wisp_raw_row_end)");
+    uint64_t t0 = wisp_now_ns();
+    uint64_t before[WISP_STAT_COUNT];
+    memcpy(before, s->stats, sizeof before);
+    drain_gpu(s);
+    int st = WISP_EDEVICE;
+    const wisp_backend *be = transform_gpu(s, r->rows, false);
+    if (be) {
+        st = be->score_raw(s->gpu_sctx, s->model, r, out, s->stats);
+        if (st == WISP_OK) set_last_gpu(s);
+        else log_raw_failed(s, r, "score");
+        if (st != WISP_OK) st = WISP_EDEVICE;
+    }
+    if (st != WISP_OK) {
+        /* the CPU transform into the session's batch, then the score node on the session's device */
+        if (!s->raw_batch && (st = wisp_batch_new(s->eng, &s->raw_batch)) != WISP_OK) {
+            account(s, t0, before);
+            return wisp_fail_context(st, "wisp_session_score_raw");
+        }
+        wisp_batch_clear(s->raw_batch);
+        uint64_t k0 = wisp_now_ns();
+        st = wisp_transform(r, s->raw_batch);
+        s->stats[WISP_STAT_NS_TRANSFORM] += wisp_now_ns() - k0;
+        if (st == WISP_OK) score_batch(s, s->raw_batch, out);
+    }
+    account(s, t0, before);
+    if (st != WISP_OK) return wisp_fail_context(st, "wisp_session_score_raw");
+    return WISP_OK;
 }

@@ -8,6 +8,7 @@
  *   4. batches (CSR rows built from arrays, from caller buffers, from text)
  *   5. sessions (placement on a device, scoring, per-stage statistics)
  *   6. feature columns and the transform (raw rows -> features, exact to TensorFlow)
+ *   7. Vowpal Wabbit (its hashing, text format and models)
  *
  * A worked example (error checks shortened):
  *
@@ -569,6 +570,101 @@ int    wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **row_ptr, con
  * (WISP_ESTATE for a wrapped one). On failure (WISP_ENOMEM, WISP_ELIMIT)
  * b holds the rows appended before. */
 int    wisp_transform(const wisp_raw *r, wisp_batch *b);
+
+/* The transform on a session's device (the placement of the transform node).
+ * On "cpu", or without a usable GPU, it is wisp_transform. On a GPU the raw
+ * columns are copied to the device (only they cross PCIe), fingerprinted,
+ * hashed, bucketized and crossed there, and the ids come back into b: the
+ * same batch, byte for byte, as wisp_transform's (spec/c/test_transform_gpu.c).
+ * Rows the device finds bad (a NaN numeric value, an identity value out of
+ * range, ...) send the whole call to wisp_transform, so the messages are the
+ * CPU's. A device failure moves the call to the CPU (logged, counted as a
+ * fallback). The time goes to ns_transform (copies to ns_h2d/ns_d2h, bytes
+ * counted); batches/rows are not counted (nothing is scored). Same contract
+ * as wisp_transform otherwise. */
+int    wisp_session_transform(wisp_session *s, const wisp_raw *r, wisp_batch *b);
+
+/* Raw rows straight to probabilities on the session's device: out[i] for
+ * raw row i, NaN for a bad row (bad in r, or found bad by the transform),
+ * as wisp_transform followed by wisp_session_score would give. On a GPU the
+ * transform and the scoring are one kernel: each row's ids are hashed and
+ * their weights gathered and summed where they are computed; no id is ever
+ * written to memory, and only the raw columns cross PCIe. Elsewhere (cpu,
+ * no GPU, a device failure: logged and counted as a fallback) it runs
+ * wisp_transform into a batch the session keeps, then scores that batch on
+ * the session's device. r's columns must fit the session's model (ids
+ * beyond its table are ignored and counted, as in scoring). Statistics:
+ * as wisp_session_score, plus ns_transform (on a GPU: the fingerprint pass;
+ * the fused kernel is ns_kernel). r is not changed. WISP_EINVAL for a NULL
+ * argument (out may be NULL only for an empty r), WISP_ESTATE for an open
+ * row; submitted batches are finished first. */
+int    wisp_session_score_raw(wisp_session *s, const wisp_raw *r, float *out);
+
+/* ---------------------------------------------------------------------------
+ * 7. Vowpal Wabbit: its hashing, its text format, its models
+ *
+ * A logistic model trained with `vw --loss_function logistic` scores here
+ * exactly as `vw -t -i model --link logistic -p preds` predicts:
+ *
+ *     wisp import vw model.readable.txt model.wisp    (--readable_model or --invert_hash file)
+ *     wisp score --format vw -m model.wisp data.vw
+ *
+ * The hashing options (-b bits, -q pairs, --hash_seed, --hash all,
+ * --noconstant, --ignore, --keep, --ignore_linear) live in the model's meta
+ * ("vw_options"), so the text needs nothing else. The weights sit at VW's
+ * own indices in a table of 2^bits (the constant's weight at 11650396 &
+ * mask, bias 0), and the score is sigmoid(VW's sum). The rules (VW's
+ * MurmurHash3 hashstring, namespaces, values, quadratic interactions,
+ * labels, tags, and where wisp is stricter than VW) are written at the top
+ * of engine/vw.c.
+ * ------------------------------------------------------------------------- */
+
+typedef struct wisp_vw wisp_vw;   /* hashing options; immutable, thread-safe */
+
+/* VW's hashing, pure functions (thread-safe): MurmurHash3_x86_32; VW's
+ * hashstring (bytes <= 0x20 trimmed; a name made only of digits is
+ * the integer + seed, else murmur3 with that seed). */
+uint32_t wisp_vw_murmur3(const void *data, size_t len, uint32_t seed);
+uint32_t wisp_vw_hashstring(const char *s, size_t len, uint32_t seed);
+
+/* Options from VW's command-line spelling: "-b 18 -q ab --hash_seed 7
+ * --noconstant" (also --bit_precision, --quadratic, --interactions of two
+ * namespaces, --hash strings|all, --leave_duplicate_interactions, --ignore,
+ * --keep, --ignore_linear; --link and --loss_function are accepted and
+ * ignored). Anything else, cubic interactions and the ':' wildcard fail
+ * with WISP_EINVAL naming the option. Bits: 1..31, default 18. */
+int  wisp_vw_new(const char *options, wisp_vw **out);
+/* The options kept in a model imported by wisp_import_vw (meta
+ * "vw_options"); WISP_ESTATE when m is not a VW model. */
+int  wisp_vw_from_model(const wisp_model *m, wisp_vw **out);
+void wisp_vw_free(wisp_vw *v);
+int         wisp_vw_bits(const wisp_vw *v);
+/* The canonical option string ("-b 18 -q ab"); lives as long as v. */
+const char *wisp_vw_options(const wisp_vw *v);
+/* Hashes under v's options: a namespace's hash ("" or " " is the default
+ * namespace), a feature's weight index (masked to v's bits), and the index
+ * of the quadratic feature of two (unmasked) hashes. */
+uint32_t wisp_vw_hash_namespace(const wisp_vw *v, const char *name, size_t len);
+uint32_t wisp_vw_hash_feature(const wisp_vw *v, const char *name, size_t len, uint32_t ns_hash);
+uint32_t wisp_vw_hash_quadratic(const wisp_vw *v, uint32_t h1, uint32_t h2);
+
+/* Parse VW text ("label [weight] ['tag]|ns[:w] feat[:value] ... |ns2 ...")
+ * into rows of feature indices under v's options (linear features, the
+ * quadratic ones, the constant), with the contract of
+ * wisp_batch_parse_libsvm (final, max_rows, *line_no, *consumed; blank
+ * lines make no row; a malformed line becomes a bad row, "line N: <what>,
+ * at column C"). v may be shared by threads; b is the caller's. */
+int  wisp_batch_parse_vw(wisp_batch *b, const wisp_vw *v, const char *text, size_t len, int final,
+                         size_t max_rows, uint64_t *line_no, size_t *consumed);
+
+/* Import a VW --readable_model or --invert_hash file (gd, VW 8 or 9) as a
+ * .wisp file of 2^bits weights with meta source=vw, vw_options, vw_link,
+ * vw_loss ("logistic" when the file's label range is VW's logistic -50..50,
+ * else "unknown": the score is still sigmoid(sum), which is a probability
+ * only for a logistic model). Refused (WISP_EPARSE, naming the line):
+ * reductions and options that change a prediction (--oaa, --nn, --lrq,
+ * cubic interactions, n-grams, LDA, ...). */
+int  wisp_import_vw(const char *vw_path, const char *out_path, int dtype);
 
 #ifdef __cplusplus
 }

@@ -144,6 +144,23 @@ int    wisp_raw_parse_jsonl(wisp_raw *r, const char *text, size_t len, int final
 int    wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **row_ptr, const void **values,
                       const uint32_t **str_off);
 int    wisp_transform(const wisp_raw *r, wisp_batch *b);
+int    wisp_session_transform(wisp_session *s, const wisp_raw *r, wisp_batch *b);
+int    wisp_session_score_raw(wisp_session *s, const wisp_raw *r, float *out);
+/* 7. Vowpal Wabbit */
+typedef struct wisp_vw wisp_vw;
+uint32_t wisp_vw_murmur3(const void *data, size_t len, uint32_t seed);
+uint32_t wisp_vw_hashstring(const char *s, size_t len, uint32_t seed);
+int  wisp_vw_new(const char *options, wisp_vw **out);
+int  wisp_vw_from_model(const wisp_model *m, wisp_vw **out);
+void wisp_vw_free(wisp_vw *v);
+int         wisp_vw_bits(const wisp_vw *v);
+const char *wisp_vw_options(const wisp_vw *v);
+uint32_t wisp_vw_hash_namespace(const wisp_vw *v, const char *name, size_t len);
+uint32_t wisp_vw_hash_feature(const wisp_vw *v, const char *name, size_t len, uint32_t ns_hash);
+uint32_t wisp_vw_hash_quadratic(const wisp_vw *v, uint32_t h1, uint32_t h2);
+int  wisp_batch_parse_vw(wisp_batch *b, const wisp_vw *v, const char *text, size_t len, int final,
+                         size_t max_rows, uint64_t *line_no, size_t *consumed);
+int  wisp_import_vw(const char *vw_path, const char *out_path, int dtype);
 ]]
 end
 

@@ -81,7 +81,8 @@ local function typename(v)
     if t == "table" then
         local mt = getmetatable(v)
         if mt == Engine then return "engine" elseif mt == Model then return "model"
-        elseif mt == Batch then return "batch" elseif mt == Session then return "session" end
+        elseif mt == Batch then return "batch" elseif mt == Session then return "session"
+        elseif mt == wisp.VW then return "vw" end
     elseif t == "cdata" then
         return tostring(ffi_typeof(v)):match("^ctype<(.*)>$") or "cdata"
     end
@@ -949,6 +950,65 @@ function Session:score_table(batch)
     return t
 end
 
+-- The transform node on this session's device (wisp.h section 6). raw: a transformer
+-- (spec:transformer()) holding raw rows. On a GPU the raw columns are shipped and the
+-- ids computed there; elsewhere it is wisp_transform.
+local function raw_arg(raw, fname)
+    local cols = package.loaded["wisp.columns"]
+    if type(raw) ~= "table" or (cols and getmetatable(raw) ~= cols.Transformer) or raw._h == nil then
+        argerror(1, 1, fname, "an open transformer (raw rows) expected")
+    end
+    return raw._h
+end
+
+-- session:transform(raw[, batch]) -> the batch (a new one when none is given) with one
+-- row appended per raw row, the same ids as raw:transform() gives; or nil, err.
+function Session:transform(raw, batch)
+    local h = handle(self, Session, "session", "transform")
+    local rh = raw_arg(raw, "transform")
+    local err
+    if batch == nil then
+        batch, err = wisp.batch(self.engine)
+        if not batch then return nil, err end
+    elseif getmetatable(batch) ~= Batch or batch._h == nil then
+        argerror(1, 2, "transform", "an open batch expected")
+    end
+    local rc = C.wisp_session_transform(h, rh, batch._h)
+    if rc ~= 0 then return nil, last_error(rc, "transform") end
+    return batch
+end
+
+-- session:score_raw(raw[, out]) -> out, rows; or nil, err. Raw rows straight to
+-- probabilities (transform and score fused on a GPU: only raw columns cross PCIe).
+-- out as for session:score (without it, the session's own array, overwritten by the
+-- next call); NaN for a bad row.
+function Session:score_raw(raw, out)
+    local h = handle(self, Session, "session", "score_raw")
+    local rh = raw_arg(raw, "score_raw")
+    local rows = tonumber(C.wisp_raw_rows(rh))
+    if out == nil then
+        if rows > self._outcap or self._out == nil then
+            local cap = max(rows, self._outcap * 2, 64)
+            self._out = float_vla(cap)
+            self._outcap = cap
+        end
+        out = self._out
+    elseif not ffi_istype(float_ptr, out) then
+        local len
+        if ffi_istype(float_vla, out) then
+            len = vla_floats(out)
+        else
+            len = ffi_elems(1, 2, "score_raw", out, f32p_probe, "float array", 4)
+        end
+        if len ~= nil and len < rows then
+            argerror(1, 2, "score_raw", fmt("out holds %d floats, the raw batch has %d rows", len, rows))
+        end
+    end
+    local rc = C.wisp_session_score_raw(h, rh, out)
+    if rc ~= 0 then return nil, last_error(rc, "score_raw") end
+    return out, rows
+end
+
 function Session:set_device(device)
     local h = handle(self, Session, "session", "set_device")
     if type(device) ~= "string" then expected(1, 1, "set_device", "string", device) end
@@ -1027,6 +1087,133 @@ function wisp.devices(eng)
     if not e then return nil, err end
     local list, status = e:devices()
     return list, status
+end
+
+---------------------------------------------------------------------------
+-- Vowpal Wabbit (wisp.h section 7, engine/vw.c)
+---------------------------------------------------------------------------
+
+local VW = {}; VW.__index = VW
+wisp.VW = VW
+local vw_box = ffi_new("wisp_vw *[1]")
+
+local function new_vw_object(h)
+    return setmetatable({ _h = ffi_gc(h, C.wisp_vw_free) }, VW)
+end
+
+-- wisp.vw([options]) -> VW hashing options from VW's command-line spelling
+-- ("-b 18 -q ab --hash_seed 7 --noconstant"), or nil, err for an option
+-- wisp does not support.
+function wisp.vw(options)
+    if options ~= nil and type(options) ~= "string" then expected(1, 1, "vw", "string", options) end
+    local rc = C.wisp_vw_new(options, vw_box)
+    if rc ~= 0 then return nil, last_error(rc, "vw") end
+    return new_vw_object(vw_box[0])
+end
+
+-- model:vw() -> the hashing options kept in a model made by wisp.import_vw, or nil, err.
+function Model:vw()
+    local h = handle(self, Model, "model", "vw")
+    local rc = C.wisp_vw_from_model(h, vw_box)
+    if rc ~= 0 then return nil, last_error(rc, "vw") end
+    return new_vw_object(vw_box[0])
+end
+
+function VW:options() return ffi_str(C.wisp_vw_options(handle(self, VW, "vw", "options"))) end
+function VW:bits() return tonumber(C.wisp_vw_bits(handle(self, VW, "vw", "bits"))) end
+
+-- vw:hash_namespace(name) -> the namespace's hash ("" or " ": the default namespace)
+function VW:hash_namespace(name)
+    local h = handle(self, VW, "vw", "hash_namespace")
+    if type(name) ~= "string" then expected(1, 1, "hash_namespace", "string", name) end
+    return tonumber(C.wisp_vw_hash_namespace(h, name, #name))
+end
+
+-- vw:hash_feature(name, ns_hash) -> the feature's weight index (masked to the bits)
+function VW:hash_feature(name, ns_hash)
+    local h = handle(self, VW, "vw", "hash_feature")
+    if type(name) ~= "string" then expected(1, 1, "hash_feature", "string", name) end
+    ns_hash = check_uint(1, 2, "hash_feature", ns_hash, "ns_hash", 0)
+    return tonumber(C.wisp_vw_hash_feature(h, name, #name, ns_hash))
+end
+
+-- vw:hash_quadratic(h1, h2) -> the index of the quadratic feature of two hashes
+function VW:hash_quadratic(h1, h2)
+    local h = handle(self, VW, "vw", "hash_quadratic")
+    h1 = check_uint(1, 1, "hash_quadratic", h1, "h1", nil)
+    h2 = check_uint(1, 2, "hash_quadratic", h2, "h2", nil)
+    if h1 == nil or h2 == nil then argerror(1, h1 == nil and 1 or 2, "hash_quadratic", "hash expected, got nil") end
+    return tonumber(C.wisp_vw_hash_quadratic(h, h1, h2))
+end
+
+function VW:close()
+    if getmetatable(self) ~= VW then handle(self, VW, "vw", "close") end
+    local h = self._h
+    if h == nil then return end
+    self._h = nil
+    ffi_gc(h, nil)
+    C.wisp_vw_free(h)
+end
+
+function VW:is_closed() return self._h == nil end
+
+-- wisp.vw_murmur3(s[, seed]) and wisp.vw_hashstring(s[, seed]): VW's hashes of a string.
+function wisp.vw_murmur3(s, seed)
+    if type(s) ~= "string" then expected(1, 1, "vw_murmur3", "string", s) end
+    return tonumber(C.wisp_vw_murmur3(s, #s, check_uint(1, 2, "vw_murmur3", seed, "seed", 0)))
+end
+
+function wisp.vw_hashstring(s, seed)
+    if type(s) ~= "string" then expected(1, 1, "vw_hashstring", "string", s) end
+    return tonumber(C.wisp_vw_hashstring(s, #s, check_uint(1, 2, "vw_hashstring", seed, "seed", 0)))
+end
+
+-- batch:parse_vw(vw, text[, {final=true, max_rows=0, line=0}])
+-- batch:parse_vw(vw, ptr, len[, opts])        (text in FFI memory)
+-- Appends the rows of Vowpal Wabbit text hashed under vw (wisp.vw or
+-- model:vw()); the contract of parse_libsvm: returns rows_added, bytes
+-- consumed and the line count after them, or nil, err. Malformed lines
+-- become bad rows (see bad_rows), scored as NaN.
+function Batch:parse_vw(vw, text, a3, a4)
+    local h = growable(self, "parse_vw")
+    if getmetatable(vw) ~= VW then expected(1, 1, "parse_vw", "vw options (wisp.vw or model:vw())", vw) end
+    local vh = vw._h
+    if vh == nil then argerror(1, 1, "parse_vw", "the vw options are closed") end
+    local len, opts, nopts
+    if type(text) == "string" then
+        len, opts, nopts = #text, a3, 3
+    elseif type(text) == "cdata" then
+        len = check_uint(1, 3, "parse_vw", a3, "len", nil)
+        if len == nil then argerror(1, 3, "parse_vw", "length expected, got nil") end
+        if not ffi_istype(const_char_ptr, text) then text = ffi_cast(const_char_ptr, text) end
+        opts, nopts = a4, 4
+    else
+        expected(1, 2, "parse_vw", "string", text)
+    end
+    local final, max_rows, line = 1, 0, 0
+    if opts ~= nil then
+        if type(opts) ~= "table" then expected(1, nopts, "parse_vw", "table", opts) end
+        if opts.final == false then final = 0 end
+        max_rows = check_uint(1, nopts, "parse_vw", opts.max_rows, "max_rows", 0)
+        line = check_uint(1, nopts, "parse_vw", opts.line, "line", 0)
+    end
+    u64_box[0] = line
+    size_box[0] = 0
+    local before = C.wisp_batch_rows(h)
+    local rc = C.wisp_batch_parse_vw(h, vh, text, len, final, max_rows, u64_box, size_box)
+    if rc ~= 0 then return nil, last_error(rc, "parse_vw") end
+    return tonumber(C.wisp_batch_rows(h) - before), tonumber(size_box[0]), tonumber(u64_box[0])
+end
+
+-- wisp.import_vw(src, dst[, dtype]) -> true or nil, err: a VW --readable_model
+-- or --invert_hash file as a .wisp model (see `wisp import vw --help`).
+function wisp.import_vw(src, dst, dtype)
+    if type(src) ~= "string" then expected(1, 1, "import_vw", "string", src) end
+    if type(dst) ~= "string" then expected(1, 2, "import_vw", "string", dst) end
+    local d = check_dtype(1, 3, "import_vw", dtype)
+    local rc = C.wisp_import_vw(src, dst, d)
+    if rc ~= 0 then return nil, last_error(rc, "import_vw") end
+    return true
 end
 
 wisp.stat_names = stat_names

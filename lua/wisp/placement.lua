@@ -11,9 +11,15 @@
 --              batch info {rows=, nnz=, queue_depth=} returning one, or a policy object
 --              (anything with :choose(info)). A bare string, function or policy stands
 --              for {score = it}.
---   transform  the same; this build transforms raw columns on the CPU only, so the
---              choice is recorded (pipe:last_placement().transform) and any device
---              other than "cpu" is reported as running on the CPU.
+--   transform  the same, for raw rows (pipe:score_raw(raw), pipe:transform(raw)): when it
+--              names the GPU the score node runs on too (gpu, gpu:N, gpus, auto), the
+--              transform and the score run fused on that GPU (session:score_raw: only
+--              the raw columns cross PCIe); otherwise raw rows are transformed on the
+--              CPU and the batch is scored where the score node says. A GPU transform
+--              with the score elsewhere runs on the CPU (moving a session between
+--              devices per batch would cost more than the transform); last_placement()
+--              says where each node ran. For pipe:score(batch) the rows came transformed
+--              and the transform node is only recorded.
 -- The info table passed to functions is reused from batch to batch: read it, do not keep it.
 -- Changing the placement (set_placement) takes effect on the next batch; the session
 -- is moved (session:set_device) only when the chosen device differs from the last one.
@@ -560,9 +566,84 @@ function Pipeline:place(batch)
     last.score = dev
     if type(self.placement.transform) ~= "string" or self.placement.transform ~= "cpu" then
         local td = resolve(self.placement.transform, info)
-        last.transform = td == "cpu" and "cpu" or (tostring(td) .. " (runs on cpu: no device transform in this build)")
+        last.transform = td == "cpu" and "cpu" or (tostring(td) .. " (not run: the batch came transformed)")
     end
     return dev
+end
+
+-- Choose the devices for raw rows: the score device (applied to the session) and
+-- whether the transform runs fused with it on the GPU. Returns dev, fused or nil, err.
+function Pipeline:place_raw(raw)
+    local info = self._info
+    info.rows = raw:rows()
+    info.nnz = 0
+    info.queue_depth = self.queue_depth
+    info.raw = true
+    local dev = resolve(self.placement.score, info)
+    local td = resolve(self.placement.transform, info)
+    info.raw = nil
+    if not is_device(dev) then
+        return nil, fmt("pipeline: the score placement chose %s, not a device (cpu, gpu, gpu:N, gpus, auto)",
+                        type(dev) == "string" and ("'" .. dev .. "'") or tostring(dev))
+    end
+    if not is_device(td) then
+        return nil, fmt("pipeline: the transform placement chose %s, not a device (cpu, gpu, gpu:N, gpus, auto)",
+                        type(td) == "string" and ("'" .. td .. "'") or tostring(td))
+    end
+    if dev ~= self.current then
+        local ok, err = self.session:set_device(dev)
+        if not ok then return nil, "pipeline: " .. tostring(err) end
+        self.current = dev
+        self.switches = self.switches + 1
+    end
+    local last = self._last
+    last.score = dev
+    local fused = td ~= "cpu" and td == dev
+    if fused then last.transform = td
+    elseif td == "cpu" then last.transform = "cpu"
+    else last.transform = "cpu (" .. tostring(td) .. " asked: the transform runs on a GPU only with the score on the same one)" end
+    return dev, fused
+end
+
+local function check_raw(raw, fname)
+    local cols = package.loaded["wisp.columns"]
+    if type(raw) ~= "table" or raw._h == nil or (cols and getmetatable(raw) ~= cols.Transformer) then
+        error("bad argument #1 to '" .. fname .. "' (an open transformer (raw rows) expected)", 3)
+    end
+end
+
+-- pipe:score_raw(raw[, out]) -> out, rows; or nil, err: raw rows (a transformer) to
+-- probabilities, the transform and score nodes placed for this batch.
+function Pipeline:score_raw(raw, out)
+    check_raw(raw, "score_raw")
+    local dev, fused = self:place_raw(raw)
+    if not dev then return nil, fused end
+    if fused then
+        local o, rows = self.session:score_raw(raw, out)
+        if o then self._last.transform = self.session:last_device() end   -- "cpu" after a device failure
+        return o, rows
+    end
+    local b = self._rawbatch
+    if not b then
+        local err
+        b, err = wisp.batch(self.session.engine)
+        if not b then return nil, err end
+        self._rawbatch = b
+    end
+    b:clear()
+    local tb, err = raw:transform(b)
+    if not tb then return nil, err end
+    return self.session:score(b, out)
+end
+
+-- pipe:transform(raw[, batch]) -> batch; or nil, err: the transform node alone (on the
+-- GPU when it is placed on the score node's GPU: the ids come back into the batch).
+function Pipeline:transform(raw, batch)
+    check_raw(raw, "transform")
+    local dev, fused = self:place_raw(raw)
+    if not dev then return nil, fused end
+    if fused then return self.session:transform(raw, batch) end
+    return raw:transform(batch)
 end
 
 function Pipeline:score(batch, out)
@@ -598,7 +679,10 @@ function Pipeline:reset_stats() return self.session:reset_stats() end
 function Pipeline:last_device() return self.session:last_device() end
 function Pipeline:device() return self.current end
 function Pipeline:last_placement() return { score = self._last.score, transform = self._last.transform } end
-function Pipeline:close() self.session:close() end
+function Pipeline:close()
+    if self._rawbatch then self._rawbatch:close(); self._rawbatch = nil end
+    self.session:close()
+end
 
 -- A one-line description of a placement node.
 function M.describe_node(node)

@@ -1,0 +1,713 @@
+// transform.cu — the transform on the GPU: Fingerprint64/FingerprintCat64, every column kind over raw columns, fused with scoring or written out as CSR.
+//
+// The same per-row evaluator (columns in order; the fused kernel splits a row's columns
+// over up to 16 lanes) serves three kernels through a visitor: counting a row's features, writing them (CSR, as
+// wisp_transform lays a row out: numeric columns' valued features first, then
+// the others in column order), and summing their weights straight into a
+// probability (no ids in memory at all). It follows engine/columns.c's
+// row-wise reference (wisp_transform__rowwise) step by step, including the
+// order in which a crossed column's keys are judged (a key with no value ends
+// the cross before later keys can make the row bad), so a row is bad here
+// exactly when it is bad there. Float arithmetic is float32 with explicit
+// round-to-nearest intrinsics (no FMA contraction), as the CPU computes it.
+#include "transform.cuh"
+#include "wisp.h"
+
+#include <cuda_fp16.h>
+#include <cub/device/device_scan.cuh>
+
+namespace {
+
+// internal.h's enums (C headers with <stdatomic.h> do not compile as C++; cuda_transform.c checks these)
+enum { NODE_NUMERIC = 0, NODE_BUCKETIZED, NODE_HASH, NODE_VOCAB, NODE_IDENTITY, NODE_CROSSED };
+enum { NORM_NONE = 0, NORM_STANDARD = 1, NORM_AFFINE = 2 };
+
+constexpr int BLOCK = 128;
+constexpr uint32_t MAX_ROW = WISP_MAX_ROW_FEATURES;
+
+// ---- FarmHash (farmhashna::Hash64 = TensorFlow's Fingerprint64), as engine/farmhash.c ----------
+
+constexpr uint64_t k0 = 0xc3a5c85c97cb3127ull;
+constexpr uint64_t k1 = 0xb492b66fbe98f273ull;
+constexpr uint64_t k2 = 0x9ae16a3b2f90404full;
+
+__device__ __forceinline__ uint64_t fetch64(const char *p)
+{
+    const unsigned char *q = reinterpret_cast<const unsigned char *>(p);
+    if ((reinterpret_cast<uintptr_t>(q) & 7) == 0) return *reinterpret_cast<const uint64_t *>(q);
+    uint64_t v = 0;
+#pragma unroll
+    for (int i = 7; i >= 0; i--) v = (v << 8) | q[i];
+    return v;
+}
+__device__ __forceinline__ uint64_t fetch32(const char *p)
+{
+    const unsigned char *q = reinterpret_cast<const unsigned char *>(p);
+    return static_cast<uint64_t>(q[0]) | static_cast<uint64_t>(q[1]) << 8 | static_cast<uint64_t>(q[2]) << 16 |
+           static_cast<uint64_t>(q[3]) << 24;
+}
+__device__ __forceinline__ uint64_t rot(uint64_t v, int s) { return (v >> s) | (v << (64 - s)); }
+__device__ __forceinline__ uint64_t shift_mix(uint64_t v) { return v ^ (v >> 47); }
+
+__device__ __forceinline__ uint64_t hash_len16(uint64_t u, uint64_t v, uint64_t mul)
+{
+    uint64_t a = (u ^ v) * mul;
+    a ^= a >> 47;
+    uint64_t b = (v ^ a) * mul;
+    b ^= b >> 47;
+    return b * mul;
+}
+
+__device__ uint64_t hash_len0to16(const char *s, uint32_t len)
+{
+    if (len >= 8) {
+        uint64_t mul = k2 + len * 2;
+        uint64_t a = fetch64(s) + k2;
+        uint64_t b = fetch64(s + len - 8);
+        uint64_t c = rot(b, 37) * mul + a;
+        uint64_t d = (rot(a, 25) + b) * mul;
+        return hash_len16(c, d, mul);
+    }
+    if (len >= 4) {
+        uint64_t mul = k2 + len * 2;
+        uint64_t a = fetch32(s);
+        return hash_len16(len + (a << 3), fetch32(s + len - 4), mul);
+    }
+    if (len > 0) {
+        uint8_t a = static_cast<uint8_t>(s[0]), b = static_cast<uint8_t>(s[len >> 1]), c = static_cast<uint8_t>(s[len - 1]);
+        uint32_t y = static_cast<uint32_t>(a) + (static_cast<uint32_t>(b) << 8);
+        uint32_t z = len + (static_cast<uint32_t>(c) << 2);
+        return shift_mix(y * k2 ^ z * k0) * k2;
+    }
+    return k2;
+}
+
+__device__ uint64_t hash_len17to32(const char *s, uint32_t len)
+{
+    uint64_t mul = k2 + len * 2;
+    uint64_t a = fetch64(s) * k1;
+    uint64_t b = fetch64(s + 8);
+    uint64_t c = fetch64(s + len - 8) * mul;
+    uint64_t d = fetch64(s + len - 16) * k2;
+    return hash_len16(rot(a + b, 43) + rot(c, 30) + d, a + rot(b + k2, 18) + c, mul);
+}
+
+__device__ uint64_t hash_len33to64(const char *s, uint32_t len)
+{
+    uint64_t mul = k2 + len * 2;
+    uint64_t a = fetch64(s) * k2;
+    uint64_t b = fetch64(s + 8);
+    uint64_t c = fetch64(s + len - 8) * mul;
+    uint64_t d = fetch64(s + len - 16) * k2;
+    uint64_t y = rot(a + b, 43) + rot(c, 30) + d;
+    uint64_t z = hash_len16(y, a + rot(b + k2, 18) + c, mul);
+    uint64_t e = fetch64(s + 16) * mul;
+    uint64_t f = fetch64(s + 24);
+    uint64_t g = (y + fetch64(s + len - 32)) * mul;
+    uint64_t h = (z + fetch64(s + len - 24)) * mul;
+    return hash_len16(rot(e + f, 43) + rot(g, 30) + h, e + rot(f + a, 18) + g, mul);
+}
+
+__device__ __forceinline__ void weak32(const char *s, uint64_t a, uint64_t b, uint64_t &first, uint64_t &second)
+{
+    uint64_t w = fetch64(s), x = fetch64(s + 8), y = fetch64(s + 16), z = fetch64(s + 24);
+    a += w;
+    b = rot(b + a + z, 21);
+    uint64_t c = a;
+    a += x;
+    a += y;
+    b += rot(a, 44);
+    first = a + z;
+    second = b + c;
+}
+
+__device__ uint64_t hash_long(const char *s, uint32_t len)
+{
+    const uint64_t seed = 81;
+    uint64_t x = seed;
+    uint64_t y = seed * k1 + 113;
+    uint64_t z = shift_mix(y * k2 + 113) * k2;
+    uint64_t v1 = 0, v2 = 0, w1 = 0, w2 = 0, t;
+    x = x * k2 + fetch64(s);
+    const char *end = s + ((len - 1) / 64) * 64;
+    const char *last64 = end + ((len - 1) & 63) - 63;
+    do {
+        x = rot(x + y + v1 + fetch64(s + 8), 37) * k1;
+        y = rot(y + v2 + fetch64(s + 48), 42) * k1;
+        x ^= w2;
+        y += v1 + fetch64(s + 40);
+        z = rot(z + w1, 33) * k1;
+        weak32(s, v2 * k1, x + w1, v1, v2);
+        weak32(s + 32, z + w2, y + fetch64(s + 16), w1, w2);
+        t = z; z = x; x = t;
+        s += 64;
+    } while (s != end);
+    uint64_t mul = k1 + ((z & 0xff) << 1);
+    s = last64;
+    w1 += (len - 1) & 63;
+    v1 += w1;
+    w1 += v1;
+    x = rot(x + y + v1 + fetch64(s + 8), 37) * mul;
+    y = rot(y + v2 + fetch64(s + 48), 42) * mul;
+    x ^= w2 * 9;
+    y += v1 * 9 + fetch64(s + 40);
+    z = rot(z + w1, 33) * mul;
+    weak32(s, v2 * mul, x + w1, v1, v2);
+    weak32(s + 32, z + w2, y + fetch64(s + 16), w1, w2);
+    t = z; z = x; x = t;
+    return hash_len16(hash_len16(v1, w1, mul) + shift_mix(y) * k0 + z, hash_len16(v2, w2, mul) + x, mul);
+}
+
+__device__ uint64_t fingerprint64(const char *s, uint32_t len)
+{
+    if (len <= 16) return hash_len0to16(s, len);
+    if (len <= 32) return hash_len17to32(s, len);
+    if (len <= 64) return hash_len33to64(s, len);
+    return hash_long(s, len);
+}
+
+__device__ __forceinline__ uint64_t cat64(uint64_t fp1, uint64_t fp2)
+{
+    const uint64_t kMul = 0xc6a4a7935bd1e995ull;
+    uint64_t r = fp1 ^ kMul;
+    uint64_t m = fp2 * kMul;
+    r ^= (m ^ (m >> 47)) * kMul;
+    r *= kMul;
+    r = (r ^ (r >> 47)) * kMul;
+    return r ^ (r >> 47);
+}
+
+// Fingerprint64 of the decimal string of v (TensorFlow's as_string before hashing an integer).
+__device__ uint64_t fp_int(int64_t v)
+{
+    char tmp[24], buf[24];
+    uint32_t n = 0;
+    uint64_t u = v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+    do { tmp[n++] = static_cast<char>('0' + u % 10); u /= 10; } while (u);
+    uint32_t k = 0;
+    if (v < 0) buf[k++] = '-';
+    while (n) buf[k++] = tmp[--n];
+    return fingerprint64(buf, k);
+}
+
+__device__ __forceinline__ uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+// h % buckets by multiplication (columns.c's fastmod_buckets, Lemire et al.)
+__device__ __forceinline__ uint64_t fastmod(uint64_t h, const wisp_tnode &nd)
+{
+    if (nd.pow2_mask) return h & nd.pow2_mask;
+    // low = M * h mod 2^128, M = (magic_hi, magic_lo)
+    const uint64_t low_lo = nd.magic_lo * h;
+    const uint64_t low_hi = __umul64hi(nd.magic_lo, h) + nd.magic_hi * h;
+    const uint64_t n = nd.buckets;
+    const uint64_t bottom = __umul64hi(low_lo, n);
+    const uint64_t top_lo = low_hi * n, top_hi = __umul64hi(low_hi, n);
+    const uint64_t s = top_lo + bottom;
+    return top_hi + (s < top_lo ? 1 : 0);
+}
+
+// ---- the per-row evaluator -------------------------------------------------------------
+
+struct Row {
+    const wisp_tplan &P;
+    const wisp_tinput *in;
+    uint32_t row;
+};
+
+__device__ __forceinline__ void span(const Row &R, uint32_t input, uint32_t &a, uint32_t &z)
+{
+    const wisp_tinput &ti = R.in[input];
+    if (ti.sparse) { a = ti.row_ptr[R.row]; z = ti.row_ptr[R.row + 1]; if (z < a) z = a; }
+    else { a = R.row; z = R.row + 1; }
+}
+
+__device__ __forceinline__ uint32_t str_len(const wisp_tinput &ti, uint32_t i) { return ti.str_off[i + 1] - ti.str_off[i]; }
+
+__device__ float numeric_value(const Row &R, const wisp_tnode &nd)
+{
+    const wisp_tinput &ti = R.in[nd.input];
+    float x = ti.dtype == WISP_INPUT_FLOAT32 ? static_cast<const float *>(ti.vals)[R.row]
+                                              : static_cast<float>(static_cast<const int64_t *>(ti.vals)[R.row]);
+    if (nd.norm == NORM_STANDARD) { x = __fsub_rn(x, nd.norm_a); x = __fdiv_rn(x, nd.norm_b); }
+    else if (nd.norm == NORM_AFFINE) { x = __fmul_rn(x, nd.norm_a); x = __fadd_rn(x, nd.norm_b); }
+    return x;
+}
+
+// std::upper_bound: the number of boundaries b with !(x < b) (they increase; NaN: all of them)
+__device__ uint64_t bucketize(const float *b, uint32_t n, float x)
+{
+    uint32_t lo = 0, len = n;
+    while (len > 0) {
+        uint32_t half = len >> 1;
+        if (!(x < b[lo + half])) { lo += half + 1; len -= half + 1; }
+        else len = half;
+    }
+    return lo;
+}
+
+__device__ int64_t vocab_lookup(const wisp_tplan &P, const wisp_tnode &nd, bool str, const char *s, uint32_t len,
+                                uint64_t h, int64_t iv)
+{
+    const uint32_t *slots = P.vocab_slots + nd.vocab_slots_off;
+    uint32_t slot = static_cast<uint32_t>(h) & nd.vocab_mask;
+    for (uint32_t probe = 0; probe <= nd.vocab_mask; probe++) {
+        uint32_t e = slots[slot];
+        if (!e) return -1;
+        e = e - 1 + nd.vocab_ent_off;
+        if (P.vocab_hash[e] == h) {
+            if (str) {
+                if (P.vocab_slen[e] == len) {
+                    const char *v = P.vocab_bytes + P.vocab_soff[e];
+                    uint32_t i = 0;
+                    while (i < len && v[i] == s[i]) i++;
+                    if (i == len) return static_cast<int64_t>(e - nd.vocab_ent_off);
+                }
+            } else if (P.vocab_int[e] == iv) {
+                return static_cast<int64_t>(e - nd.vocab_ent_off);
+            }
+        }
+        slot = (slot + 1) & nd.vocab_mask;
+    }
+    return -1;
+}
+
+// The id of value i of a categorical node's input (hash, vocabulary, identity). bad: an
+// identity value out of range with no default.
+__device__ int64_t cat_id(const Row &R, const wisp_tnode &nd, uint32_t i, bool &bad)
+{
+    const wisp_tinput &ti = R.in[nd.input];
+    if (ti.dtype == WISP_INPUT_STRING) {
+        const uint64_t h = ti.fp[i];
+        if (nd.kind == NODE_HASH) return static_cast<int64_t>(fastmod(h, nd));
+        const char *s = static_cast<const char *>(ti.vals) + ti.str_off[i];
+        int64_t id = vocab_lookup(R.P, nd, true, s, str_len(ti, i), h, 0);
+        if (id < 0) id = nd.num_oov ? static_cast<int64_t>(nd.vocab_n + h % nd.num_oov) : nd.default_value;
+        return id;
+    }
+    const int64_t x = static_cast<const int64_t *>(ti.vals)[i];
+    if (nd.kind == NODE_HASH) return static_cast<int64_t>(fastmod(fp_int(x), nd));
+    if (nd.kind == NODE_VOCAB) {
+        int64_t id = vocab_lookup(R.P, nd, false, nullptr, 0, mix64(static_cast<uint64_t>(x)), x);
+        if (id < 0) id = nd.num_oov ? static_cast<int64_t>(nd.vocab_n + fp_int(x) % nd.num_oov) : nd.default_value;
+        return id;
+    }
+    if (x >= 0 && static_cast<uint64_t>(x) < nd.buckets) return x;
+    if (nd.has_default) return nd.default_value;
+    bad = true;
+    return 0;
+}
+
+// A categorical node's values for this row: [a, a + count) of its input (dense: "" and -1 dropped).
+__device__ __forceinline__ void cat_span(const Row &R, const wisp_tnode &nd, uint32_t &a, uint32_t &count)
+{
+    const wisp_tinput &ti = R.in[nd.input];
+    uint32_t z;
+    span(R, nd.input, a, z);
+    count = z - a;
+    if (!ti.sparse) {
+        bool missing = ti.dtype == WISP_INPUT_STRING ? str_len(ti, a) == 0
+                                                     : static_cast<const int64_t *>(ti.vals)[a] == -1;
+        if (missing) count = 0;
+    }
+}
+
+// A cross key for this row: how many values it has (false: the row is bad), and value i.
+struct Key {
+    uint32_t code;               // (raw << 31) | index
+    uint32_t a, count;
+};
+
+__device__ bool key_open(const Row &R, uint32_t code, Key &k)
+{
+    k.code = code;
+    const uint32_t idx = code & 0x7fffffffu;
+    if (code >> 31) {
+        uint32_t z;
+        span(R, idx, k.a, z);
+        k.count = z - k.a;
+        const wisp_tinput &ti = R.in[idx];
+        if (ti.dtype == WISP_INPUT_FLOAT32) {
+            const float *v = static_cast<const float *>(ti.vals);
+            for (uint32_t i = k.a; i < z; i++) {
+                float x = v[i];
+                if (!(x > -9223372036854775808.0f && x < 9223372036854775808.0f)) return false;
+            }
+        }
+        return true;
+    }
+    const wisp_tnode &nd = R.P.nodes[idx];
+    if (nd.kind == NODE_BUCKETIZED) { k.a = 0; k.count = 1; return true; }
+    cat_span(R, nd, k.a, k.count);
+    if (nd.kind == NODE_IDENTITY) {
+        bool bad = false;
+        for (uint32_t i = 0; i < k.count && !bad; i++) cat_id(R, nd, k.a + i, bad);
+        if (bad) return false;
+    }
+    return true;
+}
+
+__device__ uint64_t key_value(const Row &R, const Key &k, uint32_t i)
+{
+    const uint32_t idx = k.code & 0x7fffffffu;
+    if (k.code >> 31) {
+        const wisp_tinput &ti = R.in[idx];
+        if (ti.dtype == WISP_INPUT_STRING) return ti.fp[k.a + i];
+        if (ti.dtype == WISP_INPUT_INT64) return static_cast<uint64_t>(static_cast<const int64_t *>(ti.vals)[k.a + i]);
+        return static_cast<uint64_t>(static_cast<int64_t>(static_cast<const float *>(ti.vals)[k.a + i]));
+    }
+    const wisp_tnode &nd = R.P.nodes[idx];
+    if (nd.kind == NODE_BUCKETIZED) {
+        const wisp_tnode &src = R.P.nodes[nd.source];
+        return bucketize(R.P.bounds + nd.bounds_off, nd.nbounds, numeric_value(R, src));
+    }
+    bool bad = false;
+    return static_cast<uint64_t>(cat_id(R, nd, k.a + i, bad));
+}
+
+// Evaluate column c of the row into the visitor: v.valued(id, x), v.binary(id).
+// Returns false when the row is bad.
+template <class V>
+__device__ bool eval_column(const Row &R, const wisp_tcol &col, V &v)
+{
+    const wisp_tnode &nd = R.P.nodes[col.node];
+    switch (nd.kind) {
+    case NODE_NUMERIC: {
+        float x = numeric_value(R, nd);
+        if (!isfinite(x)) return false;
+        v.valued(col.offset, x);
+        return true;
+    }
+    case NODE_BUCKETIZED: {
+        const wisp_tnode &src = R.P.nodes[nd.source];
+        v.binary(col.offset + bucketize(R.P.bounds + nd.bounds_off, nd.nbounds, numeric_value(R, src)));
+        return true;
+    }
+    case NODE_HASH: case NODE_VOCAB: case NODE_IDENTITY: {
+        uint32_t a, count;
+        cat_span(R, nd, a, count);
+        for (uint32_t i = 0; i < count; i++) {
+            bool bad = false;
+            int64_t id = cat_id(R, nd, a + i, bad);
+            if (bad) return false;
+            if (id >= 0) v.binary(col.offset + static_cast<uint64_t>(id));
+        }
+        return true;
+    }
+    case NODE_CROSSED: {
+        const uint32_t *keys = R.P.keys + nd.keys_off;
+        const uint32_t nk = nd.nkeys;
+        uint64_t total = 1;
+        Key k;
+        for (uint32_t q = 0; q < nk; q++) {            // in order: a key with no value ends the cross
+            if (!key_open(R, keys[q], k)) return false;
+            total *= k.count;
+            if (total == 0) return true;
+            if (total > MAX_ROW) return false;
+        }
+        if (total == 1) {
+            uint64_t h = nd.hash_key;
+            for (uint32_t q = 0; q < nk; q++) {
+                key_open(R, keys[q], k);
+                h = cat64(h, key_value(R, k, 0));
+            }
+            v.binary(col.offset + fastmod(h, nd));
+            return true;
+        }
+        for (uint64_t n = 0; n < total; n++) {         // the odometer, last key fastest
+            uint64_t rem = n, div = total, h = nd.hash_key;
+            for (uint32_t q = 0; q < nk; q++) {
+                key_open(R, keys[q], k);
+                div /= k.count;
+                uint32_t i = static_cast<uint32_t>(rem / div);
+                rem -= static_cast<uint64_t>(i) * div;
+                h = cat64(h, key_value(R, k, i));
+            }
+            v.binary(col.offset + fastmod(h, nd));
+        }
+        return true;
+    }
+    }
+    return false;
+}
+
+// The whole row; false when bad (including more than WISP_MAX_ROW_FEATURES features).
+template <class V>
+__device__ bool eval_row(const Row &R, V &v)
+{
+    for (uint32_t c = 0; c < R.P.ncols; c++)
+        if (!eval_column(R, R.P.cols[c], v)) return false;
+    return v.n <= MAX_ROW;
+}
+
+// ---- visitors --------------------------------------------------------------------------
+
+template <typename W> struct wload;
+template <> struct wload<float> {
+    static __device__ __forceinline__ double at(const void *w, uint64_t i) { return __ldg(static_cast<const float *>(w) + i); }
+};
+template <> struct wload<__half> {
+    static __device__ __forceinline__ double at(const void *w, uint64_t i)
+    {
+        return __half2float(__ldg(static_cast<const __half *>(w) + i));
+    }
+};
+template <> struct wload<int8_t> {
+    static __device__ __forceinline__ double at(const void *w, uint64_t i) { return __ldg(static_cast<const int8_t *>(w) + i); }
+};
+
+template <typename W>
+struct ScoreV {
+    const void *w;
+    uint64_t nf;
+    double acc;
+    uint32_t n;
+    uint32_t oor;
+    __device__ void valued(uint64_t id, float x)
+    {
+        n++;
+        if (id < nf) acc += wload<W>::at(w, id) * static_cast<double>(x);
+        else oor++;
+    }
+    __device__ void binary(uint64_t id)
+    {
+        n++;
+        if (id < nf) acc += wload<W>::at(w, id);
+        else oor++;
+    }
+};
+
+struct CountV {
+    uint32_t n, nv;
+    __device__ void valued(uint64_t, float) { n++; nv++; }
+    __device__ void binary(uint64_t) { n++; }
+};
+
+struct FillV {
+    uint32_t *ids;               // the row's first id
+    float *vals;                 // the row's first value
+    uint32_t nv_total;           // valued features of the row (from the count pass)
+    uint32_t n, nv;
+    __device__ void valued(uint64_t id, float x) { ids[nv] = static_cast<uint32_t>(id); vals[nv] = x; nv++; n++; }
+    __device__ void binary(uint64_t id) { ids[nv_total + (n - nv)] = static_cast<uint32_t>(id); n++; }
+};
+
+__device__ __forceinline__ float sigmoid(double z)
+{
+    if (z >= 0) return static_cast<float>(1.0 / (1.0 + exp(-z)));
+    double e = exp(z);
+    return static_cast<float>(e / (1.0 + e));
+}
+
+__device__ __forceinline__ void block_add(unsigned long long v, unsigned long long *dst)
+{
+    // warp sum, one atomic a warp
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0 && v) atomicAdd(dst, v);
+}
+
+// ---- kernels ---------------------------------------------------------------------------
+
+// LANES threads a row (a power of two <= 32): lane l evaluates columns l, l + LANES, ...;
+// the partial sums, counts and bad flags meet by shuffles. With one thread a row, a
+// chunk of a few ten thousand rows would leave most of the GPU idle (each row is a
+// long serial chain of gathers); more lanes keep more gathers in flight.
+template <typename W, int LANES>
+__global__ void __launch_bounds__(BLOCK) score_kernel(const wisp_tplan P, const wisp_traw raw, const void *w,
+                                                      uint64_t nf, double bias, double scale, float *out, wisp_tcount *cnt)
+{
+    const uint32_t g = blockIdx.x * BLOCK + threadIdx.x;
+    const uint32_t row = raw.row0 + g / LANES, lane = g % LANES;
+    const bool live = row < raw.rows && !(raw.skip && raw.skip[row]);
+    ScoreV<W> v{ w, nf, 0.0, 0, 0 };
+    bool ok = true;
+    if (live) {
+        Row R{ P, raw.in, row };
+        for (uint32_t c = lane; c < P.ncols && ok; c += LANES) ok = eval_column(R, P.cols[c], v);
+    }
+    double acc = v.acc;
+    uint32_t n = v.n, oor = v.oor, bad = ok ? 0 : 1;
+#pragma unroll
+    for (int o = LANES / 2; o > 0; o >>= 1) {
+        acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        n += __shfl_xor_sync(0xffffffffu, n, o);
+        oor += __shfl_xor_sync(0xffffffffu, oor, o);
+        bad |= __shfl_xor_sync(0xffffffffu, bad, o);
+    }
+    unsigned long long cb = 0, co = 0, cn = 0;
+    if (row < raw.rows && lane == 0) {
+        if (!live) {
+            out[row] = __int_as_float(0x7fc00000);
+        } else if (bad || n > MAX_ROW) {
+            out[row] = __int_as_float(0x7fc00000);
+            cb = 1;
+        } else {
+            if (scale != 1.0) acc *= scale;
+            out[row] = sigmoid(bias + acc);
+            co = oor;
+            cn = n;
+        }
+    }
+    block_add(cb, &cnt->bad);
+    block_add(co, &cnt->oor);
+    block_add(cn, &cnt->nnz);
+}
+
+__global__ void __launch_bounds__(BLOCK) count_kernel(const wisp_tplan P, const wisp_traw raw, uint32_t *n_row,
+                                                      uint32_t *nv_row, uint8_t *bad)
+{
+    const uint32_t row = raw.row0 + blockIdx.x * BLOCK + threadIdx.x;
+    if (row >= raw.rows) return;
+    if (raw.skip && raw.skip[row]) { n_row[row] = 0; nv_row[row] = 0; bad[row] = 2; return; }
+    Row R{ P, raw.in, row };
+    CountV v{ 0, 0 };
+    bool ok = eval_row(R, v);
+    n_row[row] = ok ? v.n : 0;
+    nv_row[row] = ok ? v.nv : 0;
+    bad[row] = ok ? 0 : 1;
+}
+
+__global__ void __launch_bounds__(BLOCK) fill_kernel(const wisp_tplan P, const wisp_traw raw, const uint32_t *row_ptr,
+                                                     const uint32_t *val_ptr, uint32_t *ids, float *vals)
+{
+    const uint32_t row = raw.row0 + blockIdx.x * BLOCK + threadIdx.x;
+    if (row >= raw.rows) return;
+    const uint32_t s = row_ptr[row], e = row_ptr[row + 1];
+    if (s == e) return;                                  // bad, skipped, or no features
+    FillV v{ ids + s, vals + val_ptr[row], val_ptr[row + 1] - val_ptr[row], 0, 0 };
+    Row R{ P, raw.in, row };
+    eval_row(R, v);
+}
+
+// Fingerprints of every value of the inputs listed: a flat index over their values.
+struct FpJob { const char *bytes; const uint32_t *off; uint64_t *fp; uint32_t start, n; };
+constexpr int MAX_FP_JOBS = 64;
+struct FpJobs { FpJob j[MAX_FP_JOBS]; uint32_t njobs, total; };
+
+__global__ void __launch_bounds__(BLOCK) fp_kernel(const FpJobs jobs)
+{
+    const uint32_t stride = gridDim.x * BLOCK;
+    for (uint32_t g = blockIdx.x * BLOCK + threadIdx.x; g < jobs.total; g += stride) {
+        uint32_t lo = 0, hi = jobs.njobs;
+        while (hi - lo > 1) {
+            uint32_t mid = (lo + hi) >> 1;
+            if (jobs.j[mid].start <= g) lo = mid; else hi = mid;
+        }
+        const FpJob &jb = jobs.j[lo];
+        const uint32_t i = g - jb.start;
+        const uint32_t a = jb.off[i], z = jb.off[i + 1];
+        jb.fp[i] = fingerprint64(jb.bytes + a, z > a ? z - a : 0);
+    }
+}
+
+unsigned grid_for(uint64_t n) { return static_cast<unsigned>((n + BLOCK - 1) / BLOCK); }
+
+} // namespace
+
+// ---- entry points ----------------------------------------------------------------------
+
+extern "C" int wisp_k_fingerprints(const wisp_tinput *in, uint32_t ninputs, const uint32_t *lo, const uint32_t *hi,
+                                   cudaStream_t stream)
+{
+    FpJobs jobs;
+    jobs.njobs = 0;
+    jobs.total = 0;
+    for (uint32_t i = 0; i < ninputs; i++) {
+        if (in[i].dtype != WISP_INPUT_STRING || !in[i].need_fp || in[i].n == 0) continue;
+        const uint32_t a = lo ? lo[i] : 0, z = hi ? (hi[i] < in[i].n ? hi[i] : in[i].n) : in[i].n;
+        if (z <= a) continue;
+        if (jobs.njobs == MAX_FP_JOBS || static_cast<uint64_t>(jobs.total) + (z - a) > 0xFFFFFFFFull) {
+            fp_kernel<<<grid_for(jobs.total < 1u << 22 ? jobs.total : 1u << 22), BLOCK, 0, stream>>>(jobs);
+            cudaError_t e = cudaGetLastError();
+            if (e != cudaSuccess) return e;
+            jobs.njobs = 0;
+            jobs.total = 0;
+        }
+        jobs.j[jobs.njobs++] = FpJob{ static_cast<const char *>(in[i].vals), in[i].str_off + a, in[i].fp + a, jobs.total, z - a };
+        jobs.total += z - a;
+    }
+    if (jobs.total) {
+        fp_kernel<<<grid_for(jobs.total < 1u << 22 ? jobs.total : 1u << 22), BLOCK, 0, stream>>>(jobs);
+        return cudaGetLastError();
+    }
+    return cudaSuccess;
+}
+
+extern "C" int wisp_k_fp_strings(const char *bytes, const uint32_t *off, uint32_t n, uint64_t *fp, cudaStream_t stream)
+{
+    if (!n) return cudaSuccess;
+    FpJobs jobs;
+    jobs.njobs = 1;
+    jobs.total = n;
+    jobs.j[0] = FpJob{ bytes, off, fp, 0, n };
+    fp_kernel<<<grid_for(n), BLOCK, 0, stream>>>(jobs);
+    return cudaGetLastError();
+}
+
+extern "C" int wisp_k_xf_score(const wisp_tplan *plan, const wisp_traw *raw, const void *weights, int dtype, float scale,
+                               uint64_t num_features, double bias, float *out, wisp_tcount *cnt, cudaStream_t stream)
+{
+    if (!plan || !raw || !out || !cnt) return cudaErrorInvalidValue;
+    if (raw->rows <= raw->row0) return cudaSuccess;
+    const double sc = dtype == WISP_I8 ? static_cast<double>(scale) : 1.0;
+    const uint32_t nc = plan->ncols;
+    const int lanes = nc >= 96 ? 16 : nc >= 24 ? 8 : nc >= 6 ? 4 : 1;
+    const unsigned g = grid_for(static_cast<uint64_t>(raw->rows - raw->row0) * lanes);
+#define WISP_XF_LAUNCH(W) \
+    switch (lanes) { \
+    case 16: score_kernel<W, 16><<<g, BLOCK, 0, stream>>>(*plan, *raw, weights, num_features, bias, sc, out, cnt); break; \
+    case 8:  score_kernel<W, 8><<<g, BLOCK, 0, stream>>>(*plan, *raw, weights, num_features, bias, sc, out, cnt); break; \
+    case 4:  score_kernel<W, 4><<<g, BLOCK, 0, stream>>>(*plan, *raw, weights, num_features, bias, sc, out, cnt); break; \
+    default: score_kernel<W, 1><<<g, BLOCK, 0, stream>>>(*plan, *raw, weights, num_features, bias, sc, out, cnt); break; \
+    }
+    switch (dtype) {
+    case WISP_F32: WISP_XF_LAUNCH(float) break;
+    case WISP_F16: WISP_XF_LAUNCH(__half) break;
+    case WISP_I8:  WISP_XF_LAUNCH(int8_t) break;
+    default: return cudaErrorInvalidValue;
+    }
+#undef WISP_XF_LAUNCH
+    return cudaGetLastError();
+}
+
+extern "C" int wisp_k_xf_count(const wisp_tplan *plan, const wisp_traw *raw, uint32_t *n_row, uint32_t *nv_row, uint8_t *bad,
+                               cudaStream_t stream)
+{
+    if (!plan || !raw) return cudaErrorInvalidValue;
+    if (raw->rows <= raw->row0) return cudaSuccess;
+    count_kernel<<<grid_for(raw->rows - raw->row0), BLOCK, 0, stream>>>(*plan, *raw, n_row, nv_row, bad);
+    return cudaGetLastError();
+}
+
+extern "C" size_t wisp_k_scan_bytes(uint32_t rows)
+{
+    size_t bytes = 0;
+    if (cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<const uint32_t *>(nullptr),
+                                      static_cast<uint32_t *>(nullptr), static_cast<int>(rows) + 1) != cudaSuccess)
+        return 0;
+    return bytes;
+}
+
+// the scans run over rows + 1 entries: n_row / nv_row hold rows + 1 (the last one 0)
+extern "C" int wisp_k_scan(const uint32_t *n_row, const uint32_t *nv_row, uint32_t *row_ptr, uint32_t *val_ptr, uint32_t rows,
+                           void *temp, size_t temp_bytes, cudaStream_t stream)
+{
+    cudaError_t e = cub::DeviceScan::ExclusiveSum(temp, temp_bytes, n_row, row_ptr, static_cast<int>(rows) + 1, stream);
+    if (e == cudaSuccess) e = cub::DeviceScan::ExclusiveSum(temp, temp_bytes, nv_row, val_ptr, static_cast<int>(rows) + 1, stream);
+    return e;
+}
+
+extern "C" int wisp_k_xf_fill(const wisp_tplan *plan, const wisp_traw *raw, const uint32_t *row_ptr, const uint32_t *val_ptr,
+                              uint32_t *ids, float *vals, cudaStream_t stream)
+{
+    if (!plan || !raw) return cudaErrorInvalidValue;
+    if (raw->rows <= raw->row0) return cudaSuccess;
+    fill_kernel<<<grid_for(raw->rows - raw->row0), BLOCK, 0, stream>>>(*plan, *raw, row_ptr, val_ptr, ids, vals);
+    return cudaGetLastError();
+}
