@@ -564,6 +564,27 @@ static inline uint64_t fastmod_buckets(uint64_t h, const struct wisp_node *nd)
     return (uint64_t)((bottom + top) >> 64);
 }
 
+/* h % n through a double quotient, for 2^13 <= n < 2^62 with inv = 1.0 / n:
+ * branch-free and vectorizable (AVX-512: eight lanes), where the 128-bit
+ * products above are not. (double)h is within 2^10 of h, inv within 2^-53
+ * relative of 1/n, the product within 2^-53 relative of theirs: the
+ * quotient is off from h / n by at most (2^10 + 2^11 + 2^11) / n < 1, so q
+ * is floor(h / n) - 1, + 0 or + 1 and r = h - q n lies in [-n, 2n) (no int64
+ * overflow as n < 2^62); one correction each way makes it h % n exactly. */
+static inline uint64_t fpmod(uint64_t h, uint64_t n, double inv)
+{
+    uint64_t q = (uint64_t)(int64_t)((double)h * inv);     /* < 2^51: fits */
+    int64_t r = (int64_t)(h - q * n);
+    r += (r >> 63) & (int64_t)n;
+    r -= r >= (int64_t)n ? (int64_t)n : 0;
+    return (uint64_t)r;
+}
+
+static inline bool fpmod_ok(const struct wisp_node *nd)
+{
+    return !nd->pow2_mask && nd->buckets >= (1u << 13) && nd->buckets < (1ull << 62);
+}
+
 static void set_magic(struct wisp_node *nd)
 {
     u128 m = (~(u128)0) / nd->buckets + 1;
@@ -2132,14 +2153,34 @@ WISP_HOT_CLONES static void chunk_node(cctx *x, uint32_t ni)
         const float *v = x->num + (size_t)nd->source * TCHUNK;
         const int64_t *src = x->ids + (size_t)nd->source * TCHUNK;
         (void)src;                      /* NaN and infinities are buckets here, as in TensorFlow */
-        for (size_t k = 0; k < n; k++) out[k] = (int64_t)bucketize_sse(nd->bounds, nd->nbounds, v[k]);
+        if (nd->nbounds <= 64) {           /* one boundary at a time over the chunk's rows: vectorizes */
+            uint32_t cnt[TCHUNK];
+            for (size_t k = 0; k < n; k++) cnt[k] = 0;
+            for (uint32_t i = 0; i < nd->nbounds; i++) {
+                const float bd = nd->bounds[i];
+                for (size_t k = 0; k < n; k++) cnt[k] += !(v[k] < bd);   /* NaN: every boundary, as bucketize_sse */
+            }
+            for (size_t k = 0; k < n; k++) out[k] = (int64_t)cnt[k];
+        } else {
+            for (size_t k = 0; k < n; k++) out[k] = (int64_t)bucketize_sse(nd->bounds, nd->nbounds, v[k]);
+        }
         break;
     }
     case WISP_NODE_HASH:
     case WISP_NODE_VOCAB:
     case WISP_NODE_IDENTITY: {
         const struct wisp_raw_input *ri = &r->in[nd->input];
-        if (c->inputs[nd->input].dtype == WISP_INPUT_STRING) {
+        if (c->inputs[nd->input].dtype == WISP_INPUT_STRING && nd->kind == WISP_NODE_HASH && fpmod_ok(nd)) {
+            /* a dense input: row r0 + k's string is str_off[r0 + k .. r0 + k + 1] */
+            const uint64_t *f = x->fp + (size_t)nd->input * TCHUNK;
+            const uint32_t *so = ri->str_off + r0;
+            const uint64_t nb = nd->buckets;
+            const double inv = 1.0 / (double)nb;
+            for (size_t k = 0; k < n; k++) {
+                int64_t id = (int64_t)fpmod(f[k], nb, inv);
+                out[k] = so[k + 1] == so[k] ? ID_NONE : id;         /* empty: missing */
+            }
+        } else if (c->inputs[nd->input].dtype == WISP_INPUT_STRING) {
             const uint64_t *f = x->fp + (size_t)nd->input * TCHUNK;
             for (size_t k = 0; k < n; k++) {
                 long j = dense_index(ri, r0 + k);
@@ -2214,7 +2255,13 @@ WISP_HOT_CLONES static void chunk_node(cctx *x, uint32_t ni)
         const uint64_t key0 = nd->hash_key;
         if (nk == 2 && !check[0] && !check[1]) {
             const uint64_t *a = kv[0], *bb = kv[1];
-            for (size_t k = 0; k < n; k++) out[k] = (int64_t)fastmod_buckets(wisp__cat64(wisp__cat64(key0, a[k]), bb[k]), nd);
+            if (fpmod_ok(nd)) {
+                const uint64_t nb = nd->buckets;
+                const double inv = 1.0 / (double)nb;
+                for (size_t k = 0; k < n; k++) out[k] = (int64_t)fpmod(wisp__cat64(wisp__cat64(key0, a[k]), bb[k]), nb, inv);
+            } else {
+                for (size_t k = 0; k < n; k++) out[k] = (int64_t)fastmod_buckets(wisp__cat64(wisp__cat64(key0, a[k]), bb[k]), nd);
+            }
             break;
         }
         for (size_t k = 0; k < n; k++) {
@@ -2279,6 +2326,14 @@ static int assemble_row(cctx *x, size_t k, wisp_batch *b, bool any_general, bool
     for (size_t q = 0; q < x->nnum; q++) {
         vid[nv] = x->num_off[q];
         vv[nv++] = x->num[(size_t)x->num_node[q] * TCHUNK + k];
+    }
+    if (!any_general) {                 /* every column scalar: one load and a branch-free store each */
+        for (size_t q = 0; q < x->ncat; q++) {
+            int64_t id = x->ids[(size_t)x->cat_node[q] * TCHUNK + k];
+            bid[nb] = x->cat_off[q] + (uint32_t)id;   /* kept when id >= 0 */
+            nb += id >= 0;
+        }
+        return wisp_batch__commit_line(b, nv, nb);
     }
     for (size_t q = 0; q < x->ncat; q++) {
         uint32_t ci = x->cat_col[q];

@@ -430,8 +430,116 @@ static inline int finish_line(wisp_raw *r, size_t f)
     return WISP_OK;
 }
 
+/* The fields' plan for one wisp_raw_parse_tsv call: per field, what to do
+ * with it and where it goes, so the common fields need no lookups. */
+enum { FP_SKIP = 0, FP_STRING, FP_F32, FP_I64 };
+struct fplan {
+    uint8_t kind;
+    uint8_t miss;                        /* an empty field: 0 through put_missing, 1 an empty string, 2 def_f */
+    int32_t in;
+    float def_f;
+    struct wisp_raw_input *ri;
+};
+#define PLAN_MAX 128
+typedef struct {
+    const int32_t *fi; size_t nf;        /* the field map the plan was made for */
+    bool ok;                             /* made (nfields <= PLAN_MAX) */
+    struct fplan f[PLAN_MAX];
+} tsv_ctx;
+
+/* spec/c/test_parse_fast.c turns the plan off to compare it with put(). */
+int wisp_tsv__plan(int on);
+static int plan_on = 1;
+int wisp_tsv__plan(int on)
+{
+    return __atomic_exchange_n(&plan_on, on, __ATOMIC_RELAXED);
+}
+
+static void make_plan(const wisp_raw *r, tsv_ctx *x)
+{
+    x->fi = r->field_input;
+    x->nf = r->nfields;
+    x->ok = r->nfields <= PLAN_MAX && __atomic_load_n(&plan_on, __ATOMIC_RELAXED);
+    if (!x->ok) return;
+    for (size_t f = 0; f < r->nfields; f++) {
+        int32_t in = r->field_input[f];
+        x->f[f].in = in;
+        x->f[f].ri = in >= 0 ? &r->in[in] : NULL;
+        int dt = in >= 0 ? r->cols->inputs[in].dtype : -1;
+        x->f[f].kind = in < 0 ? FP_SKIP : dt == WISP_INPUT_STRING ? FP_STRING : dt == WISP_INPUT_FLOAT32 ? FP_F32 : FP_I64;
+        x->f[f].miss = 0;
+        x->f[f].def_f = 0;
+        if (in >= 0) {
+            const struct wisp_input *inp = &r->cols->inputs[in];
+            if (!inp->sparse && inp->has_default && dt == WISP_INPUT_STRING && inp->def_len == 0) x->f[f].miss = 1;
+            if (!inp->sparse && inp->has_default && dt == WISP_INPUT_FLOAT32) { x->f[f].miss = 2; x->f[f].def_f = inp->def_f; }
+        }
+    }
+}
+
+/* [-]digits, at most 8 digits, 8 bytes readable at s + (sign): the value as
+ * strtof gives it in *v (the integer is exact below 10^8, so one rounding;
+ * "-0" is -0.0f); false when the field is anything else. */
+static inline __attribute__((always_inline)) bool small_int(const char *s, size_t len, float *v)
+{
+    bool neg = *s == '-';
+    s += neg;
+    len -= neg;
+    if (len - 1 >= 8) return false;                     /* len 0, or more than 8 digits */
+    uint64_t w;
+    memcpy(&w, s, 8);
+    uint64_t lo = w - 0x3030303030303030ull;            /* digit bytes become 0..9 */
+    uint64_t hi = w + 0x4646464646464646ull;            /* bytes above '9' get their top bit */
+    uint64_t keep = len == 8 ? ~0ull : ((1ull << (8 * len)) - 1);
+    if (((lo | hi) & 0x8080808080808080ull) & keep) return false;   /* a non-digit among the first len */
+    uint64_t d = (lo & keep) << (64 - 8 * len);         /* the len digits at the top, zeros below */
+    d = (d * 10 + (d >> 8)) & 0x00FF00FF00FF00FFull;
+    d = (d * 100 + (d >> 16)) & 0x0000FFFF0000FFFFull;
+    d = (d * 10000 + (d >> 32)) & 0xFFFFFFFFull;
+    float f = (float)(uint32_t)d;
+    *v = neg ? -f : f;
+    return true;
+}
+
+/* One field through the plan (room for the line was reserved). */
+static inline __attribute__((always_inline)) void put_planned(wisp_raw *r, const tsv_ctx *x, size_t f, const char *s,
+                                                             size_t len, const char *bufend)
+{
+    if (WISP_UNLIKELY(f >= x->nf)) return;
+    const struct fplan *pl = &x->f[f];
+    if (pl->kind == FP_SKIP) return;
+    struct wisp_raw_input *ri = pl->ri;
+    if (WISP_UNLIKELY(len == 0)) {                       /* missing: the input's default, as put_missing */
+        if (pl->miss == 1) ri->str_off[++ri->n] = (uint32_t)ri->nbytes;
+        else if (pl->miss == 2) ((float *)ri->vals)[ri->n++] = pl->def_f;
+        else put_missing(r, pl->in);
+        return;
+    }
+    if (pl->kind == FP_STRING && WISP_LIKELY(len <= 16 && bufend - s >= 16)) {
+        size_t nb = ri->nbytes, n = ri->n;
+        uint64_t w0, w1;                                 /* two word copies; 16 bytes of slack were reserved */
+        memcpy(&w0, s, 8);
+        memcpy(&w1, s + 8, 8);
+        char *dst = ri->bytes + nb;
+        memcpy(dst, &w0, 8);
+        memcpy(dst + 8, &w1, 8);
+        ri->nbytes = nb + len;
+        ri->str_off[n + 1] = (uint32_t)(nb + len);
+        ri->n = n + 1;
+        return;
+    }
+    if (pl->kind == FP_F32 && WISP_LIKELY(bufend - s >= 9)) {
+        float fv;
+        if (small_int(s, len, &fv)) {
+            ((float *)ri->vals)[ri->n++] = fv;
+            return;
+        }
+    }
+    put_field(r, f, pl->in, s, len, bufend);
+}
+
 /* One tab-separated line [p, e): the tabs of 64 bytes at a time as a bit mask. */
-static int parse_tab_line(wisp_raw *r, const char *p, const char *e, const char *bufend)
+static int parse_tab_line(wisp_raw *r, const tsv_ctx *x, const char *p, const char *e, const char *bufend)
 {
     const __m128i tab = _mm_set1_epi8('\t');
     const char *fs = p;                   /* the current field's start */
@@ -453,24 +561,30 @@ static int parse_tab_line(wisp_raw *r, const char *p, const char *e, const char 
         while (m) {
             const char *q = bp + __builtin_ctzll(m);
             m &= m - 1;
-            put(r, f, fs, (size_t)(q - fs), bufend);
+            if (x) put_planned(r, x, f, fs, (size_t)(q - fs), bufend);
+            else put(r, f, fs, (size_t)(q - fs), bufend);
             if (WISP_UNLIKELY(r->open_bad)) return finish_line(r, f + 1);
             f++;
             fs = q + 1;
         }
         bp += 64;
     }
-    put(r, f, fs, (size_t)(e - fs), bufend);     /* the last field */
+    if (x) put_planned(r, x, f, fs, (size_t)(e - fs), bufend);     /* the last field */
+    else put(r, f, fs, (size_t)(e - fs), bufend);
     return finish_line(r, f + 1);
 }
 
 /* One line [p, e) (no '\n', '\r' stripped) into one row. */
-static int parse_delimited_line(wisp_raw *r, const char *p, const char *e, const char *bufend, uint64_t line)
+static int parse_delimited_line(wisp_raw *r, const char *p, const char *e, const char *bufend, uint64_t line, void *ctx)
 {
     int st = wisp_raw__row_begin(r, line);
     if (st) return st;
     if ((st = wisp_raw__reserve_line(r, (size_t)(e - p)))) { wisp_raw__abort(r); return st; }
-    if (r->delim == '\t') return parse_tab_line(r, p, e, bufend);
+    if (r->delim == '\t') {
+        tsv_ctx *x = ctx;
+        if (x && (x->fi != r->field_input || x->nf != r->nfields)) make_plan(r, x);   /* first line, or after a header */
+        return parse_tab_line(r, x && x->ok ? x : NULL, p, e, bufend);
+    }
     size_t f = 0;
     for (;;) {
         const char *s = p, *q, *src_end = bufend;
@@ -500,11 +614,11 @@ static int parse_delimited_line(wisp_raw *r, const char *p, const char *e, const
     return finish_line(r, f + (r->open_bad ? 1 : 0));
 }
 
-typedef int (*line_fn)(wisp_raw *r, const char *p, const char *e, const char *bufend, uint64_t line);
+typedef int (*line_fn)(wisp_raw *r, const char *p, const char *e, const char *bufend, uint64_t line, void *ctx);
 
 /* The line loop shared by both formats (the contract of wisp_batch_parse_libsvm). */
 static int parse_lines(wisp_raw *r, const char *text, size_t len, int final, size_t max_rows, uint64_t *line_no,
-                       size_t *consumed, line_fn fn, const char *fname)
+                       size_t *consumed, line_fn fn, void *ctx, const char *fname)
 {
     if (consumed) *consumed = 0;
     if (!r) return wisp_fail(WISP_EINVAL, "%s: raw is NULL", fname);
@@ -539,7 +653,7 @@ static int parse_lines(wisp_raw *r, const char *text, size_t len, int final, siz
             p = nl ? nl + 1 : end;
             continue;
         }
-        st = fn(r, p, e, end, line);
+        st = fn(r, p, e, end, line, ctx);
         if (st) { line--; break; }
         added++;
         p = nl ? nl + 1 : end;
@@ -556,7 +670,11 @@ int wisp_raw_parse_tsv(wisp_raw *r, const char *text, size_t len, int final, siz
         if (consumed) *consumed = 0;
         return wisp_fail(WISP_ESTATE, "wisp_raw_parse_tsv: no schema (call wisp_raw_set_schema first)");
     }
-    return parse_lines(r, text, len, final, max_rows, line_no, consumed, parse_delimited_line, "wisp_raw_parse_tsv");
+    tsv_ctx x;
+    x.fi = NULL;
+    x.nf = 0;
+    x.ok = false;
+    return parse_lines(r, text, len, final, max_rows, line_no, consumed, parse_delimited_line, &x, "wisp_raw_parse_tsv");
 }
 
 /* ---- JSON lines ---------------------------------------------------------------------- */
@@ -622,9 +740,10 @@ static int json_scalar(wisp_raw *r, long in, const char **pp, const char *e, con
     return wisp_raw__reject(r, "invalid JSON at column %zu", (size_t)(p - ls) + 1);
 }
 
-static int parse_json_line(wisp_raw *r, const char *ls, const char *e, const char *bufend, uint64_t line)
+static int parse_json_line(wisp_raw *r, const char *ls, const char *e, const char *bufend, uint64_t line, void *ctx)
 {
     (void)bufend;
+    (void)ctx;
     int st = wisp_raw_row_begin(r, line);
     if (st) return st;
     const char *p = jws(ls, e);
@@ -685,5 +804,5 @@ done:
 int wisp_raw_parse_jsonl(wisp_raw *r, const char *text, size_t len, int final, size_t max_rows, uint64_t *line_no,
                          size_t *consumed)
 {
-    return parse_lines(r, text, len, final, max_rows, line_no, consumed, parse_json_line, "wisp_raw_parse_jsonl");
+    return parse_lines(r, text, len, final, max_rows, line_no, consumed, parse_json_line, NULL, "wisp_raw_parse_jsonl");
 }

@@ -2,7 +2,8 @@
 """bench_transform.py — CPU transform throughput on the Criteo layout (TSV in -> CSR out), wisp against TensorFlow's own preprocessing, one core each, side by side.
 
 Usage: scripts/bench_transform.py [--rows 200000] [--crosses adjacent|all] [--repeat 5] [--batch 8192]
-                                  [--tf-rows 50000] [--no-tf] [--out scripts/results/bench_transform.json]
+                                  [--tf-rows 50000] [--no-tf] [--baseline-lib OLD/libwisp.so]
+                                  [--out scripts/results/bench_transform.json]
 
 Data: synthetic Criteo-layout TSV (label, I1..I13 integers, C1..C26 8-hex-digit
 categoricals, Zipf-distributed, about 10% empty fields), made here with a fixed seed.
@@ -23,6 +24,9 @@ descheduled does not: the machine may be shared), median and best of --repeat ru
 seconds too. rows/s per core = rows / CPU seconds.
 Also: bytes/s of merely reading the text (read() of the file from the page cache, and a
 memchr scan for line ends in C through ctypes' libc), the floor for any text reader.
+--baseline-lib: another libwisp.so (say, a build of an older commit) timed the same
+way in the same run, taking turns with the measured one, and checked to give the
+same batch; the JSON gets its figures and measured/baseline.
 Correctness: for the first 2000 rows the ids of every column must be the same in both.
 Writes the figures (rows/s, bytes/s, the ratio) with the machine, commit, date and command.
 """
@@ -118,8 +122,12 @@ def commit():
 # ---- wisp -----------------------------------------------------------------------------
 
 class Wisp:
-    def __init__(self, spec_text):
-        lib = tf_export.load_lib()
+    def __init__(self, spec_text, lib_path=None):
+        if lib_path:
+            lib = ctypes.CDLL(os.path.abspath(lib_path))
+            lib.wisp_errmsg.restype = ctypes.c_char_p
+        else:
+            lib = tf_export.load_lib()
         vp, sz, u64, ci = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_int
         P = ctypes.POINTER
         for name, args, res in [
@@ -288,6 +296,7 @@ def main():
     ap.add_argument("--tf-rows", type=int, default=50000)
     ap.add_argument("--no-tf", action="store_true")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--baseline-lib")
     ap.add_argument("--out")
     a = ap.parse_args()
     out = a.out or os.path.join(HERE, "results", "bench_transform%s.json" % ("" if a.crosses == "adjacent" else "_all_crosses"))
@@ -306,16 +315,24 @@ def main():
 
     w = Wisp(json.dumps(spec))
     w.run(text)                                          # warm up (memory grows once)
+    base = None
+    if a.baseline_lib:
+        base = Wisp(json.dumps(spec), a.baseline_lib)
+        base.run(text)
     tf_pass = None
     if not a.no_tf:
         tf_pass, n_tf, tf_ids, tfv = tf_setup(spec, text, a.tf_rows, a.batch)
         tf_pass()                                        # warm up
     # wisp and TensorFlow take turns, so both see the same load on a shared machine
-    runs, tf_runs = [], []
+    runs, tf_runs, base_runs = [], [], []
+    load0 = os.getloadavg()[0]
     for _ in range(a.repeat):
         runs.append(w.run(text))
+        if base:
+            base_runs.append(base.run(text))
         if tf_pass:
             tf_runs.append(tf_pass())
+    load1 = os.getloadavg()[0]
     tp = statistics.median(r[0] for r in runs)
     tt = statistics.median(r[1] for r in runs)
     tot = statistics.median(r[0] + r[1] for r in runs)
@@ -330,7 +347,7 @@ def main():
         "command": "scripts/bench_transform.py " + " ".join(sys.argv[1:]),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "commit": commit(),
-        "machine": machine(),
+        "machine": dict(machine(), load_average_1m=[round(load0, 2), round(load1, 2)]),
         "data": {"rows": rows, "bytes": nbytes, "bytes_per_row": round(nbytes / rows, 1), "layout": "criteo TSV",
                  "columns": len(spec["columns"]), "crosses": a.crosses, "features_per_row": round(nnz / rows, 2),
                  "bad_rows": bad},
@@ -341,6 +358,24 @@ def main():
                        "wisp_bytes_per_s": round(nbytes / tot), "wisp_parse_bytes_per_s": round(nbytes / tp),
                        "wisp_fraction_of_read": round(nbytes / tot / read_bps, 4)},
     }
+    if base:
+        same = (base.lib.wisp_batch_nnz(base.batch) == nnz and base.lib.wisp_batch_rows(base.batch) == rows and
+                ctypes.string_at(base.lib.wisp_batch_ids(base.batch), 4 * nnz) ==
+                ctypes.string_at(w.lib.wisp_batch_ids(w.batch), 4 * nnz))
+        btot = statistics.median(r[0] + r[1] for r in base_runs)
+        res["baseline"] = {"lib": a.baseline_lib, "rows_per_s": round(rows / btot),
+                           "rows_per_s_best": round(rows / min(r[0] + r[1] for r in base_runs)),
+                           "parse_rows_per_s": round(rows / statistics.median(r[0] for r in base_runs)),
+                           "transform_rows_per_s": round(rows / statistics.median(r[1] for r in base_runs)),
+                           "cpu_seconds": round(btot, 4), "same_ids": same}
+        res["measured_over_baseline"] = round(btot / tot, 2)
+        pair = [(b[0] + b[1]) / (r[0] + r[1]) for r, b in zip(runs, base_runs)]
+        res["measured_over_baseline_per_turn"] = {"median": round(statistics.median(pair), 2), "min": round(min(pair), 2),
+                                                  "max": round(max(pair), 2)}
+        if not same:
+            print("bench_transform: the baseline library gives other ids!", file=sys.stderr)
+        if not a.no_tf:
+            res["baseline"]["ratio_over_tf"] = None        # filled below
     if not a.no_tf:
         tf_times = [t[0] for t in tf_runs]
         tf_walls = [t[1] for t in tf_runs]
@@ -359,9 +394,13 @@ def main():
         res["ratio_per_turn"] = {"median": round(statistics.median(pair), 1), "min": round(min(pair), 1),
                                  "max": round(max(pair), 1)}
         res["check"] = {"rows_compared": len(tf_ids), "rows_differing": diffs}
+        if base:
+            res["baseline"]["ratio_over_tf"] = round(res["baseline"]["rows_per_s"] / res["tensorflow"]["rows_per_s"], 1)
         if diffs:
             print("bench_transform: %d of %d rows differ between wisp and TensorFlow!" % (diffs, len(tf_ids)), file=sys.stderr)
     w.close()
+    if base:
+        base.close()
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
         json.dump(res, f, indent=2)
