@@ -225,6 +225,7 @@ def wisp_lib():
         "wisp_transform": ([vp, vp], c_int),
         "wisp_session_new": ([vp, vp, ctypes.c_char_p, P(vp)], c_int), "wisp_session_free": ([vp], None),
         "wisp_session_score": ([vp, vp, P(ctypes.c_float)], c_int),
+        "wisp_session_score_raw": ([vp, vp, P(ctypes.c_float)], c_int),
         "wisp_session_last_device": ([vp], ctypes.c_char_p),
     }
     for name, (args, res) in sigs.items():
@@ -265,6 +266,10 @@ def wisp_scores(lib, model_path, text, fmt, devices):
         out = (ctypes.c_float * n)()
         check(lib, lib.wisp_session_score(s, b, out), "score")
         results[lib.wisp_session_last_device(s).decode()] = list(out)
+        # the fused path: raw columns -> probabilities (on a GPU, the transform runs there too)
+        out2 = (ctypes.c_float * n)()
+        check(lib, lib.wisp_session_score_raw(s, raw, out2), "score_raw")
+        results["raw@" + lib.wisp_session_last_device(s).decode()] = list(out2)
         lib.wisp_session_free(s)
     gpus = lib.wisp_engine_gpu_count(eng)
     for f, h in (("wisp_batch_free", b), ("wisp_raw_free", raw), ("wisp_columns_free", cols), ("wisp_model_free", m),
@@ -298,11 +303,11 @@ def replay(a):
     devices = ["cpu"] + (["gpu:%d" % i for i in range(ngpu)] + (["gpus"] if ngpu > 1 else []) if ngpu else [])
     res, _, _ = wisp_scores(lib, model_path, jsonl, "jsonl", devices)
     worst = {dev: max(abs(float(x) - y) for x, y in zip(p, kept["p_tf"])) for dev, p in res.items()}
-    ok = len(res) == len(devices)
+    ok = len(res) == 2 * len(devices)           # score and score_raw on each
     kmodel = os.path.join(a.replay, "keras.wisp")
     if "p_keras" in kept and os.path.exists(kmodel):
         res_k, _, _ = wisp_scores(lib, kmodel, jsonl, "jsonl", devices)
-        ok = ok and len(res_k) == len(devices)
+        ok = ok and len(res_k) == 2 * len(devices)
         for dev, p in res_k.items():
             worst["keras/" + dev] = max(abs(float(x) - y) for x, y in zip(p, kept["p_keras"]))
     ok = ok and all(v <= a.tol for v in worst.values())
