@@ -50,7 +50,7 @@ LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/i
 LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
 EDIT_LIBS     := -ledit
 
-.PHONY: all deps test test-c test-lua test-gpu demo bench install uninstall clean
+.PHONY: all deps test test-c test-lua test-gpu demo serve bench install uninstall clean
 all: deps-build $(BUILD)/libwisp.so $(BUILD)/libwisp.a $(BUILD)/wisp
 
 # ---- Debian packages: installed when missing (fresh machines, CI) ----------
@@ -116,6 +116,10 @@ test: deps-test all $(C_TESTS)
 
 test-gpu: deps-test all $(C_TESTS)
 	@WISP_BUILD=$(BUILD) WISP_TEST_GPU=1 sh spec/run.sh
+
+# the OpenResty prediction service on the demo model (examples/openresty/serve.sh --help)
+serve: deps-test all
+	@examples/openresty/serve.sh --build $(BUILD)
 
 demo: deps-test all
 	@$(BUILD)/wisp run examples/demo.lua --out $(BUILD)/demo

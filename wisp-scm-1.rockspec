@@ -46,6 +46,7 @@ build = {
       ["wisp.columns"] = "lua/wisp/columns.lua",
       ["wisp.placement"] = "lua/wisp/placement.lua",
       ["wisp.batcher"] = "lua/wisp/batcher.lua",
+      ["wisp.nginx"] = "lua/wisp/nginx.lua",
       ["wisp.profile"] = "lua/wisp/profile.lua",
       ["wisp.repl"] = "lua/wisp/repl.lua",
    },

@@ -1,0 +1,88 @@
+#!/bin/sh
+# serve.sh — render examples/openresty/nginx.conf into a prefix and run nginx there (foreground, or --render-only).
+#
+#   examples/openresty/serve.sh                       # the demo model (built by `make demo` if missing) on 127.0.0.1:8080
+#   examples/openresty/serve.sh --models ctr=/srv/ctr.wisp --port 9000 --workers 4 --device gpu
+#   examples/openresty/serve.sh --render-only --prefix /tmp/p ...   # write PREFIX/conf/nginx.conf, print the nginx command
+#
+# Options: --prefix DIR (default build/openresty), --port N (8080), --models name=path[,...]
+# (default demo=build/demo/model.wisp), --workers N (2), --device auto|cpu|gpu|gpu:N (auto),
+# --mode inline|thread|async|auto (inline), --batching off|on|auto (off), --threads N (thread pool, 2),
+# --max-body SIZE (8m), --max-rows N (10000), --build DIR ($WISP_BUILD or build),
+# --user NAME|auto (the workers' user: started as root, nginx runs them as nobody, who must
+# read lua/, libwisp.so and the models; auto, the default, says root when started as root
+# and a directory above the checkout or the build is closed to others).
+# Works with Debian's nginx and with the same packages unpacked under /opt/devdeps.
+set -e
+root=$(cd "$(dirname "$0")/../.." && pwd)
+prefix="$root/build/openresty"; port=8080; models=""; workers=2; device=auto; mode=inline
+batching=off; threads=2; user=auto; max_body=8m; max_rows=10000; build="${WISP_BUILD:-build}"; render_only=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --prefix) prefix=$2; shift 2;; --port) port=$2; shift 2;; --models) models=$2; shift 2;;
+        --workers) workers=$2; shift 2;; --device) device=$2; shift 2;; --mode) mode=$2; shift 2;;
+        --batching) batching=$2; shift 2;; --threads) threads=$2; shift 2;; --max-body) max_body=$2; shift 2;;
+        --max-rows) max_rows=$2; shift 2;; --build) build=$2; shift 2;; --render-only) render_only=1; shift;;
+        --user) user=$2; shift 2;;
+        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0;;
+        *) echo "serve.sh: unknown option '$1' (try --help)" >&2; exit 2;;
+    esac
+done
+case "$build" in /*) ;; *) build="$root/$build";; esac
+case "$prefix" in /*) ;; *) prefix="$(pwd)/$prefix";; esac
+
+# nginx, its modules and lua-resty-core: Debian's, or /opt/devdeps (the GPU machine)
+dd=/opt/devdeps
+nginx_bin=$(command -v nginx 2>/dev/null || true)
+[ -z "$nginx_bin" ] && [ -x /usr/sbin/nginx ] && nginx_bin=/usr/sbin/nginx
+[ -z "$nginx_bin" ] && [ -x $dd/usr/sbin/nginx ] && nginx_bin=$dd/usr/sbin/nginx
+[ -z "$nginx_bin" ] && { echo "serve.sh: nginx not found (apt-get install nginx libnginx-mod-http-lua lua-resty-core)" >&2; exit 1; }
+moddir=""
+for d in /usr/lib/nginx/modules $dd/usr/lib/nginx/modules; do
+    [ -f "$d/ngx_http_lua_module.so" ] && { moddir=$d; break; }
+done
+[ -z "$moddir" ] && { echo "serve.sh: ngx_http_lua_module.so not found (libnginx-mod-http-lua)" >&2; exit 1; }
+lua_path="$root/lua/?.lua;$root/lua/?/init.lua"
+for d in /usr/share/lua/5.1 $dd/usr/share/lua/5.1; do
+    [ -f "$d/resty/core.lua" ] && lua_path="$lua_path;$d/?.lua;$d/?/init.lua"
+done
+lua_path="$lua_path;;"
+lua_cpath=""
+for d in /usr/lib/x86_64-linux-gnu/lua/5.1 $dd/usr/lib/x86_64-linux-gnu/lua/5.1; do
+    [ -d "$d" ] && lua_cpath="$lua_cpath$d/?.so;"
+done
+lua_cpath="$lua_cpath;"
+
+if [ -z "$models" ]; then
+    if [ ! -f "$build/demo/model.wisp" ]; then
+        echo "serve.sh: building the demo model (make demo)" >&2
+        (cd "$root" && make -s demo BUILD="$build" >/dev/null)
+    fi
+    models="demo=$build/demo/model.wisp"
+fi
+[ -f "$build/libwisp.so" ] || { echo "serve.sh: $build/libwisp.so missing (run make)" >&2; exit 1; }
+
+closed_to_others() {   # closed_to_others PATH: a directory on the way is not o+x
+    p=$1
+    while [ -n "$p" ] && [ "$p" != / ]; do
+        [ -d "$p" ] && [ -z "$(find "$p" -maxdepth 0 -perm -o+x 2>/dev/null)" ] && return 0
+        p=$(dirname "$p")
+    done
+    return 1
+}
+user_line=""
+if [ "$user" = auto ]; then
+    if [ "$(id -u)" = 0 ] && { closed_to_others "$root/lua/wisp" || closed_to_others "$build"; }; then user_line="user root;"; fi
+elif [ -n "$user" ]; then user_line="user $user;"; fi
+mkdir -p "$prefix/conf" "$prefix/logs" "$prefix/temp"
+sed -e "s|@MODULE_DIR@|$moddir|g" -e "s|@USER_LINE@|$user_line|g" -e "s|@WORKERS@|$workers|g" -e "s|@WISP_LIB@|$build/libwisp.so|g" \
+    -e "s|@THREADS@|$threads|g" -e "s|@MAX_BODY@|$max_body|g" -e "s|@LUA_PATH@|$lua_path|g" \
+    -e "s|@LUA_CPATH@|$lua_cpath|g" -e "s|@MODELS@|$models|g" -e "s|@DEVICE@|$device|g" \
+    -e "s|@MODE@|$mode|g" -e "s|@BATCHING@|$batching|g" -e "s|@MAX_ROWS@|$max_rows|g" -e "s|@PORT@|$port|g" \
+    "$root/examples/openresty/nginx.conf" > "$prefix/conf/nginx.conf"
+if [ "$render_only" = 1 ]; then
+    echo "$nginx_bin -p $prefix -c conf/nginx.conf"
+    exit 0
+fi
+echo "serve.sh: http://127.0.0.1:$port  (models $models; logs in $prefix/logs; Ctrl-C stops)" >&2
+exec "$nginx_bin" -p "$prefix" -c conf/nginx.conf -g 'daemon off;'

@@ -1,0 +1,65 @@
+-- check.lua — assertions over the service's JSON answers for spec/nginx/run.sh (run with `wisp run`).
+--
+--   check.lua preds RESP.json CLI.txt [NULLS] [FIRST]  predictions equal the CLI's lines to 1e-6;
+--                                                  NULLS: comma-separated 0-based rows that must be
+--                                                  null and listed in "errors" (others scored);
+--                                                  FIRST: the CLI line of prediction 0 (1-based, default 1)
+--   check.lua field RESP.json PATH [VALUE]         the field at PATH (a.b.1.c) exists [and equals VALUE]
+--   check.lua differ RESP.json CLI.txt             predictions differ from the CLI's (another model)
+-- Prints nothing and exits 0 on success; prints why and exits 1 otherwise.
+local cjson = require "cjson"
+local mode, file = arg[1], arg[2]
+local function die(...) io.stdout:write(table.concat({ ... }), "\n"); os.exit(1) end
+local f = io.open(file, "rb")
+if not f then die("no such file ", file) end
+local text = f:read("*a"); f:close()
+local ok, doc = pcall(cjson.decode, text)
+if not ok or type(doc) ~= "table" then die("not JSON: ", text:sub(1, 200)) end
+
+local function cli_lines(path)
+    local t = {}
+    for l in io.lines(path) do t[#t + 1] = tonumber(l) or 0 / 0 end
+    return t
+end
+
+if mode == "preds" or mode == "differ" then
+    local want = cli_lines(arg[3])
+    local p = doc.predictions
+    if type(p) ~= "table" then die("no predictions in ", text:sub(1, 200)) end
+    local nulls = {}
+    for i in (arg[4] or ""):gmatch("%d+") do nulls[tonumber(i)] = true end
+    local first = tonumber(arg[5] or 1)
+    local errs = {}
+    for _, e in ipairs(doc.errors or {}) do errs[e.index] = e.error end
+    local maxd, ndiff = 0, 0
+    for i = 1, #p do
+        local v, w = p[i], want[first + i - 1]
+        if nulls[i - 1] then
+            if v ~= cjson.null then die("row ", i - 1, ": null expected, got ", tostring(v)) end
+            if not errs[i - 1] then die("row ", i - 1, ": not listed in errors") end
+        else
+            if v == cjson.null or type(v) ~= "number" then die("row ", i - 1, ": a number expected, got ", tostring(v)) end
+            if w == nil then die("row ", i - 1, ": more predictions than CLI lines") end
+            local d = math.abs(v - w)
+            if d > maxd then maxd = d end
+            if d > 1e-6 then ndiff = ndiff + 1 end
+        end
+    end
+    if mode == "differ" then
+        if ndiff == 0 then die("predictions equal the other model's") end
+        os.exit(0)
+    end
+    if ndiff > 0 then die(ndiff, " predictions differ from the CLI (max |d| ", maxd, ")") end
+    if doc.errors and not next(nulls) then die("unexpected errors: ", cjson.encode(doc.errors)) end
+    os.exit(0)
+elseif mode == "field" then
+    local v = doc
+    for part in arg[3]:gmatch("[^.]+") do
+        if type(v) ~= "table" then die("no field ", arg[3], " in ", text:sub(1, 300)) end
+        v = v[tonumber(part) or part]
+    end
+    if v == nil then die("no field ", arg[3], " in ", text:sub(1, 300)) end
+    if arg[4] and tostring(v) ~= arg[4] then die(arg[3], " = ", tostring(v), ", expected ", arg[4]) end
+    os.exit(0)
+end
+die("usage: check.lua preds|field|differ ...")

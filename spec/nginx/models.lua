@@ -1,0 +1,111 @@
+-- models.lua — test models and rows for spec/nginx/run.sh: `wisp run spec/nginx/models.lua DIR`.
+--
+-- DIR/ctr.wisp, DIR/ctr_v2.wisp  the same feature columns (numeric, bucketized, hash bucket,
+--                                vocabulary, cross), different weights (the hot-reload pair)
+-- DIR/plain.wisp                 no columns: 5000 features
+-- DIR/rows.json                  {"instances": [...]} of raw rows for ctr (some with missing inputs)
+-- DIR/rows.libsvm                the same rows after the columns transform, as libsvm lines (CLI input)
+-- DIR/plain.json, plain.libsvm   rows for plain: {"ids":, "vals":} and the same as libsvm
+local wisp = require "wisp"
+local fc = require "wisp.columns"
+local synth = require "wisp.synth"
+local dir = assert(arg[1], "usage: models.lua DIR")
+local cjson = require "cjson"
+
+local rng = synth.rng(11)
+local age = fc.numeric("age", { default = 30, normalizer = { type = "standard", mean = 38, std = 13 } })
+local spec = assert(fc.spec {
+    age,
+    fc.bucketized(age, { 18, 25, 35, 50, 65 }),
+    fc.hash_bucket("city", 1000),
+    fc.vocabulary_list("color", { "red", "green", "blue" }, { num_oov_buckets = 2 }),
+    fc.crossed({ "city", fc.bucketized(age, { 30, 60 }) }, 2000),
+})
+local nf = spec:num_features()
+local function weights(seed)
+    local r = synth.rng(seed)
+    local w = {}
+    for i = 1, nf do w[i] = r:normal() * 0.5 end
+    return w
+end
+assert(wisp.write_model(dir .. "/ctr.wisp", weights(1), { bias = -0.3, columns = spec:json(), meta = { name = "ctr", v = "1" } }))
+assert(wisp.write_model(dir .. "/ctr_v2.wisp", weights(2), { bias = 0.4, columns = spec:json(), meta = { name = "ctr", v = "2" } }))
+
+local cities = { "Paris", "Lyon", "Berlin", "Madrid", "Oslo", "Rome", "Lima", "Quito" }
+local colors = { "red", "green", "blue", "mauve", "teal" }
+local rows = {}
+for i = 1, 60 do
+    local row = { age = math.floor(rng:next() * 900) / 10, city = cities[rng:int(#cities) + 1], color = colors[rng:int(#colors) + 1] }
+    if i % 7 == 0 then row.age = nil end           -- missing: the default
+    if i % 11 == 0 then row.color = nil end
+    rows[i] = row
+end
+local f = assert(io.open(dir .. "/rows.json", "wb"))
+f:write(cjson.encode { instances = rows }, "\n")
+f:close()
+
+local function libsvm_of(batch)
+    local csr = batch:csr()
+    local lines = {}
+    for r = 1, #csr.row_ptr - 1 do
+        local parts = { "0" }
+        local a, z = csr.row_ptr[r], csr.row_ptr[r + 1]
+        local va, vz = 0, 0
+        if csr.val_ptr then va, vz = csr.val_ptr[r], csr.val_ptr[r + 1] end
+        for k = a, z - 1 do
+            local vi = va + (k - a)
+            if vi < vz then parts[#parts + 1] = string.format("%d:%.9g", csr.ids[k + 1], csr.vals[vi + 1])
+            else parts[#parts + 1] = string.format("%d:1", csr.ids[k + 1]) end
+        end
+        lines[#lines + 1] = table.concat(parts, " ")
+    end
+    return table.concat(lines, "\n") .. "\n"
+end
+
+local tr = assert(spec:transformer())
+assert(tr:add_rows(rows))
+local b = assert(tr:transform())
+f = assert(io.open(dir .. "/rows.libsvm", "wb"))
+f:write(libsvm_of(b))
+f:close()
+
+-- plain: 5000 features, no columns
+local pw = {}
+local r2 = synth.rng(5)
+for i = 1, 5000 do pw[i] = r2:normal() * 0.4 end
+assert(wisp.write_model(dir .. "/plain.wisp", pw, { bias = 0.1, meta = { name = "plain" } }))
+local prow, plines = {}, {}
+for i = 1, 40 do
+    local ids, vals, parts = {}, {}, { "1" }
+    local n = 1 + r2:int(12)
+    for k = 1, n do
+        ids[k] = r2:int(5000)
+        vals[k] = math.floor(r2:next() * 1000) / 250
+        parts[#parts + 1] = string.format("%d:%.9g", ids[k], vals[k])
+    end
+    prow[i] = (i % 5 == 0) and { ids = ids } or { ids = ids, vals = vals }
+    if i % 5 == 0 then parts = { "1" }; for k = 1, n do parts[#parts + 1] = tostring(ids[k]) end end
+    plines[i] = table.concat(parts, " ")
+end
+f = assert(io.open(dir .. "/plain.json", "wb")); f:write(cjson.encode { instances = prow }, "\n"); f:close()
+f = assert(io.open(dir .. "/plain.libsvm", "wb")); f:write(table.concat(plines, "\n"), "\n"); f:close()
+io.stderr:write(string.format("models.lua: %s: ctr.wisp (%d features, columns), ctr_v2.wisp, plain.wisp, 60 + 40 rows\n", dir, nf))
+
+-- request bodies for the spec: single rows, rows with bad entries, all bad
+local function write_json(name, t)
+    local fh = assert(io.open(dir .. "/" .. name, "wb")); fh:write(cjson.encode(t)); fh:close()
+end
+for i = 1, 24 do write_json(string.format("one_%d.json", i), { instances = { rows[i] } }) end
+local t = {}
+for i = 1, 10 do t[i] = rows[i] end
+t[3] = { age = "old", city = "Paris" }          -- a string for a float input
+t[6] = { nosuch = 1 }                            -- an unknown input
+t[8] = 42                                        -- not an object
+write_json("badrows.json", { instances = t })
+write_json("allbad.json", { instances = { { nosuch = 1 }, 7 } })
+local q = {}
+for i = 1, 6 do q[i] = prow[i] end
+q[2] = { ids = { 1, -4 } }
+q[4] = { ids = { 1, 2 }, vals = { 1 } }
+q[5] = { vals = { 1 } }
+write_json("plainbad.json", { instances = q })
