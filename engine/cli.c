@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -35,7 +36,7 @@ static const char usage_main[] =
     "wisp scores sparse logistic-regression (\"wide\") models on CPUs and CUDA GPUs.\n"
     "\n"
     "commands:\n"
-    "  score    score libsvm or Vowpal Wabbit rows with a model, one probability per line\n"
+    "  score    score rows (libsvm, Vowpal Wabbit, TSV/CSV/JSON lines) with a model, a probability a line\n"
     "  import   convert a trained model (LIBLINEAR, Vowpal Wabbit) into a .wisp file\n"
     "  convert  rewrite a .wisp file with another weight dtype (f32, f16, i8)\n"
     "  info     describe a .wisp file\n"
@@ -48,24 +49,39 @@ static const char usage_main[] =
     "2 on a usage error.\n";
 
 static const char usage_score[] =
-    "usage: wisp score -m MODEL [--format libsvm|vw] [--device DEV] [--batch N] [--threads N]\n"
-    "                  [--hugepages] [-o OUT] [FILE|-]\n"
+    "usage: wisp score -m MODEL [--format auto|libsvm|vw|tsv|csv|jsonl] [--schema SCHEMA]\n"
+    "                  [--device DEV] [--batch N] [--threads N] [--hugepages] [--stats] [-o OUT] [FILE|-]\n"
     "\n"
-    "Reads libsvm lines (\"[label] id:value id:value ...\"; the label is ignored, a bare\n"
-    "id is a binary feature) from FILE or standard input and prints one probability\n"
-    "per row: sigmoid(bias + sum w[id]*value). For LIBLINEAR models that is the\n"
-    "probability of the first label of the model's \"label\" line. Blank lines and\n"
-    "'#' comments make no row. A malformed line prints \"nan\" in its place, is reported\n"
-    "on stderr as FILE:LINE: reason, and makes the exit status 1; other rows are kept.\n"
+    "Reads rows from FILE or standard input and prints one probability per row, in order.\n"
+    "A malformed row prints \"nan\" in its place, is reported on stderr as FILE:LINE: reason,\n"
+    "and makes the exit status 1; the other rows are kept. Blank lines make no row.\n"
     "\n"
-    "With --format vw the lines are Vowpal Wabbit text (\"label [weight] ['tag]|ns[:w] feat[:value]\n"
-    "... |ns2 ...\"), hashed as VW hashes them with the options kept in the model (made by\n"
-    "`wisp import vw`: -b, -q, --hash_seed, --noconstant, ...); the probability is\n"
-    "sigmoid(VW's sum), what `vw -t -i MODEL --link logistic -p PREDS` prints for a model\n"
-    "trained with --loss_function logistic. Blank lines make no row.\n"
+    "libsvm: \"[label] id:value id:value ...\" (the label is ignored, a bare id is a binary\n"
+    "feature; '#' comments make no row); the probability is sigmoid(bias + sum w[id]*value).\n"
+    "For LIBLINEAR models that is the probability of the first label of the model's \"label\" line.\n"
+    "\n"
+    "vw: Vowpal Wabbit text (\"label [weight] ['tag]|ns[:w] feat[:value] ... |ns2 ...\"), hashed\n"
+    "as VW hashes it with the options kept in the model (made by `wisp import vw`: -b, -q,\n"
+    "--hash_seed, --noconstant, ...); the probability is sigmoid(VW's sum), what\n"
+    "`vw -t -i MODEL --link logistic -p PREDS` prints for a model trained with --loss_function logistic.\n"
+    "\n"
+    "tsv, csv, jsonl: raw rows for a model with feature columns (a \"columns\" section, written by\n"
+    "lua/wisp/columns.lua or scripts/tf_export.py): the columns turn each row into features\n"
+    "exactly as TensorFlow's feature columns do (on a GPU the transform and the scoring are\n"
+    "one kernel). tsv and csv fields are named by --schema: \"header\" (the default: the first\n"
+    "non-blank line names the fields), \"criteo\" (label, I1..I13, C1..C26) or a list \"a,b,,c\"\n"
+    "(an empty name skips a field); fields that are not inputs (the label) are skipped. csv\n"
+    "understands double-quoted fields. jsonl: one object per line, {\"age\": 37, \"tags\": [\"a\"]}.\n"
+    "A missing value, a malformed number, a wrong field count or a value the columns refuse\n"
+    "(NaN in a numeric column, ...) makes a bad row; a header that lacks an input is an error.\n"
+    "\n"
+    "auto (the default) picks by the model: a model with feature columns reads tsv, or csv\n"
+    "for FILE.csv, jsonl for FILE.jsonl/.ndjson/.json, libsvm for FILE.libsvm/.svm; a model\n"
+    "imported from Vowpal Wabbit reads vw; any other model reads libsvm.\n"
     "\n"
     "  -m, --model MODEL   the .wisp model file (required)\n"
-    "  -f, --format FMT    input format: libsvm (the default) or vw (Vowpal Wabbit text)\n"
+    "  -f, --format FMT    input format: auto (the default), libsvm, vw, tsv, csv or jsonl\n"
+    "  -s, --schema S      tsv/csv field names: header (the default), criteo, or \"a,b,,c\"\n"
     "  -d, --device DEV    cpu, gpu, gpu:N, gpus or auto (default: auto = a GPU if usable)\n"
     "  -b, --batch N       rows per batch (default 65536)\n"
     "  -t, --threads N     CPU threads (default: one per core)\n"
@@ -182,52 +198,116 @@ static void input_close(input *in)
 
 /* ---- wisp score ---------------------------------------------------------------
  * The work is split into pieces of the input, cut at line ends, one or more per
- * thread. Each piece is parsed, scored (by its own session) and formatted on one
- * thread of the engine's pool, while its batch is still in that core's cache;
- * the main thread then reports bad lines and writes the pieces' text in order.
- * Line numbers are counted per piece and made absolute when reported. */
+ * thread. Each piece is parsed (by its format's parse function, into a batch of
+ * feature ids or, for tsv/csv/jsonl, into raw columns), scored (by its own
+ * session; raw columns through wisp_session_score_raw: transform + score, fused
+ * on a GPU) and formatted on one thread of the engine's pool, while its rows
+ * are still in that core's cache; the main thread then reports bad lines and
+ * writes the pieces' text in order. Line numbers are counted per piece and made
+ * absolute when reported. */
 
-typedef struct {
-    wisp_batch *batch;
+enum { FMT_AUTO, FMT_LIBSVM, FMT_VW, FMT_TSV, FMT_CSV, FMT_JSONL };
+static const char *const fmt_names[] = { "auto", "libsvm", "vw", "tsv", "csv", "jsonl" };
+
+typedef struct piece piece;
+typedef int (*piece_parse_fn)(piece *pc);
+
+struct piece {
+    wisp_batch *batch;              /* libsvm/vw rows; raw formats: the CPU transform that explains bad rows */
+    wisp_raw *raw;                  /* tsv/csv/jsonl rows; NULL otherwise */
     wisp_session *session;          /* one per piece: a session is one thread's at a time */
+    piece_parse_fn parse;           /* the format's parse function */
     float *probs;                   /* max_rows */
     char *obuf; size_t olen;        /* the piece's formatted output */
     const char *text; size_t len;   /* the piece */
     int final;                      /* the piece may end without '\n' */
-    const wisp_vw *vw;              /* --format vw: the model's hashing options; NULL: libsvm */
+    const wisp_vw *vw;              /* --format vw: the model's hashing options */
     size_t max_rows;
     size_t used;                    /* bytes consumed */
     uint64_t lines;                 /* lines consumed */
+    size_t rows;                    /* rows parsed */
+    int explained;                  /* raw formats: the bad rows are in batch (the transform found some) */
     uint64_t ns_parse, ns_format;
     int status; char err[256];
-} piece;
+};
 
 typedef struct { piece *p; } parse_job;
 
 static char *fmt_prob(char *p, float v);
 
+static int parse_libsvm_piece(piece *pc)
+{
+    return wisp_batch_parse_libsvm(pc->batch, pc->text, pc->len, pc->final, pc->max_rows, &pc->lines, &pc->used);
+}
+
+static int parse_vw_piece(piece *pc)
+{
+    return wisp_batch_parse_vw(pc->batch, pc->vw, pc->text, pc->len, pc->final, pc->max_rows, &pc->lines, &pc->used);
+}
+
+static int parse_tsv_piece(piece *pc)
+{
+    return wisp_raw_parse_tsv(pc->raw, pc->text, pc->len, pc->final, pc->max_rows, &pc->lines, &pc->used);
+}
+
+static int parse_jsonl_piece(piece *pc)
+{
+    return wisp_raw_parse_jsonl(pc->raw, pc->text, pc->len, pc->final, pc->max_rows, &pc->lines, &pc->used);
+}
+
+/* Raw rows: score, and when the transform found rows bad that the reader did not
+ * (a NaN in a numeric column, an identity value out of range, ...), run the CPU
+ * transform into the piece's batch, whose bad rows then carry every message. */
+static int score_raw_piece(piece *pc)
+{
+    int st = wisp_session_score_raw(pc->session, pc->raw, pc->probs);
+    if (st != WISP_OK) return st;
+    size_t nan = 0;
+    for (size_t r = 0; r < pc->rows; r++) nan += isnan(pc->probs[r]);
+    if (nan > wisp_raw_bad_count(pc->raw)) {
+        wisp_batch_clear(pc->batch);
+        if ((st = wisp_transform(pc->raw, pc->batch)) != WISP_OK) return st;
+        pc->explained = 1;
+    }
+    return WISP_OK;
+}
+
 static void parse_piece(void *ctx, size_t i)
 {
     piece *pc = &((parse_job *)ctx)->p[i];
-    wisp_batch_clear(pc->batch);
+    if (pc->raw) wisp_raw_clear(pc->raw);
+    else wisp_batch_clear(pc->batch);
     pc->lines = 0;
     pc->used = 0;
     pc->olen = 0;
+    pc->explained = 0;
     uint64_t t0 = wisp_now_ns();
-    pc->status = pc->vw ? wisp_batch_parse_vw(pc->batch, pc->vw, pc->text, pc->len, pc->final, pc->max_rows,
-                                              &pc->lines, &pc->used)
-                        : wisp_batch_parse_libsvm(pc->batch, pc->text, pc->len, pc->final, pc->max_rows, &pc->lines,
-                                                  &pc->used);
+    pc->status = pc->parse(pc);
     uint64_t t1 = wisp_now_ns();
     pc->ns_parse += t1 - t0;
-    size_t rows = wisp_batch_rows(pc->batch);
-    if (pc->status == WISP_OK && rows) pc->status = wisp_session_score(pc->session, pc->batch, pc->probs);
+    pc->rows = pc->raw ? wisp_raw_rows(pc->raw) : wisp_batch_rows(pc->batch);
+    if (pc->status == WISP_OK && pc->rows)
+        pc->status = pc->raw ? score_raw_piece(pc) : wisp_session_score(pc->session, pc->batch, pc->probs);
     if (pc->status != WISP_OK) { snprintf(pc->err, sizeof pc->err, "%s", wisp_errmsg()); return; }
     uint64_t t2 = wisp_now_ns();
     char *o = pc->obuf;
-    for (size_t r = 0; r < rows; r++) o = fmt_prob(o, pc->probs[r]);
+    for (size_t r = 0; r < pc->rows; r++) o = fmt_prob(o, pc->probs[r]);
     pc->olen = (size_t)(o - pc->obuf);
     pc->ns_format += wisp_now_ns() - t2;
+}
+
+/* The piece's bad rows: from its batch (libsvm, vw, or a raw piece the transform
+ * explained) or its raw columns. */
+static size_t piece_bad_count(const piece *p)
+{
+    return p->raw && !p->explained ? wisp_raw_bad_count(p->raw) : wisp_batch_bad_count(p->batch);
+}
+
+static int piece_bad_row(const piece *p, size_t i, uint64_t *line, const char **msg)
+{
+    size_t row;
+    return p->raw && !p->explained ? wisp_raw_bad_row(p->raw, i, &row, line, msg)
+                                   : wisp_batch_bad_row(p->batch, i, &row, line, msg);
 }
 
 static int parse_count(const char *s, const char *what, long lo, long hi, long *out)
@@ -271,26 +351,100 @@ static size_t cut_pieces(piece *pc, size_t n, const char *text, size_t len, int 
     return k;
 }
 
+static int has_suffix(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcasecmp(s + a - b, suf);
+}
+
+/* --format auto: by the model, then by the file name (see usage_score). */
+static int auto_format(const wisp_model *m, const char *in_path)
+{
+    const char *cols = wisp_model_columns(m);
+    if (cols && *cols) {
+        if (has_suffix(in_path, ".csv")) return FMT_CSV;
+        if (has_suffix(in_path, ".jsonl") || has_suffix(in_path, ".ndjson") || has_suffix(in_path, ".json")) return FMT_JSONL;
+        if (has_suffix(in_path, ".libsvm") || has_suffix(in_path, ".svm")) return FMT_LIBSVM;
+        return FMT_TSV;
+    }
+    return wisp_model_meta(m, "vw_options") ? FMT_VW : FMT_LIBSVM;
+}
+
+/* The text available now: the mapped file, or the stream's buffer (read more
+ * first when less than `want` bytes are buffered). 1 on a read error. */
+static int input_text(input *in, size_t want, const char **text, size_t *len, int *final)
+{
+    if (in->map) { *text = in->map + in->pos; *len = in->map_len - in->pos; *final = 1; return 0; }
+    if (!in->eof && in->len - in->pos < want && input_fill(in)) return 1;
+    *text = in->buf + in->pos; *len = in->len - in->pos; *final = in->eof;
+    return 0;
+}
+
+/* --schema header: every piece's raw reads the header (the first non-blank line),
+ * so each maps the fields alone. Advances the input past it. 0, or the exit status. */
+static int read_header(input *in, piece *pc, int npieces, int delim, uint64_t *line_base)
+{
+    for (;;) {
+        const char *text; size_t len; int final;
+        if (input_text(in, 1u << 20, &text, &len, &final)) return 1;
+        /* the prefix up to the first non-blank line's end */
+        size_t pos = 0, hdr_end = 0;
+        int found = 0;
+        while (pos < len) {
+            const char *nl = memchr(text + pos, '\n', len - pos);
+            size_t e = nl ? (size_t)(nl - text) : len, s = pos, ee = e;
+            if (ee > s && text[ee - 1] == '\r') ee--;
+            if (!nl && !final) break;
+            pos = nl ? e + 1 : len;
+            if (ee > s) { found = 1; hdr_end = pos; break; }
+        }
+        if (!found && !final) {
+            if (len > WISP_MAX_LINE_BYTES) return die("%s:%llu: header line longer than %u bytes", in->name,
+                                                      (unsigned long long)*line_base + 1, WISP_MAX_LINE_BYTES);
+            if (!in->map && !in->eof) { if (input_fill(in)) return 1; continue; }
+        }
+        if (!found) return 0;                      /* no header: no rows either */
+        for (int i = 0; i < npieces; i++) {
+            uint64_t lines = 0;
+            size_t used = 0;
+            if (wisp_raw_set_schema(pc[i].raw, "header", delim) != WISP_OK) return die("%s", wisp_errmsg());
+            if (wisp_raw_parse_tsv(pc[i].raw, text, hdr_end, 1, 0, &lines, &used) != WISP_OK) {
+                const char *msg = wisp_errmsg();
+                unsigned long long l = 0;
+                int n = 0;
+                if (sscanf(msg, "line %llu: %n", &l, &n) == 1 && n > 0) msg += n;
+                return die("%s:%llu: %s", in->name, (unsigned long long)*line_base + (l ? l : lines + 1), msg);
+            }
+            if (i == 0) *line_base += lines;
+        }
+        in->pos += hdr_end;
+        return 0;
+    }
+}
+
 static int cmd_score(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"format", required_argument, 0, 'f'},
+        {"schema", required_argument, 0, 's'},
         {"device", required_argument, 0, 'd'}, {"batch", required_argument, 0, 'b'},
         {"threads", required_argument, 0, 't'}, {"output", required_argument, 0, 'o'},
         {"hugepages", no_argument, 0, 'H'}, {"stats", no_argument, 0, 'S'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    const char *model_path = NULL, *device = "auto", *out_path = NULL;
+    const char *model_path = NULL, *device = "auto", *out_path = NULL, *schema = NULL;
     long batch_rows = 65536, threads = 0;
-    int hugepages = 0, show_stats = 0, fmt_vw = 0, c;
+    int hugepages = 0, show_stats = 0, format = FMT_AUTO, c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:f:d:b:t:o:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:f:s:d:b:t:o:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model_path = optarg; break;
         case 'f':
-            if (!strcmp(optarg, "vw")) fmt_vw = 1;
-            else if (!strcmp(optarg, "libsvm")) fmt_vw = 0;
-            else return die("score: unknown --format '%s' (supported: libsvm, vw)", optarg), 2;
+            format = -1;
+            for (int k = 0; k < (int)(sizeof fmt_names / sizeof fmt_names[0]); k++)
+                if (!strcmp(optarg, fmt_names[k])) format = k;
+            if (format < 0) return die("score: unknown --format '%s' (supported: auto, libsvm, vw, tsv, csv, jsonl)", optarg), 2;
             break;
+        case 's': schema = optarg; break;
         case 'd': device = optarg; break;
         case 'b': if (parse_count(optarg, "--batch", 1, WISP_MAX_ROWS, &batch_rows)) return 2; break;
         case 't': if (parse_count(optarg, "--threads", 0, 1024, &threads)) return 2; break;
@@ -303,12 +457,15 @@ static int cmd_score(int argc, char **argv)
     }
     if (!model_path) { fputs(usage_score, stderr); return die("score: -m MODEL is required"), 2; }
     if (argc - optind > 1) return die("score: one input file at most (got %d)", argc - optind), 2;
+    if (schema && format != FMT_AUTO && format != FMT_TSV && format != FMT_CSV)
+        return die("score: --schema is for --format tsv or csv (not %s)", fmt_names[format]), 2;
     const char *in_path = optind < argc ? argv[optind] : "-";
 
     enum { PIECES_PER_THREAD = 2 };
     int rc = 1, npieces = 0;
     wisp_engine *eng = NULL; wisp_model *m = NULL;
     wisp_vw *vw = NULL;
+    wisp_columns *cols = NULL;
     piece *pc = NULL;
     FILE *out = stdout;
     input in;
@@ -318,35 +475,62 @@ static int cmd_score(int argc, char **argv)
     if (wisp_model_load_ex(eng, model_path, hugepages ? WISP_LOAD_HUGEPAGES : 0, &m) != WISP_OK) {
         die("%s", wisp_errmsg()); goto done;
     }
-    if (fmt_vw && wisp_vw_from_model(m, &vw) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
+    if (format == FMT_AUTO) format = auto_format(m, in_path);
+    const int is_raw = format == FMT_TSV || format == FMT_CSV || format == FMT_JSONL;
+    if (schema && !is_raw) {
+        rc = 2;
+        die("score: --schema is for --format tsv or csv (this model and input read %s)", fmt_names[format]);
+        goto done;
+    }
+    if (is_raw) {
+        const char *ctext = wisp_model_columns(m);
+        if (!ctext || !*ctext) {
+            rc = 2;
+            die("score: --format %s needs a model with feature columns (a \"columns\" section), and %s has none; "
+                "score libsvm or vw rows with it, or build the model with lua/wisp/columns.lua or scripts/tf_export.py",
+                fmt_names[format], model_path);
+            goto done;
+        }
+        if (wisp_columns_from_model(m, &cols) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
+    }
+    if (format == FMT_VW && wisp_vw_from_model(m, &vw) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
     npieces = wisp_engine_threads(eng) * PIECES_PER_THREAD;
     pc = calloc((size_t)npieces, sizeof *pc);
     if (!pc) { die("score: out of memory"); goto done; }
+    const int delim = format == FMT_CSV ? ',' : '\t';
     for (int i = 0; i < npieces; i++) {
         pc[i].max_rows = (size_t)batch_rows;
         pc[i].vw = vw;
+        pc[i].parse = format == FMT_VW ? parse_vw_piece : format == FMT_JSONL ? parse_jsonl_piece
+                    : is_raw ? parse_tsv_piece : parse_libsvm_piece;
         if (wisp_session_new(eng, m, device, &pc[i].session) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
         if (i == 0) wisp_engine_set_log_level(eng, WISP_LOG_ERROR);   /* say a device fallback once, not per piece */
         if (wisp_batch_new(eng, &pc[i].batch) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
+        if (is_raw && wisp_raw_new(eng, cols, &pc[i].raw) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
+        if (is_raw && format != FMT_JSONL && schema && strcmp(schema, "header")
+            && wisp_raw_set_schema(pc[i].raw, schema, delim) != WISP_OK) {
+            rc = 2;
+            die("score: --schema '%s' does not fit %s: %s", schema, model_path, wisp_errmsg());
+            goto done;
+        }
         pc[i].probs = malloc((size_t)batch_rows * sizeof *pc[i].probs);
         pc[i].obuf = malloc((size_t)batch_rows * 24);
         if (!pc[i].probs || !pc[i].obuf) { die("score: out of memory for a batch of %ld rows", batch_rows); goto done; }
     }
     wisp_engine_set_log_level(eng, WISP_LOG_WARN);
     if (out_path && !(out = fopen(out_path, "w"))) { die("%s: cannot open for writing: %s", out_path, strerror(errno)); goto done; }
-    /* piece size: about a batch of rows at ~64 bytes a row, 64 KiB to 4 MiB (small
-     * pieces keep a piece's batch in cache between parsing and scoring) */
-    size_t piece_bytes = (size_t)batch_rows * 64;
+    if (is_raw && format != FMT_JSONL && (!schema || !strcmp(schema, "header"))
+        && read_header(&in, pc, npieces, delim, &line_base))
+        goto done;
+    /* piece size: about a batch of rows at ~64 bytes a row (~256 for raw rows), 64 KiB to 4 MiB
+     * (small pieces keep a piece's rows in cache between parsing and scoring) */
+    size_t piece_bytes = (size_t)batch_rows * (is_raw ? 256 : 64);
     if (piece_bytes < (64u << 10)) piece_bytes = 64u << 10;
     if (piece_bytes > (4u << 20)) piece_bytes = 4u << 20;
 
     for (;;) {
         const char *text; size_t len; int final;
-        if (in.map) { text = in.map + in.pos; len = in.map_len - in.pos; final = 1; }
-        else {
-            if (!in.eof && in.len - in.pos < piece_bytes * (size_t)npieces && input_fill(&in)) goto done;
-            text = in.buf + in.pos; len = in.len - in.pos; final = in.eof;
-        }
+        if (input_text(&in, piece_bytes * (size_t)npieces, &text, &len, &final)) goto done;
         if (len == 0 && (in.map || in.eof)) break;
         size_t k = cut_pieces(pc, (size_t)npieces, text, len, final, piece_bytes);
         if (k == 0) {   /* no complete line yet: read more, or the line is too long */
@@ -362,18 +546,17 @@ static int cmd_score(int argc, char **argv)
         for (size_t j = 0; j < k; j++) {
             piece *p = &pc[j];
             if (p->status != WISP_OK) { die("%s: %s", in.name, p->err); goto done; }
-            size_t rows = wisp_batch_rows(p->batch);
-            size_t nbad = wisp_batch_bad_count(p->batch);
+            size_t nbad = piece_bad_count(p);
             for (size_t i = 0; i < nbad; i++) {
-                size_t row; uint64_t line; const char *msg;
-                if (wisp_batch_bad_row(p->batch, i, &row, &line, &msg) != WISP_OK) continue;
+                uint64_t line; const char *msg;
+                if (piece_bad_row(p, i, &line, &msg) != WISP_OK) continue;
                 char prefix[32];   /* the message names its piece-relative line: keep one "FILE:LINE:" */
                 int pn = snprintf(prefix, sizeof prefix, "line %llu: ", (unsigned long long)line);
                 if (!strncmp(msg, prefix, (size_t)pn)) msg += pn;
                 fprintf(stderr, "%s:%llu: %s\n", in.name, (unsigned long long)(line_base + line), msg);
             }
             bad_total += nbad;
-            rows_total += rows;
+            rows_total += p->rows;
             uint64_t w0 = wisp_now_ns();
             if (p->olen && write_all(out, p->obuf, p->olen, out_path ? out_path : "<stdout>")) goto done;
             ns_write += wisp_now_ns() - w0;
@@ -397,12 +580,16 @@ static int cmd_score(int argc, char **argv)
             ns_parse += pc[i].ns_parse;
             ns_format += pc[i].ns_format;
         }
-        fprintf(stderr, "wisp score: %llu rows in %.3f s (%.0f rows/s) on %s, %d threads\n",
+        fprintf(stderr, "wisp score: %llu rows in %.3f s (%.0f rows/s) on %s, %d threads, %s input\n",
                 (unsigned long long)rows_total, wall, (double)rows_total / wall, wisp_session_last_device(pc[0].session),
-                wisp_engine_threads(eng));
-        fprintf(stderr, "  thread time: parse %.1f ms, score %.1f ms (kernel %.1f, h2d %.1f, d2h %.1f), format %.1f ms;"
-                " write %.1f ms\n", (double)ns_parse / 1e6, (double)st[WISP_STAT_NS_TOTAL] / 1e6,
-                (double)st[WISP_STAT_NS_KERNEL] / 1e6, (double)st[WISP_STAT_NS_H2D] / 1e6,
+                wisp_engine_threads(eng), fmt_names[format]);
+        /* raw rows: the session's total holds the transform; show it apart */
+        uint64_t ns_xf = st[WISP_STAT_NS_TRANSFORM], ns_total = st[WISP_STAT_NS_TOTAL];
+        uint64_t ns_score = ns_total > ns_xf ? ns_total - ns_xf : 0;
+        fprintf(stderr, "  thread time: parse %.1f ms, ", (double)ns_parse / 1e6);
+        if (is_raw) fprintf(stderr, "transform %.1f ms, ", (double)ns_xf / 1e6);
+        fprintf(stderr, "score %.1f ms (kernel %.1f, h2d %.1f, d2h %.1f), format %.1f ms; write %.1f ms\n",
+                (double)ns_score / 1e6, (double)st[WISP_STAT_NS_KERNEL] / 1e6, (double)st[WISP_STAT_NS_H2D] / 1e6,
                 (double)st[WISP_STAT_NS_D2H] / 1e6, (double)ns_format / 1e6, (double)ns_write / 1e6);
         if (st[WISP_STAT_OUT_OF_RANGE])
             fprintf(stderr, "  %llu feature ids beyond the model's %llu features were ignored\n",
@@ -414,12 +601,14 @@ done:
     if (out && out != stdout) fclose(out);
     input_close(&in);
     for (int i = 0; pc && i < npieces; i++) {
+        wisp_raw_free(pc[i].raw);
         wisp_batch_free(pc[i].batch);
         wisp_session_free(pc[i].session);
         free(pc[i].probs);
         free(pc[i].obuf);
     }
     free(pc);
+    wisp_columns_free(cols);
     wisp_vw_free(vw);
     wisp_model_free(m); wisp_engine_free(eng);
     return rc;
@@ -541,10 +730,33 @@ static int cmd_info(int argc, char **argv)
         }
     }
     const char *cols = wisp_model_columns(m);
-    if (cols && *cols) printf("columns:    %zu bytes of feature-column description\n", strlen(cols));
+    int rc = 0;
+    if (cols && *cols) {
+        wisp_columns *c = NULL;
+        if (wisp_columns_from_model(m, &c) != WISP_OK) {
+            rc = die("%s", wisp_errmsg());
+        } else {
+            static const char *const dtypes[] = { "float32", "int64", "string" };
+            size_t ni = wisp_columns_num_inputs(c), nc = wisp_columns_count(c);
+            printf("inputs:     %zu (score them with --format tsv, csv or jsonl)\n", ni);
+            for (size_t i = 0; i < ni; i++) {
+                int idt = wisp_columns_input_dtype(c, i);
+                printf("  %-24s %-8s %s\n", wisp_columns_input_name(c, i), idt >= 0 && idt <= 2 ? dtypes[idt] : "?",
+                       wisp_columns_input_sparse(c, i) ? "sparse" : "dense");
+            }
+            printf("columns:    %zu over %llu features (%zu bytes of description)\n", nc,
+                   (unsigned long long)wisp_columns_num_features(c), strlen(cols));
+            for (size_t i = 0; i < nc; i++) {
+                uint64_t off = wisp_columns_offset(c, i), sz = wisp_columns_size(c, i);
+                printf("  %-24s %-16s [%llu, %llu)\n", wisp_columns_name(c, i), wisp_columns_type(c, i),
+                       (unsigned long long)off, (unsigned long long)(off + sz));
+            }
+            wisp_columns_free(c);
+        }
+    }
     wisp_model_free(m);
     wisp_engine_free(eng);
-    return 0;
+    return rc;
 }
 
 static int cmd_devices(int argc, char **argv)

@@ -1230,6 +1230,33 @@ long wisp_columns_input_index(const wisp_columns *c, const char *name, size_t le
 #define RAW_MIN_ROWS 256
 #define RAW_MIN_VALS 256
 
+/* The arrays a device ships (each input's row_ptr, vals, str_off, bytes) come
+ * from wisp_host_alloc: once an array reaches RAW_PIN_BYTES it is allocated
+ * with the raw batch's engine, so it is pinned (page-locked, mapped) while the
+ * GPU backend is live and engine/cuda_transform.c copies it to the device
+ * straight from where it is; smaller arrays (and every array without a GPU)
+ * are plain memory with the same header (wisp_host_alloc(NULL, ...)), so
+ * wisp_host_free frees both. Pinning costs a system call per block, so the
+ * small arrays of small batches (the Lua/FFI one-row path) stay pageable; a
+ * device copy packs those. Growth is allocate + copy the used part + free,
+ * so a failed growth leaves the array as it was. */
+#define RAW_PIN_BYTES ((size_t)256 << 10)
+
+static void *raw_alloc(wisp_engine *eng, size_t bytes)
+{
+    return wisp_host_alloc(bytes >= RAW_PIN_BYTES ? eng : NULL, bytes);
+}
+
+/* Resize a raw array to new_bytes, keeping its first used_bytes. NULL on failure (p unchanged). */
+static void *raw_realloc(wisp_engine *eng, void *p, size_t used_bytes, size_t new_bytes)
+{
+    void *q = raw_alloc(eng, new_bytes);
+    if (!q) return NULL;
+    if (p && used_bytes) memcpy(q, p, used_bytes < new_bytes ? used_bytes : new_bytes);
+    wisp_host_free(eng, p);
+    return q;
+}
+
 int wisp_raw_new(wisp_engine *eng, wisp_columns *c, wisp_raw **out)
 {
     if (out) *out = NULL;
@@ -1257,10 +1284,10 @@ void wisp_raw_free(wisp_raw *r)
     if (!r) return;
     for (size_t i = 0; i < r->cols->ninputs; i++) {
         struct wisp_raw_input *in = &r->in[i];
-        wisp_free(in->row_ptr);
-        wisp_free(in->vals);
-        wisp_free(in->str_off);
-        wisp_free(in->bytes);
+        wisp_host_free(r->eng, in->row_ptr);
+        wisp_host_free(r->eng, in->vals);
+        wisp_host_free(r->eng, in->str_off);
+        wisp_host_free(r->eng, in->bytes);
     }
     wisp_free(r->in);
     wisp_free(r->lines);
@@ -1318,14 +1345,14 @@ int wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **row_ptr, const 
     return WISP_OK;
 }
 
-static int grow(void **p, size_t *cap, size_t used, size_t need, size_t elem, size_t min)
+/* Room for `need` elements in the raw array *p (of which `used` hold data). */
+static int grow(wisp_engine *eng, void **p, size_t *cap, size_t used, size_t need, size_t elem, size_t min)
 {
     if (need <= *cap && *p) return WISP_OK;
     size_t nc = *cap ? *cap : min;
     while (nc < need) nc *= 2;
-    void *q = wisp_realloc(*p, nc * elem);
+    void *q = raw_realloc(eng, *p, (*p ? used : 0) * elem, nc * elem);
     if (!q) return wisp_fail(WISP_ENOMEM, "raw: cannot allocate %zu bytes", nc * elem);
-    (void)used;
     *p = q;
     *cap = nc;
     return WISP_OK;
@@ -1346,7 +1373,7 @@ int wisp_raw_row_begin(wisp_raw *r, uint64_t line)
         for (size_t i = 0; i < r->cols->ninputs; i++) {
             struct wisp_raw_input *in = &r->in[i];
             if (!r->cols->inputs[i].sparse) continue;        /* dense: value k is row k's */
-            uint32_t *np = wisp_realloc(in->row_ptr, (nc + 1) * sizeof *np);
+            uint32_t *np = raw_realloc(r->eng, in->row_ptr, in->row_ptr ? (r->rows + 1) * sizeof *np : 0, (nc + 1) * sizeof *np);
             if (!np) return wisp_fail(WISP_ENOMEM, "wisp_raw_row_begin: out of memory for %zu rows", nc);
             if (!in->row_ptr) np[0] = 0;
             in->row_ptr = np;
@@ -1406,7 +1433,7 @@ static int push_slot(wisp_raw *r, size_t input, size_t esize, void **slot)
     struct wisp_raw_input *in = &r->in[input];
     if (WISP_UNLIKELY(in->n >= WISP_MAX_NNZ)) return wisp_fail(WISP_ELIMIT, "raw: input '%s' holds WISP_MAX_NNZ values", r->cols->inputs[input].name);
     if (WISP_UNLIKELY(in->n + 1 > in->val_cap)) {
-        int st = grow(&in->vals, &in->val_cap, in->n, in->n + 1, esize, RAW_MIN_VALS);
+        int st = grow(r->eng, &in->vals, &in->val_cap, in->n, in->n + 1, esize, RAW_MIN_VALS);
         if (st) { wisp_raw__reject(r, "out of memory"); return st; }
     }
     *slot = (char *)in->vals + esize * in->n++;
@@ -1443,13 +1470,13 @@ int wisp_raw__push_str(wisp_raw *r, size_t input, const char *s, size_t len)
                          r->cols->inputs[input].name);
     if (WISP_UNLIKELY(in->n + 2 > in->val_cap || !in->str_off)) {
         size_t cap = in->val_cap;
-        int st = grow((void **)&in->str_off, &cap, in->n + 1, in->n + 2, sizeof(uint32_t), RAW_MIN_VALS);
+        int st = grow(r->eng, (void **)&in->str_off, &cap, in->n + 1, in->n + 2, sizeof(uint32_t), RAW_MIN_VALS);
         if (st) { wisp_raw__reject(r, "out of memory"); return st; }
         if (!in->val_cap) in->str_off[0] = 0;
         in->val_cap = cap;
     }
     if (WISP_UNLIKELY(in->nbytes + len > in->bytes_cap || !in->bytes)) {
-        int st = grow((void **)&in->bytes, &in->bytes_cap, in->nbytes, in->nbytes + len + 1, 1, 4096);
+        int st = grow(r->eng, (void **)&in->bytes, &in->bytes_cap, in->nbytes, in->nbytes + len + 1, 1, 4096);
         if (st) { wisp_raw__reject(r, "out of memory"); return st; }
     }
     memcpy(in->bytes + in->nbytes, s, len);
@@ -1484,7 +1511,7 @@ int wisp_raw__reserve_line_slow(wisp_raw *r, size_t bytes)
         if (c->inputs[i].dtype == WISP_INPUT_STRING) {
             if (in->n + ROOM_ROWS + 2 > in->val_cap || !in->str_off) {
                 size_t cap = in->val_cap;
-                int st = grow((void **)&in->str_off, &cap, in->n + 1, in->n + ROOM_ROWS + 2, sizeof(uint32_t), RAW_MIN_VALS);
+                int st = grow(r->eng, (void **)&in->str_off, &cap, in->n + 1, in->n + ROOM_ROWS + 2, sizeof(uint32_t), RAW_MIN_VALS);
                 if (st) return st;
                 if (!in->val_cap) in->str_off[0] = 0;
                 in->val_cap = cap;
@@ -1492,11 +1519,11 @@ int wisp_raw__reserve_line_slow(wisp_raw *r, size_t bytes)
             if (WISP_UNLIKELY(want_bytes > UINT32_MAX - in->nbytes))
                 return wisp_fail(WISP_ELIMIT, "raw: input '%s' holds more than 4 GiB of strings", c->inputs[i].name);
             if (in->nbytes + want_bytes > in->bytes_cap || !in->bytes) {
-                int st = grow((void **)&in->bytes, &in->bytes_cap, in->nbytes, in->nbytes + want_bytes, 1, 4096);
+                int st = grow(r->eng, (void **)&in->bytes, &in->bytes_cap, in->nbytes, in->nbytes + want_bytes, 1, 4096);
                 if (st) return st;
             }
         } else if (in->n + ROOM_ROWS + 1 > in->val_cap || !in->vals) {
-            int st = grow(&in->vals, &in->val_cap, in->n, in->n + ROOM_ROWS + 1,
+            int st = grow(r->eng, &in->vals, &in->val_cap, in->n, in->n + ROOM_ROWS + 1,
                           c->inputs[i].dtype == WISP_INPUT_FLOAT32 ? sizeof(float) : sizeof(int64_t), RAW_MIN_VALS);
             if (st) return st;
         }

@@ -6,10 +6,16 @@
  * compiled description once per session and description. What comes back:
  * the probabilities (score_raw) or the CSR ids (transform).
  *
- * wisp_raw's arrays are ordinary (pageable) memory, owned by columns.c; they
- * are packed into a pinned staging buffer by the engine's threads (256 KB
- * tasks), and each piece's copy is queued as soon as it is packed, so the
- * packing of the next piece overlaps the copy of this one.
+ * wisp_raw's arrays are owned by columns.c; from 256 KB on they are pinned
+ * (wisp_host_alloc) while the GPU backend is live. With WISP_GPU_XF_DIRECT=1
+ * (opt-in: not yet run on a device) score_raw copies a pinned array's slice
+ * to the device straight from where it is (one copy per array and chunk, no
+ * host pass over the bytes); otherwise arrays are packed into a pinned staging
+ * buffer by the engine's threads (256 KB tasks) and copied from there. When
+ * no array is pinned, a chunk is packed whole and moves in one copy. The
+ * transform path (ids back) always packs: groups of segments, each group's
+ * copy queued as soon as it is packed, so the packing of the next group
+ * overlaps the copy of this one.
  *
  * score_raw: the rows go in up to 8 chunks (one copy each, on the copy
  * stream); on the compute stream each chunk is fingerprinted (Fingerprint64
@@ -499,6 +505,37 @@ static uintptr_t biased(const char *base, size_t off, size_t index_bias)
     return (uintptr_t)base + off - index_bias;
 }
 
+/* p is page-locked host memory (a copy from it is a DMA, no staging). 0 for NULL. */
+static int pinned_host(const void *p)
+{
+    if (!p) return 0;
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
+/* Queue the copies of one chunk's segments: those in `packed` from their place in
+ * the staging (already packed), those in `direct` from their pinned source. */
+static cudaError_t copy_segs(const shipper *packed, const shipper *direct, char *d, const char *h, cudaStream_t st,
+                             uint64_t *bytes)
+{
+    cudaError_t e = cudaSuccess;
+    for (size_t g = 0; g < packed->nsegs && e == cudaSuccess; g++) {
+        const struct seg *sg = &packed->segs[g];
+        e = cudaMemcpyAsync(d + (sg->dst - h), sg->dst, sg->len, cudaMemcpyHostToDevice, st);
+        *bytes += sg->len;
+    }
+    for (size_t g = 0; g < direct->nsegs && e == cudaSuccess; g++) {
+        const struct seg *sg = &direct->segs[g];
+        e = cudaMemcpyAsync(d + (sg->dst - h), sg->src, sg->len, cudaMemcpyHostToDevice, st);
+        *bytes += sg->len;
+    }
+    return e;
+}
+
 int wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *out, uint64_t *stats)
 {
     if (!sctx || !m || !r) return wisp_fail(WISP_EINVAL, "cuda score_raw: NULL argument");
@@ -571,14 +608,35 @@ int wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *
     }
     wisp_tcount *dcnt = (wisp_tcount *)(d + ocnt);
     if (e == cudaSuccess) e = cudaMemsetAsync(dcnt, 0, sizeof *dcnt, x->cst);
-    shipper sh;
+    /* which arrays are pinned: their slices go to the device without packing
+     * (pin[i]: 1 row_ptr, 2 vals or string bytes, 4 string offsets) */
+    unsigned char pin[64];
+    int direct = 0;
+    /* "1": copy pinned slices directly. Opt-in until it has run on a device:
+     * it was written when no GPU time was left (2026-11-29); the packing path
+     * is the one measured and checked on the H200. */
+    const char *dx = getenv("WISP_GPU_XF_DIRECT");
+    for (size_t i = 0; i < ni; i++) {
+        const struct wisp_input *in = &c->inputs[i];
+        const struct wisp_raw_input *ri = &r->in[i];
+        const int str = in->dtype == WISP_INPUT_STRING;
+        pin[i] = 0;
+        if (!dx || strcmp(dx, "1")) continue;
+        if (in->sparse && pinned_host(ri->row_ptr)) pin[i] |= 1;
+        if (pinned_host(str ? (const void *)ri->bytes : ri->vals)) pin[i] |= 2;
+        if (str && pinned_host(ri->str_off)) pin[i] |= 4;
+        direct |= pin[i] != 0;
+    }
+    shipper sh, dsh;                 /* segments to pack; segments copied from pinned memory */
     memset(&sh, 0, sizeof sh);
+    memset(&dsh, 0, sizeof dsh);
     wisp_tinput tins[64];
     for (size_t k = 0; k < nch && e == cudaSuccess; k++) {
         struct xchunk *q = &ch[k];
         /* the chunk's table (biased pointers) and its segments */
         size_t b = q->base + tab;
         sh.nsegs = 0;
+        dsh.nsegs = 0;
         for (size_t i = 0; i < ni; i++) {
             const struct wisp_input *in = &c->inputs[i];
             const struct wisp_raw_input *ri = &r->in[i];
@@ -587,20 +645,20 @@ int wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *
             const size_t a = q->lo[i], z = q->hi[i];
             if (in->sparse) {
                 t->row_ptr = (const uint32_t *)biased(d, b, q->r0 * 4);
-                st |= add_seg(&sh, h + b, ri->row_ptr + q->r0, (q->r1 - q->r0 + 1) * 4);
+                st |= add_seg(pin[i] & 1 ? &dsh : &sh, h + b, ri->row_ptr + q->r0, (q->r1 - q->r0 + 1) * 4);
                 b += al((q->r1 - q->r0 + 1) * 4);
             }
             if (in->dtype == WISP_INPUT_STRING) {
                 t->str_off = (const uint32_t *)biased(d, b, a * 4);
-                st |= add_seg(&sh, h + b, ri->str_off + a, (z - a + 1) * 4);
+                st |= add_seg(pin[i] & 4 ? &dsh : &sh, h + b, ri->str_off + a, (z - a + 1) * 4);
                 b += al((z - a + 1) * 4);
                 t->vals = (const void *)biased(d, b, ri->str_off[a]);
-                st |= add_seg(&sh, h + b, ri->bytes + ri->str_off[a], ri->str_off[z] - ri->str_off[a]);
+                st |= add_seg(pin[i] & 2 ? &dsh : &sh, h + b, ri->bytes + ri->str_off[a], ri->str_off[z] - ri->str_off[a]);
                 b += al(ri->str_off[z] - ri->str_off[a] + 8);
             } else {
                 const size_t elt = in->dtype == WISP_INPUT_INT64 ? 8 : 4;
                 t->vals = (const void *)biased(d, b, a * elt);
-                st |= add_seg(&sh, h + b, (const char *)ri->vals + a * elt, (z - a) * elt);
+                st |= add_seg(pin[i] & 2 ? &dsh : &sh, h + b, (const char *)ri->vals + a * elt, (z - a) * elt);
                 b += al((z - a) * elt + 1);
             }
             t->fp = t->need_fp ? (uint64_t *)(d + fpo[i]) : NULL;
@@ -627,8 +685,14 @@ int wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *
         else if (sh.npieces == 1) pack_task(&sh, 0);
         RANGE_POP();
         RANGE_PUSH("wisp copy raw chunk");
-        e = cudaMemcpyAsync(d + q->base, h + q->base, q->bytes, cudaMemcpyHostToDevice, x->st);
-        bytes += q->bytes;
+        if (!direct) {                   /* everything packed: one copy for the chunk */
+            e = cudaMemcpyAsync(d + q->base, h + q->base, q->bytes, cudaMemcpyHostToDevice, x->st);
+            bytes += q->bytes;
+        } else {                         /* the table, then each segment from the staging or its pinned source */
+            e = cudaMemcpyAsync(d + q->base, h + q->base, ni * sizeof *tins, cudaMemcpyHostToDevice, x->st);
+            bytes += ni * sizeof *tins;
+            if (e == cudaSuccess) e = copy_segs(&sh, &dsh, d, h, x->st, &bytes);
+        }
         if (e == cudaSuccess) e = cudaEventRecord(x->ready[k], x->st);
         RANGE_POP();
         /* the compute stream: this chunk's fingerprints, then the fused kernel over its rows */
@@ -645,6 +709,7 @@ int wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *
     }
     wisp_free(sh.segs);
     wisp_free(sh.pieces);
+    wisp_free(dsh.segs);
     if (st) {
         if (cudaStreamSynchronize(x->st) != cudaSuccess || cudaStreamSynchronize(x->cst) != cudaSuccess) cudaGetLastError();
         return wisp_fail(WISP_ENOMEM, "cuda score_raw: out of host memory");
