@@ -129,7 +129,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         int final = have == len;
         size_t u = 0;
-        st = wisp_batch_parse_vw(b2, v, buf + pos, have - pos, final, max_rows, &sln, &u);
+        st = wisp_batch_parse_vw(b2, v, buf ? buf + pos : "", have - pos, final, max_rows, &sln, &u);
         FUZZ_REQUIRE(st == WISP_OK, "streaming parse -> %d", st);
         pos += u;
         if (final && pos == len) break;
