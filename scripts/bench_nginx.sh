@@ -2,6 +2,7 @@
 # bench_nginx.sh — load benchmark of the nginx service (wrk on loopback, 2 workers): 1-row and 100-row requests, modes, the in-process peer, optionally 1M requests.
 #
 #   scripts/bench_nginx.sh [--label NAME] [--device cpu|gpu] [--duration S] [--quick] [--million] [--workers N]
+#                          [--modes inline,async,thread,auto,batching] [--rounds N] [--serve-opts "..."]
 #   -> scripts/results/bench_nginx-<label>.json
 #
 # Model and rows: build/demo (make demo) when present, else examples/demo.lua --rows 2000 in a
@@ -22,7 +23,9 @@
 # milliseconds); the mean think time is set from the peak rate and corrected once from the
 # rate the first paced run achieved; the achieved fraction of peak is recorded.
 # --million: at least 1,000,000 1-row requests (inline), counting non-2xx responses and
-# socket errors.
+# socket errors. --modes: which of the mode groups above run (default all; inline and the
+# peer always run). --serve-opts: extra examples/openresty/serve.sh options (e.g.
+# "--cpu-affinity auto"). Each run also records the workers' CPU time per request.
 # On the GPU machine: `source .devdeps/env.sh` first (nginx, wrk and lua-resty-core from
 # /opt/devdeps); --device gpu. Timings on the shared 2-core development machine are noisy,
 # and wrk runs on the same two cores as nginx's two workers.
@@ -30,12 +33,14 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
-label=dev-2core; device=cpu; duration=5; quick=0; million=0; workers=2
+label=dev-2core; device=cpu; duration=5; quick=0; million=0; workers=2; modes=inline,async,thread,auto,batching
+rounds=3; serve_opts=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --label) label=$2; shift 2;; --device) device=$2; shift 2;; --duration) duration=$2; shift 2;;
         --quick) quick=1; duration=2; shift;; --million) million=1; shift;; --workers) workers=$2; shift 2;;
-        -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0;;
+        --modes) modes=$2; shift 2;; --rounds) rounds=$2; shift 2;; --serve-opts) serve_opts=$2; shift 2;;
+        -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0;;
         *) echo "bench_nginx.sh: unknown option '$1' (try --help)" >&2; exit 2;;
     esac
 done
@@ -92,7 +97,7 @@ url="$base/v1/models/m:predict"
 
 start() {   # start MODE BATCHING: render, start or reload nginx, wait until it serves that mode
     examples/openresty/serve.sh --render-only --prefix "$prefix" --port "$port" --models "m=$model" --workers "$workers" \
-        --device "$device" --mode "$1" --batching "$2" --max-rows 10000 --build "$build" >/dev/null || exit 1
+        --device "$device" --mode "$1" --batching "$2" --max-rows 10000 --build "$build" $serve_opts >/dev/null || exit 1
     if [ -f "$prefix/logs/nginx.pid" ] && kill -0 "$(cat "$prefix/logs/nginx.pid")" 2>/dev/null; then
         "$nginx_bin" -p "$prefix" -c conf/nginx.conf -s reload
     else
@@ -170,8 +175,10 @@ paced() {   # paced NAME PEAK_RPS BODY CTYPE ROWS: ~80% of peak with think times
 
 pdev=$device; [ "$pdev" = gpu ] && pdev=gpu:0
 other=on
-rounds=3; [ "$quick" = 1 ] && rounds=1
+[ "$quick" = 1 ] && rounds=1
+want() { case ",$modes," in *",$1,"*) return 0;; esac; return 1; }
 t_start=$(date +%s)
+uptime0=$(uptime | sed 's/^ *//')
 # the modes, interleaved round by round with the peer, so that the machine's load (shared,
 # noisy) falls on all of them alike; the report takes medians and maxima over rounds
 for r in $(seq 1 "$rounds"); do
@@ -180,17 +187,25 @@ for r in $(seq 1 "$rounds"); do
     wrkrun inline_100row "$r" 16 "$duration" "$tmp/hundred.libsvm" text/x-libsvm 100 >/dev/null
     wrkrun inline_100row_json "$r" 16 "$duration" "$tmp/hundred.json" application/json 100 >/dev/null
     peer "$r" "$tmp/hundred.libsvm" 100
-    start async off
-    wrkrun async_1row "$r" 16 "$duration" "$tmp/one.libsvm" text/x-libsvm 1 >/dev/null
-    wrkrun async_100row "$r" 16 "$duration" "$tmp/hundred.libsvm" text/x-libsvm 100 >/dev/null
-    start thread off
-    wrkrun thread_1row "$r" 16 "$duration" "$tmp/one.libsvm" text/x-libsvm 1 >/dev/null
-    wrkrun thread_100row "$r" 16 "$duration" "$tmp/hundred.libsvm" text/x-libsvm 100 >/dev/null
-    start auto off         # inline below 16 KB bodies, a worker thread above (the 100-row body is ~30 KB)
-    wrkrun auto_100row "$r" 16 "$duration" "$tmp/hundred.libsvm" text/x-libsvm 100 >/dev/null
-    start inline "$other"
-    wrkrun "inline_1row_batching_$other" "$r" 16 "$duration" "$tmp/one.libsvm" text/x-libsvm 1 >/dev/null
-    wrkrun "inline_1row_batching_${other}_64conn" "$r" 64 "$duration" "$tmp/one.libsvm" text/x-libsvm 1 >/dev/null
+    if want async; then
+        start async off
+        wrkrun async_1row "$r" 16 "$duration" "$tmp/one.libsvm" text/x-libsvm 1 >/dev/null
+        wrkrun async_100row "$r" 16 "$duration" "$tmp/hundred.libsvm" text/x-libsvm 100 >/dev/null
+    fi
+    if want thread; then
+        start thread off
+        wrkrun thread_1row "$r" 16 "$duration" "$tmp/one.libsvm" text/x-libsvm 1 >/dev/null
+        wrkrun thread_100row "$r" 16 "$duration" "$tmp/hundred.libsvm" text/x-libsvm 100 >/dev/null
+    fi
+    if want auto; then
+        start auto off         # inline below 16 KB bodies, a worker thread above (the 100-row body is ~39 KB)
+        wrkrun auto_100row "$r" 16 "$duration" "$tmp/hundred.libsvm" text/x-libsvm 100 >/dev/null
+    fi
+    if want batching; then
+        start inline "$other"
+        wrkrun "inline_1row_batching_$other" "$r" 16 "$duration" "$tmp/one.libsvm" text/x-libsvm 1 >/dev/null
+        wrkrun "inline_1row_batching_${other}_64conn" "$r" 64 "$duration" "$tmp/one.libsvm" text/x-libsvm 1 >/dev/null
+    fi
 done
 peer 1 "$tmp/one.libsvm" 1
 # p99/p50 at ~80% of the peak (the median peak of the rounds above), inline mode
@@ -230,8 +245,8 @@ cat > "$out" <<EOF
   "machine": {"cpu": "$cpu", "cores": $(nproc), "gpu": "${gpu:-none}", "host": "$(hostname)"},
   "commit": "$commit",
   "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
-  "command": "scripts/bench_nginx.sh --label $label --device $device --duration $duration$([ "$quick" = 1 ] && echo ' --quick')$([ "$million" = 1 ] && echo ' --million')",
-  "setup": {"nginx": "$nginx_v", "workers": $workers, "device": "$device", "rounds": $rounds,
+  "command": "scripts/bench_nginx.sh --label $label --device $device --duration $duration --rounds $rounds --modes $modes$([ -n "$serve_opts" ] && echo " --serve-opts '$serve_opts'")$([ "$quick" = 1 ] && echo ' --quick')$([ "$million" = 1 ] && echo ' --million')",
+  "setup": {"nginx": "$nginx_v", "workers": $workers, "serve_opts": "$serve_opts", "uptime_at_start": "$uptime0", "device": "$device", "rounds": $rounds,
             "model": "demo: 13 numeric + 26 x 2^18 hashed buckets, fp32 (6.8M weights), 39 features a row, Zipf ids",
             "load": "wrk -t2 -c16 (and -c64) on loopback, on the same machine; bodies: 1 and 100 libsvm rows (text/x-libsvm), 100 JSON {ids, vals} rows",
             "peer": "scripts/bench_nginx_peer.lua: the same 100-row body parsed (batch:parse_libsvm) and scored in a loop, one process with one thread, and two processes at once; same device",

@@ -9,6 +9,8 @@
 # (default demo=build/demo/model.wisp), --workers N (2), --device auto|cpu|gpu|gpu:N (auto),
 # --mode inline|thread|async|auto (inline), --batching off|on|auto (off), --threads N (thread pool, 2),
 # --max-body SIZE (8m), --max-rows N (10000), --build DIR ($WISP_BUILD or build),
+# --header-buffer SIZE (client_header_buffer_size, 64k: a request up to that size is read at once),
+# --cpu-affinity auto|off (worker_cpu_affinity: one worker per core; off by default),
 # --user NAME|auto (the workers' user: started as root, nginx runs them as nobody, who must
 # read lua/, libwisp.so and the models; auto, the default, says root when started as root
 # and a directory above the checkout or the build is closed to others).
@@ -16,15 +18,16 @@
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 prefix="$root/build/openresty"; port=8080; models=""; workers=2; device=auto; mode=inline
-batching=off; threads=2; user=auto; max_body=8m; max_rows=10000; build="${WISP_BUILD:-build}"; render_only=0
+batching=off; threads=2; user=auto; max_body=8m; max_rows=10000; header_buffer=64k; affinity=off; build="${WISP_BUILD:-build}"; render_only=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --prefix) prefix=$2; shift 2;; --port) port=$2; shift 2;; --models) models=$2; shift 2;;
         --workers) workers=$2; shift 2;; --device) device=$2; shift 2;; --mode) mode=$2; shift 2;;
         --batching) batching=$2; shift 2;; --threads) threads=$2; shift 2;; --max-body) max_body=$2; shift 2;;
         --max-rows) max_rows=$2; shift 2;; --build) build=$2; shift 2;; --render-only) render_only=1; shift;;
-        --user) user=$2; shift 2;;
-        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0;;
+        --user) user=$2; shift 2;; --header-buffer) header_buffer=$2; shift 2;;
+        --cpu-affinity) affinity=$2; shift 2;;
+        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0;;
         *) echo "serve.sh: unknown option '$1' (try --help)" >&2; exit 2;;
     esac
 done
@@ -74,8 +77,10 @@ user_line=""
 if [ "$user" = auto ]; then
     if [ "$(id -u)" = 0 ] && { closed_to_others "$root/lua/wisp" || closed_to_others "$build"; }; then user_line="user root;"; fi
 elif [ -n "$user" ]; then user_line="user $user;"; fi
+affinity_line=""
+case "$affinity" in off|"") ;; *) affinity_line="worker_cpu_affinity $affinity;";; esac
 mkdir -p "$prefix/conf" "$prefix/logs" "$prefix/temp"
-sed -e "s|@MODULE_DIR@|$moddir|g" -e "s|@USER_LINE@|$user_line|g" -e "s|@WORKERS@|$workers|g" -e "s|@WISP_LIB@|$build/libwisp.so|g" \
+sed -e "s|@MODULE_DIR@|$moddir|g" -e "s|@USER_LINE@|$user_line|g" -e "s|@AFFINITY_LINE@|$affinity_line|g" -e "s|@HEADER_BUFFER@|$header_buffer|g" -e "s|@WORKERS@|$workers|g" -e "s|@WISP_LIB@|$build/libwisp.so|g" \
     -e "s|@THREADS@|$threads|g" -e "s|@MAX_BODY@|$max_body|g" -e "s|@LUA_PATH@|$lua_path|g" \
     -e "s|@LUA_CPATH@|$lua_cpath|g" -e "s|@MODELS@|$models|g" -e "s|@DEVICE@|$device|g" \
     -e "s|@MODE@|$mode|g" -e "s|@BATCHING@|$batching|g" -e "s|@MAX_ROWS@|$max_rows|g" -e "s|@PORT@|$port|g" \

@@ -56,7 +56,6 @@
 -- (6.8M fp32 weights, 39 features a row), 3 interleaved rounds; the machine was shared
 -- with other engineers' builds, so throughput swings 2x between rounds; the CPU time the
 -- workers spent per request (/proc utime+stime over the run) is the steadier figure:
---                        100-row libsvm request           1-row request
 --   (medians of 3 rounds)  100-row libsvm request               1-row request
 --   inline   worker CPU 160 µs/request, 755k rows/s       16 µs, 50k req/s    <- the default
 --   async    208 µs, 470k rows/s                          27 µs, 30k req/s
@@ -64,6 +63,27 @@
 --   auto     185 µs, 556k rows/s (thread: body >= 16 KB)
 --   in-process peer: parse + score of the same body, 83 µs of CPU (1.20M rows/CPU-s),
 --   1.19M rows/s wall (one process): inline is 0.44-0.89 of it round by round.
+-- Since then the inline path was cut (scripts/results/bench_nginx-dev-2core-inline-before*.json
+-- and -after*.json: 9f2383a's nginx.lua and this one, one after the other, --modes inline,
+-- 2 + 1 rounds each): 100-row requests 120-149 -> 77-88 µs of worker CPU, 6.8-7.9k ->
+-- 11.1-12.5k req/s, 0.41-0.52 -> 0.60-0.73 of the peer's rows per CPU-second (the peer
+-- spends 52-74 µs a body); 1-row 17.4 -> 11.5 µs; 100 JSON rows 0.89-1.25 -> 0.79-0.85 ms.
+-- On a quieter machine (-after3.json) 17.5k req/s = 1.75M rows/s, 0.93-0.99 of one peer
+-- process's rows/s (two workers). worker_cpu_affinity auto (serve.sh --cpu-affinity auto,
+-- -affinity.json) made no clear difference: off by default. Where a 100-row
+-- request's time went (perf and LuaJIT's jit.p in a worker): the libsvm parser ~30%,
+-- scoring ~10%, kernel TCP and context switches ~25%, and Lua ~21%, mostly in the
+-- interpreter: the answer's 100 string.format("%.9g") + table.concat (~20 µs), the
+-- argument checks of batch:parse_libsvm / session:score and an options table, a table of
+-- device stages, 8 histogram observations each with a bucket search that LuaJIT leaves
+-- to its interpreter, and a string.format for the requests_total label. Now: the answer
+-- is written into one FFI buffer (put_num: 9 significant digits without loops; checked
+-- against %.9g by spec/nginx/format_check.lua), the C parser and scorer are called
+-- straight, observations are recorded as (series, value) pairs and bucketed at each
+-- flush, labels are memoised; and the example config reads a request of up to
+-- client_header_buffer_size (64k) in one recv() with its body in one buffer
+-- (get_body_data copies it once): 10-15 µs of the gain. Left: parse + score ~60%
+-- (the same work as the peer), kernel ~25%, Lua ~10%.
 --   inline  parse + score in the worker's event loop. Cheapest per request, nothing copied,
 --           and short enough (a 100-row request ~0.14 ms of CPU) not to stall other
 --           connections; the HTTP floor (an empty Lua handler reading the 30 KB body) is
@@ -259,26 +279,39 @@ function Entry:release()
     if self.retired and self.inflight <= 0 and not self.closed then self:close() end
 end
 
--- parse a request body into a batch (rows appended to b; the transformer is used for
--- JSON rows of a model with columns). Returns rows, errs (list of {index, error[, line]}),
--- bad (set: 0-based index -> true); or nil, status, message, extra.
+local line_box, used_box                    -- out-arguments of wisp_batch_parse_libsvm
+
+-- parse a request body into a batch (rows appended to b, an empty batch; the transformer
+-- is used for JSON rows of a model with columns). Returns rows, errs (list of {index,
+-- error[, line]}), bad (set: 0-based index -> true), both nil when every row parsed; or
+-- nil, status, message, extra.
 local function parse_into(e, b, kind, body, max_rows)
-    local errs, bad = {}, {}
     if kind == "libsvm" then
-        local n, err = b:parse_libsvm(body, { max_rows = max_rows + 1 })
-        if not n then return nil, 400, "cannot parse the libsvm body: " .. tostring(err) end
+        -- the C parser straight (batch:parse_libsvm checks its arguments and makes an
+        -- options table: a few µs a request in nginx's mostly interpreted handler)
+        if not line_box then line_box, used_box = ffi.new("uint64_t[1]"), ffi.new("size_t[1]") end
+        local h = b._h
+        line_box[0] = 0
+        local rc = C.wisp_batch_parse_libsvm(h, body, #body, 1, max_rows + 1, line_box, used_box)
+        if rc ~= 0 then
+            local msg = ffi.string(C.wisp_errmsg())
+            if msg == "" then msg = ffi.string(C.wisp_strerror(rc)) end
+            return nil, 400, "cannot parse the libsvm body: parse_libsvm: " .. msg
+        end
+        local n = tonumber(C.wisp_batch_rows(h))
         if n > max_rows then
             return nil, 413, fmt("too many rows: more than %d in one request", max_rows), { limit_rows = max_rows }
         end
         if n == 0 then return nil, 400, "empty request: no rows in the libsvm body" end
-        if b:bad_count() > 0 then
-            for _, r in ipairs(b:bad_rows()) do
-                errs[#errs + 1] = { index = r.row, line = r.line, error = r.msg }
-                bad[r.row] = true
-            end
+        if tonumber(C.wisp_batch_bad_count(h)) == 0 then return n end
+        local errs, bad = {}, {}
+        for _, r in ipairs(b:bad_rows()) do
+            errs[#errs + 1] = { index = r.row, line = r.line, error = r.msg }
+            bad[r.row] = true
         end
         return n, errs, bad
     end
+    local errs, bad = {}, {}
     -- JSON
     local doc, jerr = cjson.decode(body)
     if doc == nil then return nil, 400, "bad JSON: " .. tostring(jerr) end
@@ -364,42 +397,145 @@ end
 local STAGES = { "ns_h2d", "ns_kernel", "ns_d2h", "ns_sync", "ns_total" }
 local stage_idx = {}
 
-local function last_stages(s)
+local function stage_index(name)
     if not next(stage_idx) then
-        for i, name in pairs(wisp.stat_names) do stage_idx[name] = i end
+        for i, nm in pairs(wisp.stat_names) do stage_idx[nm] = i end
     end
+    return stage_idx[name]
+end
+
+local function last_stages(s)
     local h = s._h
     local t = {}
-    for _, name in ipairs(STAGES) do t[name] = tonumber(C.wisp_session_last_stat(h, stage_idx[name])) end
+    for _, name in ipairs(STAGES) do t[name] = tonumber(C.wisp_session_last_stat(h, stage_index(name))) end
     return t
 end
 
--- The answer's JSON, written by hand: cjson formats a number in about 0.8 µs, string.format
--- in 0.3 µs, and a 100-row answer is mostly numbers (9 significant digits: a float32
--- round-trips). Other fields go through cjson (escaping).
-local answer_parts = {}
-local function encode_answer(e, n, out, bad, errs, device)
-    local parts = answer_parts
-    local np = 0
+-- The answer's JSON, written into one FFI byte buffer and made a Lua string once: the
+-- head ('{"model":..,"version":..,"device":..,"predictions":[') is cached per entry and
+-- device, and each probability is formatted by put_num below (string.format("%.9g") and
+-- a table.concat of 100 strings cost ~20 µs a 100-row answer; this costs ~2 µs).
+local u8arr = ffi.typeof("uint8_t[?]")
+local obuf, obuf_cap = nil, 0
+local DIG2 = ffi.new("uint8_t[200]")       -- "00".."99"
+for i = 0, 99 do DIG2[2 * i] = 48 + floor(i / 10); DIG2[2 * i + 1] = 48 + i % 10 end
+
+-- Write x at buf[pos] as %.9g would for 1e-4 <= x < 1 (what a probability nearly always
+-- is): "0.", the leading zeros, then 9 significant digits, correctly rounded but for
+-- ties within one part in 2^53 (a float32 round-trips through 9 digits), trailing zeros
+-- dropped. 0 and 1 print as "0" and "1"; NaN and infinities as null; anything else
+-- goes through string.format("%.9g"). No loops (each would be a trace of its own):
+-- returns the position after the text.
+local function put_num(buf, pos, x)
+    if x >= 1e-4 and x < 1 then
+        local z, m
+        -- z zeros after "0."; m: 9 significant digits (the decade bounds are doubles
+        -- next to 10^-k: a rounded-up m of 10^9 or a low one under 10^8 moves z)
+        if x >= 0.1 then z = 0; m = floor(x * 1e9 + 0.5)
+        elseif x >= 0.01 then z = 1; m = floor(x * 1e10 + 0.5)
+        elseif x >= 0.001 then z = 2; m = floor(x * 1e11 + 0.5)
+        else z = 3; m = floor(x * 1e12 + 0.5) end
+        if m < 1e8 then z = z + 1; m = floor(x * 10 ^ (9 + z) + 0.5) end
+        if m >= 1e9 then
+            m = 1e8; z = z - 1
+            if z < 0 then buf[pos] = 49; return pos + 1 end      -- "1"
+        end
+        buf[pos] = 48; buf[pos + 1] = 46; buf[pos + 2] = 48; buf[pos + 3] = 48; buf[pos + 4] = 48
+        buf[pos + 5] = 48                     -- "0.0000", of which z zeros stay
+        pos = pos + 2 + z
+        local d = floor(m / 1e8)              -- 9 digits: 1 + 4 pairs
+        buf[pos] = 48 + d
+        m = m - d * 1e8
+        local p1 = floor(m / 1e6); m = m - p1 * 1e6
+        local p2 = floor(m / 1e4); m = m - p2 * 1e4
+        local p3 = floor(m / 100)
+        local p4 = m - p3 * 100
+        buf[pos + 1] = DIG2[2 * p1]; buf[pos + 2] = DIG2[2 * p1 + 1]
+        buf[pos + 3] = DIG2[2 * p2]; buf[pos + 4] = DIG2[2 * p2 + 1]
+        buf[pos + 5] = DIG2[2 * p3]; buf[pos + 6] = DIG2[2 * p3 + 1]
+        buf[pos + 7] = DIG2[2 * p4]; buf[pos + 8] = DIG2[2 * p4 + 1]
+        pos = pos + 9
+        if p4 == 0 then                       -- trailing zeros (the first digit is not 0)
+            pos = pos - 2
+            if p3 == 0 then
+                pos = pos - 2
+                if p2 == 0 then pos = pos - 2; if p1 == 0 then pos = pos - 2 end end
+            end
+        end
+        if buf[pos - 1] == 48 then pos = pos - 1 end
+        return pos
+    elseif x == 0 then
+        buf[pos] = 48; return pos + 1
+    elseif x == 1 then
+        buf[pos] = 49; return pos + 1
+    elseif x ~= x or x == huge or x == -huge then
+        ffi.copy(buf + pos, "null", 4); return pos + 4
+    end
+    local t = fmt("%.9g", x)
+    ffi.copy(buf + pos, t, #t)
+    return pos + #t
+end
+
+-- n values of out (an FFI float array) as a JSON list's items "p,p,...", nil for the rows
+-- in bad (0-based set, or nil): for tests of put_num against string.format
+function M._format_values(out, n, bad)
+    local cap = n * 24 + 16
+    local buf = u8arr(cap)
+    local pos = 0
     for i = 0, n - 1 do
-        local p = out[i]
-        np = np + 1
-        if bad[i] or p ~= p then parts[np] = "null" else parts[np] = fmt("%.9g", p) end
+        if i > 0 then buf[pos] = 44; pos = pos + 1 end
+        if bad and bad[i] then ffi.copy(buf + pos, "null", 4); pos = pos + 4
+        else pos = put_num(buf, pos, out[i]) end
+    end
+    return ffi.string(buf, pos)
+end
+
+local function sort_by_index(a, b) return a.index < b.index end
+
+-- -> status, JSON text of the answer ending in "\n". bad: 0-based set of unscored rows
+-- (or nil); errs: list of {index, error[, line]} (or nil).
+local function encode_answer(e, n, out, bad, errs, device)
+    local heads = e.heads
+    if not heads then heads = {}; e.heads = heads end
+    local head = heads[device]
+    if not head then
+        head = '{"model":' .. cjson.encode(e.name) .. ',"version":' .. cjson.encode(e.version) .. ',"device":'
+            .. cjson.encode(device) .. ',"predictions":['
+        heads[device] = head
     end
     local status = 200
-    local tail = ""
-    if #errs > 0 then
-        table.sort(errs, function(a, b) return a.index < b.index end)
-        tail = ',"errors":' .. cjson.encode(errs)
+    local tail = "]}\n"
+    if errs and #errs > 0 then
+        table.sort(errs, sort_by_index)
+        tail = '],"errors":' .. cjson.encode(errs)
         if #errs >= n then
             status = 400
             tail = tail .. ',"error":"no row could be scored (see errors)"'
         end
+        tail = tail .. "}\n"
     end
-    local text = '{"model":' .. cjson.encode(e.name) .. ',"version":' .. cjson.encode(e.version) .. ',"device":'
-        .. cjson.encode(device) .. ',"predictions":[' .. concat(parts, ",", 1, np) .. "]" .. tail .. "}"
-    for i = np, 1, -1 do parts[i] = nil end
-    return status, text
+    local need = #head + n * 24 + #tail
+    if need > obuf_cap then
+        obuf_cap = need > 2 * obuf_cap and need or 2 * obuf_cap
+        obuf = u8arr(obuf_cap)
+    end
+    local buf = obuf
+    ffi.copy(buf, head, #head)
+    local pos = #head
+    if bad then
+        for i = 0, n - 1 do
+            if i > 0 then buf[pos] = 44; pos = pos + 1 end
+            if bad[i] then ffi.copy(buf + pos, "null", 4); pos = pos + 4
+            else pos = put_num(buf, pos, out[i]) end
+        end
+    else
+        for i = 0, n - 1 do
+            if i > 0 then buf[pos] = 44; pos = pos + 1 end
+            pos = put_num(buf, pos, out[i])
+        end
+    end
+    ffi.copy(buf + pos, tail, #tail)
+    return status, ffi.string(buf, pos + #tail)
 end
 
 ---------------------------------------------------------------------------
@@ -415,7 +551,7 @@ function M.thread_predict(name, path, stamp, device, kind, body, max_rows)
     if not engine then
         local err
         engine, err = new_engine(1)
-        if not engine then return 503, cjson.encode { error = "engine: " .. tostring(err) }, 0, 0, "", 0, 0 end
+        if not engine then return 503, cjson.encode { error = "engine: " .. tostring(err) } .. "\n", 0, 0, "", 0, 0 end
     end
     local e = thread_entries[path]
     if not e or e.stamp ~= stamp then
@@ -425,7 +561,7 @@ function M.thread_predict(name, path, stamp, device, kind, body, max_rows)
             thread_entries[path] = ne
             e = ne
         elseif not e then
-            return 503, cjson.encode { error = "model not loaded: " .. tostring(err) }, 0, 0, "", 0, 0
+            return 503, cjson.encode { error = "model not loaded: " .. tostring(err) } .. "\n", 0, 0, "", 0, 0
         end
     end
     local b = e.batch
@@ -434,15 +570,15 @@ function M.thread_predict(name, path, stamp, device, kind, body, max_rows)
     if not n then
         local t = { error = bad }
         if extra then for k, v in pairs(extra) do t[k] = v end end
-        return errs, cjson.encode(t), 0, 0, "", 0, 0
+        return errs, cjson.encode(t) .. "\n", 0, 0, "", 0, 0
     end
     if n > e.outcap then e.outcap = n; e.out = float_buf(n) end
     local out, err = e.session:score(b, e.out)
-    if not out then return 500, cjson.encode { error = tostring(err) }, n, 0, "", 0, 0 end
+    if not out then return 500, cjson.encode { error = tostring(err) } .. "\n", n, 0, "", 0, 0 end
     local dev = e.session:last_device()
     local st = last_stages(e.session)
     local status, text = encode_answer(e, n, out, bad, errs, dev)
-    return status, text, n, #errs, dev, st.ns_kernel, st.ns_total
+    return status, text, n, errs and #errs or 0, dev, st.ns_kernel, st.ns_total
 end
 
 ---------------------------------------------------------------------------
@@ -477,32 +613,61 @@ local function inc(name, labels, n)
     acc[k] = (acc[k] or 0) + (n or 1)
 end
 
--- the accumulator keys of a histogram series, made once: {bucket 1 .. n+1 keys, sum key}
-local hist_keys = {}
-local function observe(name, labels, v)
-    local H = HIST[name]
-    local byl = hist_keys[name]
-    if not byl then byl = {}; hist_keys[name] = byl end
-    local keys = byl[labels]
-    if not keys then
-        keys = {}
+-- A histogram series (name + labels), made once: bucket counts and sum since the last
+-- flush in a Lua array (no string keys on the request path), with its shared-dict keys.
+local series_by = {}          -- name -> labels -> series
+local series_all = {}         -- every series of this worker, for flush()
+local function series(name, labels)
+    local byl = series_by[name]
+    if not byl then byl = {}; series_by[name] = byl end
+    local sr = byl[labels]
+    if not sr then
+        local buckets = HIST[name].buckets
         local base = name .. "\t" .. labels
-        for j = 1, #H.buckets + 1 do keys[j] = base .. "\t" .. j end
-        keys.sum = base .. "\tsum"
-        byl[labels] = keys
+        sr = { buckets = buckets, nb = #buckets, counts = {}, keys = {}, sum = 0, sumkey = base .. "\tsum" }
+        for j = 1, #buckets + 1 do sr.counts[j] = 0; sr.keys[j] = base .. "\t" .. j end
+        byl[labels] = sr
+        series_all[#series_all + 1] = sr
     end
-    local buckets = H.buckets
-    local i = #buckets + 1
-    for j = 1, #buckets do if v <= buckets[j] then i = j; break end end
-    local k = keys[i]
-    acc[k] = (acc[k] or 0) + 1
-    k = keys.sum
-    acc[k] = (acc[k] or 0) + v
+    return sr
+end
+
+local function hobserve(sr, v)
+    local buckets, nb = sr.buckets, sr.nb
+    local i = nb + 1
+    for j = 1, nb do if v <= buckets[j] then i = j; break end end
+    local counts = sr.counts
+    counts[i] = counts[i] + 1
+    sr.sum = sr.sum + v
+end
+
+local function observe(name, labels, v) return hobserve(series(name, labels), v) end
+
+-- The request path only records (series, value) pairs; they are sorted into buckets at
+-- each flush (every flush_s, and before /metrics answers) in one loop that the JIT
+-- compiles: the bucket search per value is a loop with an early exit, which LuaJIT leaves
+-- to its interpreter when each run of it is short (8 values a request: ~3 µs).
+local PENDING_MAX = 16384
+local pend_sr, pend_v, pend_n = {}, ffi.new("double[?]", PENDING_MAX + 1), 0
+
+local function drain_pending()
+    local n = pend_n
+    pend_n = 0
+    for k = 1, n do hobserve(pend_sr[k], pend_v[k]) end
+end
+
+local function record(sr, v)
+    local n = pend_n + 1
+    pend_sr[n] = sr
+    pend_v[n] = v
+    pend_n = n
+    if n >= PENDING_MAX then drain_pending() end
 end
 
 local gauges = {}             -- key -> value (set, not added)
 
 function M.flush()
+    drain_pending()
     if not cfg then return end
     local dict = ngx.shared[cfg.shm]
     if not dict then return end
@@ -512,6 +677,18 @@ function M.flush()
             if not ok then ngx.log(ngx.WARN, "wisp: metrics: ", err) end
         end
         acc[k] = nil
+    end
+    for _, sr in ipairs(series_all) do
+        local counts, keys = sr.counts, sr.keys
+        for j = 1, sr.nb + 1 do
+            local v = counts[j]
+            if v ~= 0 then
+                local ok, err = dict:incr(keys[j], v, 0)
+                if not ok then ngx.log(ngx.WARN, "wisp: metrics: ", err) end
+                counts[j] = 0
+            end
+        end
+        if sr.sum ~= 0 then dict:incr(sr.sumkey, sr.sum, 0); sr.sum = 0 end
     end
     for k, v in pairs(gauges) do dict:set(k, v); gauges[k] = nil end
 end
@@ -853,14 +1030,41 @@ local function put_batch(e, b)
     e.pool[#e.pool + 1] = b
 end
 
-local function predict(slot, name)
-    local method = ngx.req.get_method()
-    if method ~= "POST" then return method_not_allowed("POST") end
-    local ctype = (ngx.var.content_type or ""):lower():match("^%s*([^;%s]+)") or ""
-    local kind
+-- Content-Type header -> "json" | "libsvm" | false (and the media type), memoised (a
+-- client sends the same few headers; the memo is bounded)
+local ctype_memo, ctype_memo_n = {}, 0
+local function body_kind(raw)
+    local m = ctype_memo[raw]
+    if m ~= nil then return m, nil end
+    local ctype = raw:lower():match("^%s*([^;%s]+)") or ""
+    local kind = false
     if ctype == "application/json" then kind = "json"
-    elseif ctype == "text/plain" or ctype == "text/x-libsvm" then kind = "libsvm"
-    else
+    elseif ctype == "text/plain" or ctype == "text/x-libsvm" then kind = "libsvm" end
+    if kind and ctype_memo_n < 64 then ctype_memo[raw] = kind; ctype_memo_n = ctype_memo_n + 1 end
+    return kind, ctype
+end
+
+-- the histogram series a model's inline predict path observes, resolved once per model
+local function predict_series(slot)
+    local ps = slot.series
+    if not ps then
+        local name = slot.name
+        ps = { parse = series("wisp_stage_seconds", lbl(name, 'stage="parse"')),
+               rows = series("wisp_batch_rows", lbl(name, 'path="direct"')),
+               request = series("wisp_request_seconds", lbl(name)), stages = {}, stage_idx = {} }
+        for i, stg in ipairs(STAGES) do
+            ps.stages[i] = series("wisp_stage_seconds", lbl(name, STAGE_LABEL[stg]))
+            ps.stage_idx[i] = stage_index(stg)
+        end
+        slot.series = ps
+    end
+    return ps
+end
+
+local function predict(slot, name, method)
+    if method ~= "POST" then return method_not_allowed("POST") end
+    local kind, ctype = body_kind(ngx.var.content_type or "")
+    if not kind then
         inc("wisp_errors_total", 'kind="unsupported_media_type"')
         return fail(415, "unsupported Content-Type '" .. ctype .. "' (use application/json, text/plain or text/x-libsvm)")
     end
@@ -883,7 +1087,7 @@ local function predict(slot, name)
         return fail(400, "empty request body")
     end
     local max_rows = cfg.max_rows_per_request
-    local t0 = clock()
+    local t0 = clock()                       -- request latency and the parse stage start here
 
     if cfg.mode == "thread" or (cfg.mode == "auto" and #body >= cfg.thread_min_bytes) then
         local got, werr = thread_sema:wait(10)
@@ -905,12 +1109,12 @@ local function predict(slot, name)
             observe("wisp_stage_seconds", lbl(name, 'stage="kernel"'), kns / 1e9)
             observe("wisp_stage_seconds", lbl(name, 'stage="total"'), tns / 1e9)
         end
-        return send(status, text .. "\n")
+        return send(status, text)
     end
 
     e.inflight = e.inflight + 1
     local b = get_batch(e)
-    local pt0 = clock()
+    local ps = predict_series(slot)
     local ok, n, errs, bad, extra = pcall(parse_into, e, b, kind, body, max_rows)
     if not ok then
         put_batch(e, b); e:release()
@@ -918,14 +1122,15 @@ local function predict(slot, name)
     end
     if not n then
         put_batch(e, b); e:release()
-        inc("wisp_errors_total", fmt('kind="%s"', errs == 413 and "too_many_rows" or errs == 400 and "bad_request" or "internal"))
+        inc("wisp_errors_total", errs == 413 and 'kind="too_many_rows"' or errs == 400 and 'kind="bad_request"' or 'kind="internal"')
         return fail(errs, bad, extra)
     end
+    record(ps.parse, clock() - t0)
     inc("wisp_rows_total", lbl(name), n)
-    if #errs > 0 then inc("wisp_row_errors_total", lbl(name), #errs) end
+    if errs and #errs > 0 then inc("wisp_row_errors_total", lbl(name), #errs) end
 
     local status, text
-    if n == 1 and e.batcher and not bad[0] then
+    if n == 1 and e.batcher and not (bad and bad[0]) then
         -- one row: coalesced with the other single-row requests of this worker
         local csr = b:csr()
         local nv = csr.val_ptr and csr.val_ptr[2] or 0
@@ -936,7 +1141,6 @@ local function predict(slot, name)
             for k = 1, #ids do if k <= nv then v[k] = ids[k] else bb[#bb + 1] = ids[k] end end
             ids, bids = v, bb
         end
-        observe("wisp_stage_seconds", lbl(name, 'stage="parse"'), clock() - pt0)
         local p, err = e.batcher:score(ids, vals, bids)
         put_batch(e, b)
         if p == nil then
@@ -950,32 +1154,41 @@ local function predict(slot, name)
         local one = ffi.new("float[1]", p)
         status, text = encode_answer(e, 1, one, bad, errs, e.bsession:last_device())
     else
-        observe("wisp_stage_seconds", lbl(name, 'stage="parse"'), clock() - pt0)
         if n > e.outcap then e.outcap = n * 2; e.out = float_buf(e.outcap) end
         local out, err
+        local sh = e.session._h
         if cfg.mode == "async" then
             out = float_buf(n)
             out, err = score_async(e, b, out)
         else
-            out, err = e.session:score(b, e.out)
+            -- the C call straight (the checks of session:score are ours to make: b is
+            -- this entry's engine's batch, e.out holds n floats)
+            local rc = C.wisp_session_score(sh, b._h, e.out)
+            if rc == 0 then out = e.out
+            else
+                err = ffi.string(C.wisp_errmsg())
+                if err == "" then err = ffi.string(C.wisp_strerror(rc)) end
+            end
         end
         if not out then
             put_batch(e, b); e:release()
             inc("wisp_errors_total", 'kind="score"')
             return fail(500, "score: " .. tostring(err))
         end
-        observe("wisp_batch_rows", lbl(name, 'path="direct"'), n)
-        local st = last_stages(e.session)
-        for _, stg in ipairs(STAGES) do
-            observe("wisp_stage_seconds", lbl(name, STAGE_LABEL[stg]), st[stg] / 1e9)
-        end
-        status, text = encode_answer(e, n, out, bad, errs, e.session:last_device())
+        record(ps.rows, n)
+        local stages, sidx = ps.stages, ps.stage_idx
+        record(stages[1], tonumber(C.wisp_session_last_stat(sh, sidx[1])) * 1e-9)
+        record(stages[2], tonumber(C.wisp_session_last_stat(sh, sidx[2])) * 1e-9)
+        record(stages[3], tonumber(C.wisp_session_last_stat(sh, sidx[3])) * 1e-9)
+        record(stages[4], tonumber(C.wisp_session_last_stat(sh, sidx[4])) * 1e-9)
+        record(stages[5], tonumber(C.wisp_session_last_stat(sh, sidx[5])) * 1e-9)
+        status, text = encode_answer(e, n, out, bad, errs, ffi.string(C.wisp_session_last_device(sh)))
         put_batch(e, b)
     end
     e:release()
     if status ~= 200 then inc("wisp_errors_total", 'kind="all_rows_bad"') end
-    observe("wisp_request_seconds", lbl(name), clock() - t0)
-    return send(status, text .. "\n")
+    record(ps.request, clock() - t0)
+    return send(status, text)
 end
 
 local function model_meta(slot)
@@ -1021,6 +1234,21 @@ local function ready_status()
     return all and #model_names > 0, list
 end
 
+-- the label text of wisp_requests_total for (model, verb, status), memoised
+local req_labels = {}
+local function request_label(name, verb, status)
+    local k = req_labels[name]
+    if not k then k = {}; req_labels[name] = k end
+    local byv = k[verb]
+    if not byv then byv = {}; k[verb] = byv end
+    local l = byv[status]
+    if not l then
+        l = lbl(name, fmt('endpoint="%s",code="%d"', verb == "" and "meta" or verb:sub(2), status))
+        byv[status] = l
+    end
+    return l
+end
+
 -- content_by_lua: the whole service (routes above).
 function M.handle()
     local uri = ngx.var.uri
@@ -1054,7 +1282,7 @@ function M.handle()
     end
     local status
     if verb == ":predict" then
-        status = predict(slot, name)
+        status = predict(slot, name, method)
     elseif verb == "" then
         if method ~= "GET" and method ~= "HEAD" then status = method_not_allowed("GET")
         else status = send_json(200, model_meta(slot)) end
@@ -1076,7 +1304,7 @@ function M.handle()
         inc("wisp_errors_total", 'kind="not_found"')
         status = fail(404, "unknown verb '" .. verb .. "' (use :predict or :reload)")
     end
-    inc("wisp_requests_total", lbl(name, fmt('endpoint="%s",code="%d"', verb == "" and "meta" or verb:sub(2), status or 0)))
+    inc("wisp_requests_total", request_label(name, verb, status or 0))
     return status
 end
 
