@@ -48,8 +48,9 @@ struct reader {
     locale_t c_locale;
 };
 
-/* Read the whole file into memory (NUL-terminated). */
-static int read_file(const char *path, char **out, size_t *len)
+/* Read the whole file into memory (NUL-terminated); `what` names what the file
+ * should be, for the message about a directory. Shared with vw.c's importer. */
+int wisp__read_file(const char *path, const char *what, char **out, size_t *len)
 {
     char eb[128];
     *out = NULL;
@@ -61,7 +62,7 @@ static int read_file(const char *path, char **out, size_t *len)
         close(fd);
         return wisp_fail(WISP_EIO, "%s: cannot stat: %s", path, strerror_r(e, eb, sizeof eb));
     }
-    if (S_ISDIR(sb.st_mode)) { close(fd); return wisp_fail(WISP_EIO, "%s: is a directory, not a LIBLINEAR model", path); }
+    if (S_ISDIR(sb.st_mode)) { close(fd); return wisp_fail(WISP_EIO, "%s: is a directory, not a %s", path, what); }
     if (!S_ISREG(sb.st_mode)) { close(fd); return wisp_fail(WISP_EIO, "%s: not a regular file", path); }
     size_t cap = (size_t)sb.st_size + 1, n = 0;
     char *buf = wisp_malloc(cap);
@@ -326,7 +327,7 @@ int wisp_import_liblinear(const char *liblinear_path, const char *out_path, int 
     if (!wisp_dtype_name(dtype))
         return wisp_fail(WISP_EINVAL, "%s: unknown weight dtype %d (f32 0, f16 1, i8 2)", out_path, dtype);
     struct reader r = { .path = liblinear_path };
-    int rc = read_file(liblinear_path, &r.buf, &r.len);
+    int rc = wisp__read_file(liblinear_path, "LIBLINEAR model", &r.buf, &r.len);
     if (rc) return rc;
     r.c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
     if (r.c_locale == (locale_t)0) {

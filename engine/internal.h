@@ -510,4 +510,9 @@ bool wisp_utf8_valid(const char *s, size_t len);
  * column over chunks of rows); the tests check that both give the same batch. */
 int  wisp_transform__rowwise(const wisp_raw *r, wisp_batch *b);
 
+/* Read a whole file into memory, NUL-terminated (import_liblinear.c; the
+ * importers use it). `what` names what the file should be ("LIBLINEAR
+ * model"), for the message about a directory. *out is wisp_free'd by the caller. */
+int  wisp__read_file(const char *path, const char *what, char **out, size_t *len);
+
 #endif /* WISP_INTERNAL_H */

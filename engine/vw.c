@@ -799,45 +799,6 @@ int wisp_batch_parse_vw(wisp_batch *b, const wisp_vw *v, const char *text, size_
  * --nn, --lrq, cubic interactions, n-grams, ...) are refused with a message.
  */
 
-static int vw_read_file(const char *path, char **out, size_t *len)
-{
-    char eb[128];
-    *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return wisp_fail(WISP_EIO, "%s: cannot open: %s", path, strerror_r(errno, eb, sizeof eb));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return wisp_fail(WISP_EIO, "%s: not a regular file", path);
-    }
-    size_t cap = (size_t)sb.st_size + 1, n = 0;
-    char *buf = wisp_malloc(cap);
-    if (!buf) { close(fd); return wisp_fail(WISP_ENOMEM, "%s: out of memory for %zu bytes", path, cap); }
-    for (;;) {
-        if (n + 1 == cap) {
-            char *nb = wisp_realloc(buf, cap * 2);
-            if (!nb) { wisp_free(buf); close(fd); return wisp_fail(WISP_ENOMEM, "%s: out of memory", path); }
-            buf = nb;
-            cap *= 2;
-        }
-        ssize_t r = read(fd, buf + n, cap - 1 - n);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            int e = errno;
-            wisp_free(buf);
-            close(fd);
-            return wisp_fail(WISP_EIO, "%s: cannot read: %s", path, strerror_r(e, eb, sizeof eb));
-        }
-        if (r == 0) break;
-        n += (size_t)r;
-    }
-    close(fd);
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return WISP_OK;
-}
-
 static bool all_digits(const char *s, size_t n)
 {
     if (n == 0 || n > 10) return false;
@@ -878,7 +839,7 @@ int wisp_import_vw(const char *vw_path, const char *out_path, int dtype)
     if (!c_locale) return wisp_fail(WISP_ENOMEM, "wisp_import_vw: cannot create the C locale");
     char *buf = NULL;
     size_t len = 0;
-    int rc = vw_read_file(vw_path, &buf, &len);
+    int rc = wisp__read_file(vw_path, "Vowpal Wabbit model", &buf, &len);
     if (rc) return rc;
     if (memchr(buf, '\0', len)) { wisp_free(buf); return wisp_fail(WISP_EPARSE, "%s: contains a NUL byte: not a VW text model", vw_path); }
 

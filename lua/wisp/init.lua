@@ -864,6 +864,32 @@ function wisp.session(model, device)
     return s, err
 end
 
+-- The output array of score/score_raw (argument #2 of fname): out itself,
+-- checked to hold `rows` floats, or (out == nil) the session's own array,
+-- grown as needed and overwritten by the next call.
+local function out_array(self, out, rows, fname, what)
+    if out == nil then
+        if rows > self._outcap or self._out == nil then
+            local cap = max(rows, self._outcap * 2, 64)
+            self._out = float_vla(cap)
+            self._outcap = cap
+        end
+        return self._out
+    end
+    if not ffi_istype(float_ptr, out) then
+        local len
+        if ffi_istype(float_vla, out) then
+            len = vla_floats(out)
+        else
+            len = ffi_elems(2, 2, fname, out, f32p_probe, "float array", 4)
+        end
+        if len ~= nil and len < rows then
+            argerror(2, 2, fname, fmt("out holds %d floats, the %s has %d rows", len, what, rows))
+        end
+    end
+    return out
+end
+
 -- session:score(batch[, out]) -> out, rows; or nil, err.
 -- out: an FFI float array of at least batch:rows() elements; without it the
 -- session's own array is returned, and THE NEXT score CALL ON THIS SESSION
@@ -875,24 +901,7 @@ function Session:score(batch, out)
     local bh = batch._h
     if bh == nil then argerror(1, 1, "score", "batch is closed") end
     local rows = tonumber(C.wisp_batch_rows(bh))
-    if out == nil then
-        if rows > self._outcap or self._out == nil then
-            local cap = max(rows, self._outcap * 2, 64)
-            self._out = float_vla(cap)
-            self._outcap = cap
-        end
-        out = self._out
-    elseif not ffi_istype(float_ptr, out) then
-        local len
-        if ffi_istype(float_vla, out) then
-            len = vla_floats(out)
-        else
-            len = ffi_elems(1, 2, "score", out, f32p_probe, "float array", 4)
-        end
-        if len ~= nil and len < rows then
-            argerror(1, 2, "score", fmt("out holds %d floats, the batch has %d rows", len, rows))
-        end
-    end
+    out = out_array(self, out, rows, "score", "batch")
     local rc = C.wisp_session_score(h, bh, out)
     if rc ~= 0 then return nil, last_error(rc, "score") end
     return out, rows
@@ -986,24 +995,7 @@ function Session:score_raw(raw, out)
     local h = handle(self, Session, "session", "score_raw")
     local rh = raw_arg(raw, "score_raw")
     local rows = tonumber(C.wisp_raw_rows(rh))
-    if out == nil then
-        if rows > self._outcap or self._out == nil then
-            local cap = max(rows, self._outcap * 2, 64)
-            self._out = float_vla(cap)
-            self._outcap = cap
-        end
-        out = self._out
-    elseif not ffi_istype(float_ptr, out) then
-        local len
-        if ffi_istype(float_vla, out) then
-            len = vla_floats(out)
-        else
-            len = ffi_elems(1, 2, "score_raw", out, f32p_probe, "float array", 4)
-        end
-        if len ~= nil and len < rows then
-            argerror(1, 2, "score_raw", fmt("out holds %d floats, the raw batch has %d rows", len, rows))
-        end
-    end
+    out = out_array(self, out, rows, "score_raw", "raw batch")
     local rc = C.wisp_session_score_raw(h, rh, out)
     if rc ~= 0 then return nil, last_error(rc, "score_raw") end
     return out, rows
