@@ -515,4 +515,22 @@ int  wisp_transform__rowwise(const wisp_raw *r, wisp_batch *b);
  * model"), for the message about a directory. *out is wisp_free'd by the caller. */
 int  wisp__read_file(const char *path, const char *what, char **out, size_t *len);
 
+/* The streaming text parsers' line cut (libsvm.c, vw.c): the line starting at
+ * text[pos] ends at *e (its '\n', or the end of the text when final) and the
+ * next one starts at *next. Returns 1 for a line; 0 when the line is not
+ * complete yet (the caller stops and waits for more text); WISP_ELIMIT, with
+ * a message naming line ln + 1, when that unfinished line is already longer
+ * than WISP_MAX_LINE_BYTES. */
+static inline int wisp__next_line(const char *text, size_t len, size_t pos, int final, uint64_t ln,
+                                  const char **e, size_t *next)
+{
+    const char *nl = memchr(text + pos, '\n', len - pos);
+    if (nl) { *e = nl; *next = (size_t)(nl - text) + 1; return 1; }
+    if (final) { *e = text + len; *next = len; return 1; }
+    if (len - pos > WISP_MAX_LINE_BYTES)
+        return wisp_fail(WISP_ELIMIT, "line %llu: no end of line within WISP_MAX_LINE_BYTES (%u bytes)",
+                         (unsigned long long)(ln + 1), WISP_MAX_LINE_BYTES);
+    return 0;
+}
+
 #endif /* WISP_INTERNAL_H */

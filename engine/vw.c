@@ -715,18 +715,10 @@ int wisp_batch_parse_vw(wisp_batch *b, const wisp_vw *v, const char *text, size_
     struct scratch sc = {0};
 
     while (pos < len && (max_rows == 0 || added < max_rows)) {
-        const char *s = text + pos;
-        const char *nl = memchr(s, '\n', len - pos);
-        const char *e;
-        size_t next;
-        if (nl) { e = nl; next = (size_t)(nl - text) + 1; }
-        else if (final) { e = text + len; next = len; }
-        else {
-            if (len - pos > WISP_MAX_LINE_BYTES)
-                st = wisp_fail(WISP_ELIMIT, "line %llu: no end of line within WISP_MAX_LINE_BYTES (%u bytes)",
-                               (unsigned long long)(ln + 1), WISP_MAX_LINE_BYTES);
-            break;
-        }
+        const char *s = text + pos, *e = NULL;
+        size_t next = 0;
+        const int cut = wisp__next_line(text, len, pos, final, ln, &e, &next);
+        if (cut <= 0) { st = cut; break; }       /* more text needed (WISP_OK), or a line too long */
         uint64_t this_line = ln + 1;
         size_t L = (size_t)(e - s);
         int bad = 0;
