@@ -107,7 +107,7 @@ $(BUILD)/wisp: $(CLI_OBJ) $(BUILD)/libwisp.a
 
 # ---- tests ---------------------------------------------------------------------
 C_TESTS := $(patsubst spec/c/%.c,$(BUILD)/test/%,$(wildcard spec/c/test_*.c))
-$(BUILD)/test/%: spec/c/%.c spec/c/check.h $(BUILD)/libwisp.a
+$(BUILD)/test/%: spec/c/%.c $(wildcard spec/c/*.h) $(BUILD)/libwisp.a
 	@mkdir -p $(dir $@)
 	$(CC) $(XCFLAGS) $(CFLAGS) -Ispec/c -o $@ $< $(BUILD)/libwisp.a $(CUDA_LIBS) $(LDLIBS)
 

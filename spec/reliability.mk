@@ -53,7 +53,7 @@ $(ASAN_DIR)/libwisp.a: $(ASAN_OBJ)
 # (luajit) gets it through LD_PRELOAD of clang's shared runtime
 $(ASAN_DIR)/libwisp.so: $(ASAN_OBJ)
 	$(SAN_CC) -shared -fsanitize=address,undefined -shared-libasan -o $@ $^ $(LDLIBS)
-$(ASAN_DIR)/test/%: spec/c/%.c spec/c/check.h $(ASAN_DIR)/libwisp.a
+$(ASAN_DIR)/test/%: spec/c/%.c $(wildcard spec/c/*.h) $(ASAN_DIR)/libwisp.a
 	@mkdir -p $(dir $@)
 	$(SAN_CC) $(SAN_XCFLAGS) $(ASAN_FLAGS) -Ispec/c -o $@ $< $(ASAN_DIR)/libwisp.a $(LDLIBS)
 asan-build: $(ASAN_DIR)/libwisp.so $(SAN_TESTS:%=$(ASAN_DIR)/test/%)
@@ -67,7 +67,7 @@ $(TSAN_DIR)/obj/%.o: engine/%.c $(SAN_HDR) | deps-reliability
 $(TSAN_DIR)/libwisp.a: $(TSAN_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
-$(TSAN_DIR)/test/%: spec/c/%.c spec/c/check.h $(TSAN_DIR)/libwisp.a
+$(TSAN_DIR)/test/%: spec/c/%.c $(wildcard spec/c/*.h) $(TSAN_DIR)/libwisp.a
 	@mkdir -p $(dir $@)
 	$(SAN_CC) $(SAN_XCFLAGS) $(TSAN_FLAGS) -Ispec/c -o $@ $< $(TSAN_DIR)/libwisp.a $(LDLIBS)
 tsan-build: $(SAN_TESTS:%=$(TSAN_DIR)/test/%)

@@ -1,6 +1,7 @@
 /* test_batch.c — batches: builders vs a reference, wrap checks, value modes, bad rows, the libsvm parser. */
 #include "internal.h"
 #include "check.h"
+#include "testutil.h"
 #include "testrand.h"
 
 #include <float.h>
@@ -15,32 +16,6 @@ static double rndu(void) { return rnd01(); }
 /* Zipf-like: log-uniform over [1, n], so small ids are hot */
 static uint64_t rnd_zipf(uint64_t n) { return (uint64_t)exp(rndu() * log((double)n)); }
 
-/* a growable string */
-typedef struct { char *s; size_t len, cap; } str;
-static void sput(str *o, const char *p, size_t n)
-{
-    if (o->len + n + 1 > o->cap) {
-        size_t nc = o->cap ? o->cap * 2 : 4096;
-        while (nc < o->len + n + 1) nc *= 2;
-        o->s = realloc(o->s, nc);
-        if (!o->s) { fprintf(stderr, "test_batch: out of memory\n"); exit(2); }
-        o->cap = nc;
-    }
-    memcpy(o->s + o->len, p, n);
-    o->len += n;
-    o->s[o->len] = '\0';
-}
-static void sputs(str *o, const char *p) { sput(o, p, strlen(p)); }
-static void sprintf_(str *o, const char *fmt, ...) WISP_PRINTF(2, 3);
-static void sprintf_(str *o, const char *fmt, ...)
-{
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    sput(o, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
-}
 
 /* The batch as text through the public accessors only:
  * rows separated by ';', a row is "vid:val vid:val|bid bid", a bad row "!LINE". */

@@ -1,6 +1,7 @@
 /* test_columns.c — feature columns in C: TensorFlow's fingerprints (golden), number parsing, the transform against an independent reference, scores, text readers, misuse and allocation failures. */
 #include "internal.h"
 #include "check.h"
+#include "testutil.h"
 #include "testrand.h"
 
 #include <inttypes.h>
@@ -15,19 +16,6 @@ static size_t rndn(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
 static double rndu(void) { return rnd01(); }
 static uint64_t rnd_zipf(uint64_t n) { return (uint64_t)exp(rndu() * log((double)n)); }
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) { free(s); s = NULL; }
-    fclose(f);
-    if (s) { s[n] = '\0'; if (len) *len = (size_t)n; }
-    return s;
-}
 
 static size_t unhex(const char *h, size_t n, unsigned char *out)
 {

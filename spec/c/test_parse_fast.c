@@ -1,6 +1,7 @@
 /* test_parse_fast.c — the libsvm parser's fast path against its reference path (parse_line) and strtod/strtof, on random lines. */
 #include "internal.h"
 #include "check.h"
+#include "testutil.h"
 #include "testrand.h"
 
 #include <dirent.h>
@@ -17,31 +18,6 @@ int wisp_tsv__plan(int on);
 
 static size_t rndn(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
 
-typedef struct { char *s; size_t len, cap; } str;
-static void sput(str *o, const char *p, size_t n)
-{
-    if (o->len + n + 1 > o->cap) {
-        size_t nc = o->cap ? o->cap * 2 : 4096;
-        while (nc < o->len + n + 1) nc *= 2;
-        o->s = realloc(o->s, nc);
-        if (!o->s) { fprintf(stderr, "test_parse_fast: out of memory\n"); exit(2); }
-        o->cap = nc;
-    }
-    memcpy(o->s + o->len, p, n);
-    o->len += n;
-    o->s[o->len] = '\0';
-}
-static void sputs(str *o, const char *p) { sput(o, p, strlen(p)); }
-static void sprintf_(str *o, const char *fmt, ...) WISP_PRINTF(2, 3);
-static void sprintf_(str *o, const char *fmt, ...)
-{
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    sput(o, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
-}
 
 /* ---- random tokens: mostly the fast path's forms, often near its edges, sometimes not ---- */
 

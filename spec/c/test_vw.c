@@ -1,6 +1,7 @@
 /* test_vw.c — Vowpal Wabbit: MurmurHash3/hashstring/parse/prediction golden vectors from the real VW, parser edge cases and bad lines, streaming, options, the importer. */
 #include "internal.h"
 #include "check.h"
+#include "testutil.h"
 #include "testrand.h"
 
 #include <float.h>
@@ -95,19 +96,6 @@ static const jv *jget(const jv *o, const char *key)
     return NULL;
 }
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) { free(s); s = NULL; }
-    fclose(f);
-    if (s) { s[n] = '\0'; if (len) *len = (size_t)n; }
-    return s;
-}
 
 static size_t unhex(const char *h, unsigned char *out)
 {
