@@ -3,6 +3,7 @@
 #
 #   scripts/bench_nginx.sh [--label NAME] [--device cpu|gpu] [--duration S] [--quick] [--million] [--workers N]
 #                          [--modes inline,async,thread,auto,batching] [--rounds N] [--serve-opts "..."]
+#                          [--raw-bodies]
 #   -> scripts/results/bench_nginx-<label>.json
 #
 # Model and rows: build/demo (make demo) when present, else examples/demo.lua --rows 2000 in a
@@ -26,6 +27,13 @@
 # socket errors. --modes: which of the mode groups above run (default all; inline and the
 # peer always run). --serve-opts: extra examples/openresty/serve.sh options (e.g.
 # "--cpu-affinity auto"). Each run also records the workers' CPU time per request.
+# --raw-bodies: instead, a model with feature columns (13 numeric I1..I13 + 26 hash buckets
+# C1..C26 of 2^18, 6.8M fp32 weights, 39 features a row, like the demo's) and 100 raw rows,
+# sent four ways in inline mode, interleaved round by round: {"instances": [...]} of raw
+# inputs (application/json; raw_100row_json_cjson: the same with one more key, which nginx.lua
+# decodes with cjson: its path before the C fast path), the same rows as JSON lines
+# (application/x-ndjson), and the transformed rows as libsvm lines (text/x-libsvm); nothing
+# else is measured.
 # On the GPU machine: `source .devdeps/env.sh` first (nginx, wrk and lua-resty-core from
 # /opt/devdeps); --device gpu. Timings on the shared 2-core development machine are noisy,
 # and wrk runs on the same two cores as nginx's two workers.
@@ -34,13 +42,14 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
 label=dev-2core; device=cpu; duration=5; quick=0; million=0; workers=2; modes=inline,async,thread,auto,batching
-rounds=3; serve_opts=""
+rounds=3; serve_opts=""; raw_bodies=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --label) label=$2; shift 2;; --device) device=$2; shift 2;; --duration) duration=$2; shift 2;;
         --quick) quick=1; duration=2; shift;; --million) million=1; shift;; --workers) workers=$2; shift 2;;
         --modes) modes=$2; shift 2;; --rounds) rounds=$2; shift 2;; --serve-opts) serve_opts=$2; shift 2;;
-        -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0;;
+        --raw-bodies) raw_bodies=1; shift;;
+        -h|--help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0;;
         *) echo "bench_nginx.sh: unknown option '$1' (try --help)" >&2; exit 2;;
     esac
 done
@@ -86,6 +95,12 @@ end
 io.write('{"instances":[', table.concat(rows, ","), ']}\n')
 EOF
 "$W" run "$tmp/tojson.lua" "$tmp/hundred.libsvm" > "$tmp/hundred.json"
+if [ "$raw_bodies" = 1 ]; then
+    # a model with feature columns and 100 raw rows: hundred_raw.json ({"instances"}),
+    # hundred.ndjson (JSON lines) and hundred.libsvm (the same rows transformed)
+    "$W" run scripts/bench_nginx_rawmodel.lua "$tmp" || exit 1
+    chmod 644 "$model"
+fi
 
 port=""
 for _ in $(seq 1 50); do
@@ -182,6 +197,14 @@ uptime0=$(uptime | sed 's/^ *//')
 # the modes, interleaved round by round with the peer, so that the machine's load (shared,
 # noisy) falls on all of them alike; the report takes medians and maxima over rounds
 for r in $(seq 1 "$rounds"); do
+    if [ "$raw_bodies" = 1 ]; then
+        [ "$r" = 1 ] && start inline off
+        wrkrun raw_100row_json "$r" 16 "$duration" "$tmp/hundred_raw.json" application/json 100 >/dev/null
+        wrkrun raw_100row_json_cjson "$r" 16 "$duration" "$tmp/hundred_raw_cjson.json" application/json 100 >/dev/null
+        wrkrun raw_100row_ndjson "$r" 16 "$duration" "$tmp/hundred.ndjson" application/x-ndjson 100 >/dev/null
+        wrkrun raw_100row_libsvm "$r" 16 "$duration" "$tmp/hundred.libsvm" text/x-libsvm 100 >/dev/null
+        continue
+    fi
     start inline off
     wrkrun inline_1row "$r" 16 "$duration" "$tmp/one.libsvm" text/x-libsvm 1 >/dev/null
     wrkrun inline_100row "$r" 16 "$duration" "$tmp/hundred.libsvm" text/x-libsvm 100 >/dev/null
@@ -207,12 +230,14 @@ for r in $(seq 1 "$rounds"); do
         wrkrun "inline_1row_batching_${other}_64conn" "$r" 64 "$duration" "$tmp/one.libsvm" text/x-libsvm 1 >/dev/null
     fi
 done
-peer 1 "$tmp/one.libsvm" 1
-# p99/p50 at ~80% of the peak (the median peak of the rounds above), inline mode
-start inline off
 med() { grep "\"name\": \"$1\"" "$runs" | sed -E 's/.*"rps": ([0-9.]+).*/\1/' | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
-paced inline_100row_at80 "$(med inline_100row)" "$tmp/hundred.libsvm" text/x-libsvm 100
-paced inline_1row_at80 "$(med inline_1row)" "$tmp/one.libsvm" text/x-libsvm 1
+if [ "$raw_bodies" = 0 ]; then
+    peer 1 "$tmp/one.libsvm" 1
+    # p99/p50 at ~80% of the peak (the median peak of the rounds above), inline mode
+    start inline off
+    paced inline_100row_at80 "$(med inline_100row)" "$tmp/hundred.libsvm" text/x-libsvm 100
+    paced inline_1row_at80 "$(med inline_1row)" "$tmp/one.libsvm" text/x-libsvm 1
+fi
 if [ "$million" = 1 ]; then
     # wrk stops by time only (a thread that stops itself still leaves wrk sleeping for -d):
     # run long enough for 1,000,000 requests at 80% of the median peak, then check the count
@@ -245,10 +270,10 @@ cat > "$out" <<EOF
   "machine": {"cpu": "$cpu", "cores": $(nproc), "gpu": "${gpu:-none}", "host": "$(hostname)"},
   "commit": "$commit",
   "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
-  "command": "scripts/bench_nginx.sh --label $label --device $device --duration $duration --rounds $rounds --modes $modes$([ -n "$serve_opts" ] && echo " --serve-opts '$serve_opts'")$([ "$quick" = 1 ] && echo ' --quick')$([ "$million" = 1 ] && echo ' --million')",
+  "command": "scripts/bench_nginx.sh --label $label --device $device --duration $duration --rounds $rounds --modes $modes$([ "$raw_bodies" = 1 ] && echo ' --raw-bodies')$([ -n "$serve_opts" ] && echo " --serve-opts '$serve_opts'")$([ "$quick" = 1 ] && echo ' --quick')$([ "$million" = 1 ] && echo ' --million')",
   "setup": {"nginx": "$nginx_v", "workers": $workers, "serve_opts": "$serve_opts", "uptime_at_start": "$uptime0", "device": "$device", "rounds": $rounds,
-            "model": "demo: 13 numeric + 26 x 2^18 hashed buckets, fp32 (6.8M weights), 39 features a row, Zipf ids",
-            "load": "wrk -t2 -c16 (and -c64) on loopback, on the same machine; bodies: 1 and 100 libsvm rows (text/x-libsvm), 100 JSON {ids, vals} rows",
+            "model": "$([ "$raw_bodies" = 1 ] && echo 'feature columns: 13 numeric I1..I13 (default 0, 10% missing) + 26 hash_bucket C1..C26 of 2^18 (Zipf strings), fp32 (6.8M weights), 39 features a row' || echo 'demo: 13 numeric + 26 x 2^18 hashed buckets, fp32 (6.8M weights), 39 features a row, Zipf ids')",
+            "load": "wrk -t2 -c16 (and -c64) on loopback, on the same machine; bodies: $([ "$raw_bodies" = 1 ] && echo '100 raw rows as {instances} JSON (application/json; json_cjson: plus a key, decoded by cjson), as JSON lines (application/x-ndjson), and transformed as libsvm lines (text/x-libsvm), inline mode, interleaved round by round' || echo '1 and 100 libsvm rows (text/x-libsvm), 100 JSON {ids, vals} rows')",
             "peer": "scripts/bench_nginx_peer.lua: the same 100-row body parsed (batch:parse_libsvm) and scored in a loop, one process with one thread, and two processes at once; same device",
             "at80": "p99/p50 at ~80% of the median peak: many connections with exponential think times (wrk delay(), ms resolution), corrected once from the first run's rate",
             "note": "shared 2-core development machine: other engineers were building and testing during the run; wrk shares the two cores with nginx's two workers; quote ratios of runs measured side by side"},

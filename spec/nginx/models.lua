@@ -109,3 +109,30 @@ q[2] = { ids = { 1, -4 } }
 q[4] = { ids = { 1, 2 }, vals = { 1 } }
 q[5] = { vals = { 1 } }
 write_json("plainbad.json", { instances = q })
+
+-- JSON lines (application/x-ndjson) bodies of the same raw rows: rows.ndjson (the 60 rows,
+-- one object a line: also the CLI's `wisp score --format jsonl` input), badrows.ndjson (a
+-- blank first line, then rows 1..10 with three bad: a string for a float input at line 4,
+-- an unknown input at line 7, invalid JSON at line 9), rows101.ndjson (over the row limit)
+local function write_lines(name, lines)
+    local fh = assert(io.open(dir .. "/" .. name, "wb")); fh:write(table.concat(lines, "\n"), "\n"); fh:close()
+end
+local nd = {}
+for i = 1, #rows do nd[i] = cjson.encode(rows[i]) end
+write_lines("rows.ndjson", nd)
+local ndbad = { "" }
+for i = 1, 10 do ndbad[#ndbad + 1] = nd[i] end
+ndbad[4] = '{"age": "old", "city": "Paris"}'
+ndbad[7] = '{"nosuch": 1}'
+ndbad[9] = '{"age": 3'
+write_lines("badrows.ndjson", ndbad)
+local nd101 = {}
+for i = 1, 101 do nd101[i] = nd[(i - 1) % #nd + 1] end
+write_lines("rows101.ndjson", nd101)
+-- the {"instances"} fast path (the commas between instances become newlines): strings with
+-- quotes, braces, commas and escapes; pretty-printed (newlines inside and between instances)
+local tricky = { '{"city": "a\\"},{[", "age": 3}', '{"city": "x,y\\n]", "color": "red"}', '{ "age" : 7.5 ,\n "city":"\\u00e9t\\u00e9" }', '{}' }
+local fh = assert(io.open(dir .. "/tricky.json", "wb"))
+fh:write(' {\n "instances" : [\n  ', table.concat(tricky, ' ,\n  '), '\n ]\n}\n'); fh:close()
+for i = 1, #tricky do tricky[i] = tricky[i]:gsub("\n", " ") end
+write_lines("tricky.ndjson", tricky)

@@ -61,6 +61,8 @@ cp "$d/ctr.wisp" "$d/ctr_v1.wisp"
 "$W" score -m "$d/ctr.wisp" -d cpu "$d/rows.libsvm" > "$d/ctr_v1.txt"
 "$W" score -m "$d/ctr_v2.wisp" -d cpu "$d/rows.libsvm" > "$d/ctr_v2.txt"
 "$W" score -m "$d/plain.wisp" -d cpu "$d/plain.libsvm" > "$d/plain.txt"
+"$W" score -m "$d/ctr.wisp" -d cpu --format jsonl "$d/rows.ndjson" > "$d/ctr_v1_jsonl.txt"
+"$W" score -m "$d/ctr.wisp" -d cpu --format jsonl "$d/tricky.ndjson" > "$d/tricky.txt"
 chk() { "$W" run spec/nginx/check.lua "$@"; }
 
 # a free loopback port: probe, then retry the start on another port when the bind still
@@ -102,6 +104,7 @@ req() {
 }
 J=(-H 'Content-Type: application/json')
 L=(-H 'Content-Type: text/x-libsvm')
+N=(-H 'Content-Type: application/x-ndjson')
 if "$W" run spec/nginx/format_check.lua | grep -q '^FORMAT ok'; then
     ok "the answer's number formatter equals %.9g (100k random floats, decade edges, NaN/inf -> null)"
 else bad "number formatter: $("$W" run spec/nginx/format_check.lua | head -n 3)"; fi
@@ -138,6 +141,22 @@ if req p3 200 "${J[@]}" --data-binary @"$d/plain.json" "$base/v1/models/plain:pr
     ok "JSON {ids, vals} rows (model without columns) equal wisp score"; else bad "plain JSON vs CLI"; fi
 if req p4 200 -H 'Content-Type: text/plain; charset=utf-8' --data-binary @"$d/plain.libsvm" "$base/v1/models/plain:predict" && chk preds "$tmp/p4.json" "$d/plain.txt"; then
     ok "libsvm body (text/plain) equals wisp score"; else bad "plain libsvm vs CLI"; fi
+# JSON lines of raw inputs (application/x-ndjson, application/jsonl): the C parser straight
+if req nd1 200 "${N[@]}" --data-binary @"$d/rows.ndjson" "$base/v1/models/ctr:predict" && chk preds "$tmp/nd1.json" "$d/ctr_v1_jsonl.txt" \
+   && chk preds "$tmp/nd1.json" "$d/ctr_v1.txt"; then
+    ok "JSON lines (application/x-ndjson, 60 raw rows) equal wisp score --format jsonl"; else bad "ndjson vs CLI"; fi
+if req nd2 200 -H 'Content-Type: application/jsonl; charset=utf-8' --data-binary @"$d/rows.ndjson" "$base/v1/models/ctr:predict" \
+   && chk preds "$tmp/nd2.json" "$d/ctr_v1_jsonl.txt"; then
+    ok "JSON lines (application/jsonl) equal wisp score --format jsonl"; else bad "jsonl vs CLI"; fi
+if req nd3 200 "${N[@]}" --data-binary @"$d/badrows.ndjson" "$base/v1/models/ctr:predict" && chk preds "$tmp/nd3.json" "$d/ctr_v1.txt" 2,5,7 \
+   && chk field "$tmp/nd3.json" errors.1.index 2 && chk field "$tmp/nd3.json" errors.1.line 4 && chk field "$tmp/nd3.json" errors.1.error \
+   && chk field "$tmp/nd3.json" errors.2.line 7 && chk field "$tmp/nd3.json" errors.3.line 9; then
+    ok "JSON lines with 3 bad lines (string for float, unknown input, invalid JSON): null + errors[{index, error, line}], the others scored"
+else bad "ndjson bad lines"; fi
+if req tj 200 "${J[@]}" --data-binary @"$d/tricky.json" "$base/v1/models/ctr:predict" && chk preds "$tmp/tj.json" "$d/tricky.txt" \
+   && req tn 200 "${N[@]}" --data-binary @"$d/tricky.ndjson" "$base/v1/models/ctr:predict" && chk preds "$tmp/tn.json" "$d/tricky.txt"; then
+    ok "pretty-printed instances with quotes, braces, commas and escapes in strings: JSON and JSON lines equal the CLI"
+else bad "tricky instances"; fi
 # single rows, 24 at once (8 parallel clients): the batcher path (batching on), each equals its CLI line
 seq 1 24 | xargs -P 8 -I{} curl -s -o "$tmp/one_{}.out" -H 'Content-Type: application/json' --data-binary @"$d/one_{}.json" "$base/v1/models/ctr:predict"
 n1=0
@@ -161,6 +180,11 @@ expect_error "bad JSON" bj 400 "${J[@]}" --data-binary '{"instances": [' "$base/
 expect_error "JSON without instances" ni 400 "${J[@]}" --data-binary '{"rows": []}' "$base/v1/models/ctr:predict"
 expect_error "empty instances" ei 400 "${J[@]}" --data-binary '{"instances": []}' "$base/v1/models/ctr:predict"
 expect_error "empty body" eb 400 "${J[@]}" --data-binary '' "$base/v1/models/ctr:predict"
+expect_error "empty JSON lines body" ebn 400 "${N[@]}" --data-binary '' "$base/v1/models/ctr:predict"
+expect_error "JSON lines body of blank lines only" bln 400 "${N[@]}" --data-binary $'\n\n  \n' "$base/v1/models/ctr:predict"
+expect_error "JSON lines for a model without columns" ndp 415 "${N[@]}" --data-binary '{"a": 1}' "$base/v1/models/plain:predict"
+expect_error "101 JSON lines (max_rows_per_request 100)" n101 413 "${N[@]}" --data-binary @"$d/rows101.ndjson" "$base/v1/models/ctr:predict"
+if chk field "$tmp/n101.json" limit_rows 100; then ok "413 (JSON lines) names the row limit"; else bad "413 limit_rows (ndjson)"; fi
 expect_error "unknown model" um 404 "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/nosuch:predict"
 expect_error "unknown endpoint" ue 404 "$base/v2/whatever"
 expect_error "unknown verb" uv 404 -X POST "$base/v1/models/ctr:explain"
@@ -186,9 +210,9 @@ if req list 200 "$base/v1/models" && chk field "$tmp/list.json" models.3.name pl
 sleep 0.3
 curl -s "$base/metrics" > "$tmp/metrics.txt"
 m() { grep -F "$1" "$tmp/metrics.txt" | head -n 1 | awk '{print $NF}'; }
-# ctr predict 200s so far: p1, p2, 24 single rows, e1, e3
+# ctr predict 200s so far: p1, p2, nd1, nd2, nd3, tj, tn, 24 single rows, e1, e3
 n200=$(m 'wisp_requests_total{model="ctr",endpoint="predict",code="200"}')
-if [ "$n200" = 28 ]; then ok "metrics: 28 ctr predict 200s counted across workers"; else bad "metrics: ctr 200s = '$n200', expected 28"; fi
+if [ "$n200" = 33 ]; then ok "metrics: 33 ctr predict 200s counted across workers"; else bad "metrics: ctr 200s = '$n200', expected 33"; fi
 if [ -n "$(m 'wisp_batch_rows_bucket{model="ctr",path="batcher",le="+Inf"}')" ] \
    && [ -n "$(m 'wisp_stage_seconds_bucket{model="ctr",stage="kernel",le="+Inf"}')" ] \
    && [ -n "$(m 'wisp_stage_seconds_count{model="ctr",stage="parse"}')" ] \
@@ -272,8 +296,10 @@ for mode in thread async auto; do
     if [ "$okm" = 1 ] && req "pm_$mode" 200 "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict" \
        && chk preds "$tmp/pm_$mode.json" "$d/ctr_v1.txt" \
        && req "pl_$mode" 200 "${L[@]}" --data-binary @"$d/badline.libsvm" "$base/v1/models/ctr:predict" \
-       && chk preds "$tmp/pl_$mode.json" "$d/ctr_v1.txt" 3; then
-        ok "mode=$mode after nginx -s reload: JSON and libsvm (with a bad line) equal the CLI"
+       && chk preds "$tmp/pl_$mode.json" "$d/ctr_v1.txt" 3 \
+       && req "pn_$mode" 200 "${N[@]}" --data-binary @"$d/badrows.ndjson" "$base/v1/models/ctr:predict" \
+       && chk preds "$tmp/pn_$mode.json" "$d/ctr_v1.txt" 2,5,7 && chk field "$tmp/pn_$mode.json" errors.3.line 9; then
+        ok "mode=$mode after nginx -s reload: JSON, libsvm and JSON lines (with bad lines) equal the CLI"
     else bad "mode=$mode"; fi
 done
 
