@@ -641,6 +641,35 @@ function Batch:add_mixed(vids, vals, bids)
     return true
 end
 
+-- The text arguments of the parse_* methods of fname, from argument #n on:
+-- (text[, opts]) for a Lua string, (ptr, len[, opts]) for FFI memory; opts =
+-- {final = bool, max_rows = N, line = N}. Returns the text as the C call
+-- takes it, its length, final (1/0) and max_rows, and leaves the starting
+-- line count in u64_box[0] and 0 in size_box[0] for the call.
+local function text_args(fname, n, text, a, b)
+    local len, opts, nopts
+    if type(text) == "string" then
+        len, opts, nopts = #text, a, n + 1
+    elseif type(text) == "cdata" then
+        len = check_uint(2, n + 1, fname, a, "len", nil)
+        if len == nil then argerror(2, n + 1, fname, "length expected, got nil") end
+        if not ffi_istype(const_char_ptr, text) then text = ffi_cast(const_char_ptr, text) end
+        opts, nopts = b, n + 2
+    else
+        expected(2, n, fname, "string", text)
+    end
+    local final, max_rows, line = 1, 0, 0
+    if opts ~= nil then
+        if type(opts) ~= "table" then expected(2, nopts, fname, "table", opts) end
+        if opts.final == false then final = 0 end
+        max_rows = check_uint(2, nopts, fname, opts.max_rows, "max_rows", 0)
+        line = check_uint(2, nopts, fname, opts.line, "line", 0)
+    end
+    u64_box[0] = line
+    size_box[0] = 0
+    return text, len, final, max_rows
+end
+
 -- batch:parse_libsvm(text[, {final=true, max_rows=0, line=0}])
 -- batch:parse_libsvm(ptr, len[, opts])        (text in FFI memory)
 -- Appends the rows of libsvm text. final (default true): the last line
@@ -651,26 +680,8 @@ end
 -- Malformed lines become bad rows (see bad_rows), scored as NaN.
 function Batch:parse_libsvm(text, a2, a3)
     local h = growable(self, "parse_libsvm")
-    local len, opts, nopts
-    if type(text) == "string" then
-        len, opts, nopts = #text, a2, 2
-    elseif type(text) == "cdata" then
-        len = check_uint(1, 2, "parse_libsvm", a2, "len", nil)
-        if len == nil then argerror(1, 2, "parse_libsvm", "length expected, got nil") end
-        if not ffi_istype(const_char_ptr, text) then text = ffi_cast(const_char_ptr, text) end
-        opts, nopts = a3, 3
-    else
-        expected(1, 1, "parse_libsvm", "string", text)
-    end
-    local final, max_rows, line = 1, 0, 0
-    if opts ~= nil then
-        if type(opts) ~= "table" then expected(1, nopts, "parse_libsvm", "table", opts) end
-        if opts.final == false then final = 0 end
-        max_rows = check_uint(1, nopts, "parse_libsvm", opts.max_rows, "max_rows", 0)
-        line = check_uint(1, nopts, "parse_libsvm", opts.line, "line", 0)
-    end
-    u64_box[0] = line
-    size_box[0] = 0
+    local len, final, max_rows
+    text, len, final, max_rows = text_args("parse_libsvm", 1, text, a2, a3)
     local before = C.wisp_batch_rows(h)
     local rc = C.wisp_batch_parse_libsvm(h, text, len, final, max_rows, u64_box, size_box)
     if rc ~= 0 then return nil, last_error(rc, "parse_libsvm") end
@@ -1171,26 +1182,8 @@ function Batch:parse_vw(vw, text, a3, a4)
     if getmetatable(vw) ~= VW then expected(1, 1, "parse_vw", "vw options (wisp.vw or model:vw())", vw) end
     local vh = vw._h
     if vh == nil then argerror(1, 1, "parse_vw", "the vw options are closed") end
-    local len, opts, nopts
-    if type(text) == "string" then
-        len, opts, nopts = #text, a3, 3
-    elseif type(text) == "cdata" then
-        len = check_uint(1, 3, "parse_vw", a3, "len", nil)
-        if len == nil then argerror(1, 3, "parse_vw", "length expected, got nil") end
-        if not ffi_istype(const_char_ptr, text) then text = ffi_cast(const_char_ptr, text) end
-        opts, nopts = a4, 4
-    else
-        expected(1, 2, "parse_vw", "string", text)
-    end
-    local final, max_rows, line = 1, 0, 0
-    if opts ~= nil then
-        if type(opts) ~= "table" then expected(1, nopts, "parse_vw", "table", opts) end
-        if opts.final == false then final = 0 end
-        max_rows = check_uint(1, nopts, "parse_vw", opts.max_rows, "max_rows", 0)
-        line = check_uint(1, nopts, "parse_vw", opts.line, "line", 0)
-    end
-    u64_box[0] = line
-    size_box[0] = 0
+    local len, final, max_rows
+    text, len, final, max_rows = text_args("parse_vw", 2, text, a3, a4)
     local before = C.wisp_batch_rows(h)
     local rc = C.wisp_batch_parse_vw(h, vh, text, len, final, max_rows, u64_box, size_box)
     if rc ~= 0 then return nil, last_error(rc, "parse_vw") end
