@@ -515,6 +515,10 @@ int  wisp_transform__rowwise(const wisp_raw *r, wisp_batch *b);
  * model"), for the message about a directory. *out is wisp_free'd by the caller. */
 int  wisp__read_file(const char *path, const char *what, char **out, size_t *len);
 
+/* The token at s (up to a blank or e) for a message: at most 40 bytes, non-printable
+ * bytes as '?', "..." when cut; buf holds 44 bytes (libsvm.c; vw.c uses it too). */
+const char *wisp__excerpt(const char *s, const char *e, char *buf);
+
 /* The streaming text parsers' line cut (libsvm.c, vw.c): the line starting at
  * text[pos] ends at *e (its '\n', or the end of the text when final) and the
  * next one starts at *next. Returns 1 for a line; 0 when the line is not

@@ -153,8 +153,8 @@ static inline uint32_t id32(uint64_t id)
 }
 
 /* The token at s (up to a blank or e) for a message: at most 40 bytes,
- * non-printable bytes as '?', "..." when cut. */
-static const char *excerpt(const char *s, const char *e, char *buf)
+ * non-printable bytes as '?', "..." when cut (buf: 44 bytes). vw.c uses it too. */
+const char *wisp__excerpt(const char *s, const char *e, char *buf)
 {
     size_t n = 0;
     while (s < e && !is_blank(*s) && n < 40) {
@@ -201,7 +201,7 @@ static int parse_line(const char *p, const char *e, const char *bufend, size_t l
         int r = parse_number(&q, t, bufend, &v);
         if (r != NUM_OK || q != t || !isfinite(v)) {
             o->err_at = p;
-            snprintf(o->what, sizeof o->what, "bad label '%s' (expected a number)", excerpt(p, e, ex));
+            snprintf(o->what, sizeof o->what, "bad label '%s' (expected a number)", wisp__excerpt(p, e, ex));
             return LINE_BAD;
         }
         p = t;
@@ -213,7 +213,7 @@ static int parse_line(const char *p, const char *e, const char *bufend, size_t l
         const char *tok = p;
         if ((unsigned)((unsigned char)*p - '0') > 9) {
             o->err_at = tok;
-            snprintf(o->what, sizeof o->what, "bad feature id '%s'", excerpt(tok, e, ex));
+            snprintf(o->what, sizeof o->what, "bad feature id '%s'", wisp__excerpt(tok, e, ex));
             return LINE_BAD;
         }
         uint64_t id = 0;
@@ -224,7 +224,7 @@ static int parse_line(const char *p, const char *e, const char *bufend, size_t l
             for (; q < p; q++)
                 if (__builtin_mul_overflow(id, 10, &id) || __builtin_add_overflow(id, (uint64_t)(*q - '0'), &id)) {
                     o->err_at = tok;
-                    snprintf(o->what, sizeof o->what, "feature id '%s' overflows 64 bits", excerpt(tok, p, ex));
+                    snprintf(o->what, sizeof o->what, "feature id '%s' overflows 64 bits", wisp__excerpt(tok, p, ex));
                     return LINE_BAD;
                 }
         }
@@ -240,7 +240,7 @@ static int parse_line(const char *p, const char *e, const char *bufend, size_t l
             p++;
             if (p == e || is_blank(*p)) {
                 o->err_at = p;
-                snprintf(o->what, sizeof o->what, "missing value after ':' in '%s'", excerpt(tok, e, ex));
+                snprintf(o->what, sizeof o->what, "missing value after ':' in '%s'", wisp__excerpt(tok, e, ex));
                 return LINE_BAD;
             }
             if (*p == '1' && (p + 1 == e || is_blank(p[1]))) {   /* "id:1", the common binary form */
@@ -255,31 +255,31 @@ static int parse_line(const char *p, const char *e, const char *bufend, size_t l
             if (WISP_UNLIKELY(r != NUM_OK || (p < e && !is_blank(*p)))) {
                 if (r == NUM_OK && *p == ':') {
                     o->err_at = p;
-                    snprintf(o->what, sizeof o->what, "extra ':' in '%s' (expected id:value)", excerpt(tok, e, ex));
+                    snprintf(o->what, sizeof o->what, "extra ':' in '%s' (expected id:value)", wisp__excerpt(tok, e, ex));
                 } else if (nonfinite_word(vs, e)) {
                     o->err_at = vs;
-                    snprintf(o->what, sizeof o->what, "value '%s' is not a finite number", excerpt(vs, e, ex));
+                    snprintf(o->what, sizeof o->what, "value '%s' is not a finite number", wisp__excerpt(vs, e, ex));
                 } else if (r == NUM_TOOLONG) {
                     o->err_at = vs;
-                    snprintf(o->what, sizeof o->what, "value '%s' is longer than %d bytes", excerpt(vs, e, ex),
+                    snprintf(o->what, sizeof o->what, "value '%s' is longer than %d bytes", wisp__excerpt(vs, e, ex),
                              NUM_MAX_TOKEN);
                 } else {
                     o->err_at = vs;
-                    snprintf(o->what, sizeof o->what, "bad value '%s'", excerpt(vs, e, ex));
+                    snprintf(o->what, sizeof o->what, "bad value '%s'", wisp__excerpt(vs, e, ex));
                 }
                 return LINE_BAD;
             }
             float f = (float)v;
             if (WISP_UNLIKELY(!isfinite(f))) {
                 o->err_at = vs;
-                snprintf(o->what, sizeof o->what, "value '%s' is not a finite float", excerpt(vs, e, ex));
+                snprintf(o->what, sizeof o->what, "value '%s' is not a finite float", wisp__excerpt(vs, e, ex));
                 return LINE_BAD;
             }
             if (f == 1.0f) bid[nb++] = id32(id);
             else { vid[nv] = id32(id); vv[nv] = f; nv++; }
         } else {
             o->err_at = tok;
-            snprintf(o->what, sizeof o->what, "bad feature id '%s'", excerpt(tok, e, ex));
+            snprintf(o->what, sizeof o->what, "bad feature id '%s'", wisp__excerpt(tok, e, ex));
             return LINE_BAD;
         }
         while (p < e && is_blank(*p)) p++;

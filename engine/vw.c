@@ -457,18 +457,6 @@ static const unsigned char cls[256] = {
 #define END_VALUE 2
 #define END_STRING 4
 
-static const char *excerpt(const char *s, const char *e, char *buf)
-{
-    size_t n = 0;
-    while (s < e && !is_blank(*s) && n < 40) {
-        unsigned char c = (unsigned char)*s++;
-        buf[n++] = (c >= 32 && c < 127) ? (char)c : '?';
-    }
-    if (s < e && !is_blank(*s)) { memcpy(buf + n, "...", 3); n += 3; }
-    buf[n] = '\0';
-    return buf;
-}
-
 struct line_err { const char *at; char what[200]; };
 
 #define BAD(pos, ...) do { err->at = (pos); snprintf(err->what, sizeof err->what, __VA_ARGS__); return -1; } while (0)
@@ -501,10 +489,10 @@ static int parse_label(const char *s, const char *e, struct line_err *err)
         float f;
         int k = vw_value(w[i], wl[i], 0, &f);
         if (k != VAL_NUMBER || isnan(f))
-            BAD(w[i], "label word '%s' is not a number", excerpt(w[i], e, ex));
+            BAD(w[i], "label word '%s' is not a number", wisp__excerpt(w[i], e, ex));
         if (i == 2 && f != 0.0f)
             BAD(w[i], "initial prediction '%s' in the label is not supported (wisp has no per-row offset)",
-                excerpt(w[i], e, ex));
+                wisp__excerpt(w[i], e, ex));
     }
     return 0;
 }
@@ -537,8 +525,8 @@ static long parse_features(const wisp_vw *v, const char *p, const char *e, struc
                 while (p < e && !(cls[(unsigned char)*p] & END_VALUE)) p++;
                 if (p == vs) BAD(vs, "missing namespace weight after ':'");
                 int k = vw_value(vs, (size_t)(p - vs), p < e && *p == '|' ? '|' : 0, &nsw);
-                if (k != VAL_NUMBER) BAD(vs, "bad namespace weight '%s'", excerpt(vs, e, ex));
-                if (!isfinite(nsw)) BAD(vs, "namespace weight '%s' is not a finite number", excerpt(vs, e, ex));
+                if (k != VAL_NUMBER) BAD(vs, "bad namespace weight '%s'", wisp__excerpt(vs, e, ex));
+                if (!isfinite(nsw)) BAD(vs, "namespace weight '%s' is not a finite number", wisp__excerpt(vs, e, ex));
             }
         }
         uint32_t anon = 0;
@@ -553,10 +541,10 @@ static long parse_features(const wisp_vw *v, const char *p, const char *e, struc
                 p++;
                 const char *vs = p;
                 while (p < e && !(cls[(unsigned char)*p] & END_VALUE)) p++;
-                if (p == vs) BAD(vs, "missing value after ':' in '%s'", excerpt(name, e, ex));
+                if (p == vs) BAD(vs, "missing value after ':' in '%s'", wisp__excerpt(name, e, ex));
                 float f;
                 int k = vw_value(vs, (size_t)(p - vs), p < e && *p == '|' ? '|' : 0, &f);
-                if (k == VAL_JUNK) BAD(vs, "bad value '%s'", excerpt(vs, e, ex));
+                if (k == VAL_JUNK) BAD(vs, "bad value '%s'", wisp__excerpt(vs, e, ex));
                 if (k == VAL_STRING) {
                     /* VW hashes the string value; it runs to the next blank, '|' included */
                     while (p < e && !(cls[(unsigned char)*p] & END_STRING)) p++;
@@ -564,10 +552,10 @@ static long parse_features(const wisp_vw *v, const char *p, const char *e, struc
                     h = vw_hash(v, vs, (size_t)(p - vs), vw_hash(v, name, nl, ch));
                     val = 1.0f;
                 } else {
-                    if (!isfinite(f)) BAD(vs, "value '%s' is not a finite number", excerpt(vs, e, ex));
+                    if (!isfinite(f)) BAD(vs, "value '%s' is not a finite number", wisp__excerpt(vs, e, ex));
                     val = nsw * f;
                     if (!isfinite(val)) BAD(vs, "value '%s' times the namespace weight overflows a float",
-                                            excerpt(vs, e, ex));
+                                            wisp__excerpt(vs, e, ex));
                     h = nl ? vw_hash(v, name, nl, ch) : ch + anon++;
                 }
             } else {
