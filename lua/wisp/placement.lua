@@ -646,32 +646,21 @@ function Pipeline:transform(raw, batch)
     return raw:transform(batch)
 end
 
-function Pipeline:score(batch, out)
+-- Check the batch argument of method fname, place the batch, and call the session's
+-- method of that name: score, score_table and submit differ in nothing else.
+local function placed_call(self, fname, batch, out)
     if getmetatable(batch) ~= wisp.Batch or batch._h == nil then
-        error("bad argument #1 to 'score' (an open batch expected)", 2)
+        error("bad argument #1 to '" .. fname .. "' (an open batch expected)", 2)   -- 2: the Pipeline methods tail-call this
     end
     local dev, err = self:place(batch)
     if not dev then return nil, err end
-    return self.session:score(batch, out)
+    local session = self.session
+    return session[fname](session, batch, out)
 end
 
-function Pipeline:score_table(batch)
-    if getmetatable(batch) ~= wisp.Batch or batch._h == nil then
-        error("bad argument #1 to 'score_table' (an open batch expected)", 2)
-    end
-    local dev, err = self:place(batch)
-    if not dev then return nil, err end
-    return self.session:score_table(batch)
-end
-
-function Pipeline:submit(batch, out)
-    if getmetatable(batch) ~= wisp.Batch or batch._h == nil then
-        error("bad argument #1 to 'submit' (an open batch expected)", 2)
-    end
-    local dev, err = self:place(batch)
-    if not dev then return nil, err end
-    return self.session:submit(batch, out)
-end
+function Pipeline:score(batch, out) return placed_call(self, "score", batch, out) end
+function Pipeline:score_table(batch) return placed_call(self, "score_table", batch) end
+function Pipeline:submit(batch, out) return placed_call(self, "submit", batch, out) end
 
 function Pipeline:wait() return self.session:wait() end
 function Pipeline:stats() return self.session:stats() end

@@ -1,28 +1,15 @@
 -- cli_spec.lua — the `wisp` command end to end: score, import, convert, info, devices, run, repl, errors.
 local wisp = require "wisp"
+local H = require "helpers"
 
 local build = os.getenv("WISP_BUILD") or "build"
 local WISP = build .. "/wisp"
 
-local function sh(cmd)
-  local f = assert(io.popen("(" .. cmd .. ") 2>&1; echo \"__rc=$?\""))
-  local out = f:read("*a")
-  f:close()
-  local rc = tonumber(out:match("__rc=(%d+)%s*$"))
-  return out:gsub("__rc=%d+%s*$", ""), rc
-end
+local sh = H.sh
 
-local function write(path, text)
-  local f = assert(io.open(path, "wb"))
-  f:write(text)
-  f:close()
-end
+local write = H.write_file
 
-local function lines(s)
-  local t = {}
-  for l in s:gmatch("[^\n]+") do t[#t + 1] = l end
-  return t
-end
+local lines = H.lines
 
 local sigmoid = function(z) return 1 / (1 + math.exp(-z)) end
 

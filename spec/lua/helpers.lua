@@ -54,6 +54,22 @@ function H.write_file(path, data)
     f:close()
 end
 
+-- Run a shell command: its stdout and stderr together, and its exit status.
+function H.sh(cmd)
+    local f = assert(io.popen("(" .. cmd .. ") 2>&1; echo \"__rc=$?\""))
+    local out = f:read("*a")
+    f:close()
+    local rc = tonumber(out:match("__rc=(%d+)%s*$"))
+    return (out:gsub("__rc=%d+%s*$", "")), rc
+end
+
+-- The non-empty lines of s.
+function H.lines(s)
+    local t = {}
+    for l in s:gmatch("[^\n]+") do t[#t + 1] = l end
+    return t
+end
+
 function H.file_exists(path)
     local f = io.open(path, "rb")
     if f then f:close() return true end

@@ -48,13 +48,7 @@ local function hashstring(s, seed)
     return murmur3(s, seed)
 end
 
-local function sh(cmd)
-    local f = assert(io.popen("(" .. cmd .. ") 2>&1; echo \"__rc=$?\""))
-    local out = f:read("*a")
-    f:close()
-    local rc = tonumber(out:match("__rc=(%d+)%s*$"))
-    return out:gsub("__rc=%d+%s*$", ""), rc
-end
+local sh = H.sh
 
 local function readable_model(bits, options, weights)
     local t = { "Version 9.11.9", "Id ", "Min label:-50", "Max label:50", "bits:" .. bits, "lda:0", "0 ngram:",
