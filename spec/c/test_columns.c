@@ -17,22 +17,7 @@ static double rndu(void) { return rnd01(); }
 static uint64_t rnd_zipf(uint64_t n) { return (uint64_t)exp(rndu() * log((double)n)); }
 
 
-static size_t unhex(const char *h, size_t n, unsigned char *out)
-{
-    size_t k = 0;
-    for (size_t i = 0; i + 1 < n; i += 2) {
-        unsigned v;
-        sscanf(h + i, "%2x", &v);
-        out[k++] = (unsigned char)v;
-    }
-    return k;
-}
 
-static const char *data_dir(void)
-{
-    const char *d = getenv("WISP_SPEC_DATA");
-    return d ? d : "spec/data";
-}
 
 /* ---- 1. TensorFlow's fingerprints ------------------------------------------------ */
 

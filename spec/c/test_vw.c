@@ -97,22 +97,7 @@ static const jv *jget(const jv *o, const char *key)
 }
 
 
-static size_t unhex(const char *h, unsigned char *out)
-{
-    size_t k = 0, n = strlen(h);
-    for (size_t i = 0; i + 1 < n; i += 2) {
-        unsigned v;
-        sscanf(h + i, "%2x", &v);
-        out[k++] = (unsigned char)v;
-    }
-    return k;
-}
 
-static const char *data_dir(void)
-{
-    const char *d = getenv("WISP_SPEC_DATA");
-    return d ? d : "spec/data";
-}
 
 /* ---- helpers ----------------------------------------------------------------------- */
 
@@ -184,7 +169,7 @@ static void test_golden(void)
     int bad = 0;
     for (size_t i = 0; mm && i < mm->n; i++) {
         const jv *r = &mm->items[i];
-        size_t n = unhex(jget(r, "hex")->str, buf);
+        size_t n = unhex(jget(r, "hex")->str, strlen(jget(r, "hex")->str), buf);
         uint32_t got = wisp_vw_murmur3(buf, n, (uint32_t)jget(r, "seed")->num), want = (uint32_t)jget(r, "hash")->num;
         if (got != want && bad++ < 5) fprintf(stderr, "murmur3('%s', %u) = %u, VW %u\n", jget(r, "hex")->str,
                                                (uint32_t)jget(r, "seed")->num, got, want);
@@ -193,7 +178,7 @@ static void test_golden(void)
     bad = 0;
     for (size_t i = 0; hs && i < hs->n; i++) {
         const jv *r = &hs->items[i];
-        size_t n = unhex(jget(r, "hex")->str, buf);
+        size_t n = unhex(jget(r, "hex")->str, strlen(jget(r, "hex")->str), buf);
         uint32_t got = wisp_vw_hashstring((const char *)buf, n, (uint32_t)jget(r, "seed")->num);
         uint32_t want = (uint32_t)jget(r, "hash")->num;
         if (got != want && bad++ < 5) fprintf(stderr, "hashstring('%s', %u) = %u, VW %u\n", jget(r, "hex")->str,
@@ -209,7 +194,7 @@ static void test_golden(void)
         const jv *r = &ns->items[i];
         wisp_vw *v = NULL;
         CHECK_OK(wisp_vw_new(jget(r, "options")->str, &v));
-        size_t n = unhex(jget(r, "hex")->str, buf);
+        size_t n = unhex(jget(r, "hex")->str, strlen(jget(r, "hex")->str), buf);
         uint32_t got = wisp_vw_hash_namespace(v, (const char *)buf, n), want = (uint32_t)jget(r, "hash")->num;
         if (got != want && bad++ < 5) fprintf(stderr, "namespace '%s' under '%s' = %u, VW %u\n", jget(r, "hex")->str,
                                                jget(r, "options")->str, got, want);

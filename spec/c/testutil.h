@@ -49,4 +49,23 @@ static inline char *slurp(const char *path, size_t *len)
     return s;
 }
 
+/* n hex digits at h as bytes into out; returns the byte count */
+static inline size_t unhex(const char *h, size_t n, unsigned char *out)
+{
+    size_t k = 0;
+    for (size_t i = 0; i + 1 < n; i += 2) {
+        unsigned v;
+        sscanf(h + i, "%2x", &v);
+        out[k++] = (unsigned char)v;
+    }
+    return k;
+}
+
+/* where the golden-vector files are: $WISP_SPEC_DATA, or spec/data */
+static inline const char *data_dir(void)
+{
+    const char *d = getenv("WISP_SPEC_DATA");
+    return d ? d : "spec/data";
+}
+
 #endif
