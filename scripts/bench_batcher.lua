@@ -18,6 +18,10 @@
 -- throughput ratio = the batcher's best trial / one_batch's best trial (target >= 0.8):
 -- on a shared machine the best of many short trials is what is least disturbed by the
 -- other processes; the median of the per-pair ratios is recorded too.
+-- The coroutine floor (floor_vs_one_batch, in the same trials): a minimal batcher on the
+-- same scheduler (queue the row, yield; the 64th caller builds and scores the batch and
+-- readies the others with their answers; no policy, limits or errors): what any batcher
+-- whose callers are coroutines can reach. throughput_vs_floor = the batcher / the floor.
 -- Rows: a pool of --pool rows (default 256: ~150 KB of Lua tables, cache-resident, as a
 -- row a handler has just parsed is; --pool 4096 makes them cold, ~2.4 MB).
 --
@@ -217,6 +221,46 @@ local function closed_loop_alone(rounds)
     return { wall = now_us() - s, resp = resp, incall = incall }
 end
 
+-- The floor of batching by coroutines: the least a batcher can do when its callers are
+-- coroutines of this scheduler. Each caller queues its row in three arrays and yields;
+-- the 64th builds the batch (add_mixed, as one_batch) and scores it, hands every waiter
+-- its answer in the scheduler's ready list (a resume each) and returns its own. No
+-- limits, no errors, no policy: the cost left is the coroutine switch per row, which
+-- no batcher on coroutines can avoid. one_batch / this bounds what any such batcher can
+-- reach (closed loop, max_rows 64).
+local function ideal_loop(rounds)
+    local S = batcher.scheduler()
+    local q1, q2, q3, qc, n = {}, {}, {}, {}, 0
+    local bi = assert(eng:batch())
+    local co_yield = coroutine.yield
+    local function score(a, b, c)
+        n = n + 1
+        q1[n], q2[n], q3[n] = a, b, c
+        if n < CALLERS then
+            qc[n] = S.current
+            return (co_yield())
+        end
+        bi:clear()
+        for i = 1, n do bi:add_mixed(q1[i], q2[i], q3[i]) end
+        assert(sess:score(bi, out))
+        local nxt, nxv, nxr, nn = S.nxt, S.nxv, S.nxr, S.nnxt
+        for i = 1, n - 1 do nn = nn + 1; nxt[nn], nxv[nn], nxr[nn] = qc[i], out[i - 1], false end
+        S.nnxt = nn
+        n = 0
+        return out[CALLERS - 1]
+    end
+    for c = 1, CALLERS do
+        S:spawn(function()
+            for k = 1, rounds do local r = ROW(c, k); local p = score(r[1], r[2], r[3]); if not p then error("no answer") end end
+        end)
+    end
+    local s = now_us()
+    S:run()
+    local wall = now_us() - s
+    bi:close()
+    return wall
+end
+
 local alone = closed_loop_alone(LAT_ROUNDS)
 local alone_resp_p50 = median(alone.resp)
 note("64 callers without a batcher (1-row batches, round robin): %.0f rows/s, response time p50 %.1f us, in-call p50 %.2f us",
@@ -225,11 +269,13 @@ note("64 callers without a batcher (1-row batches, round robin): %.0f rows/s, re
 local function closed_point(max_rows, delay, rounds, trials)
     local ratios, b_rps, p_rps, st = {}, {}, {}, nil
     local best_b, best_p, cpu_b, cpu_p = 0, 0, huge, huge
+    local best_i = 0                          -- the coroutine floor (max_rows 64 only)
     for t = 1, trials do
         local pw, pc = one_batch_wall(rounds)
         local r = closed_loop(max_rows, delay, rounds, false)
         st = r.stats
         local n = CALLERS * rounds
+        if max_rows == CALLERS then best_i = max(best_i, n / ideal_loop(rounds) * 1e6) end
         b_rps[t], p_rps[t] = n / r.wall * 1e6, n / pw * 1e6
         ratios[t] = b_rps[t] / p_rps[t]
         best_b, best_p = max(best_b, b_rps[t]), max(best_p, p_rps[t])
@@ -243,6 +289,9 @@ local function closed_point(max_rows, delay, rounds, trials)
     local alone_p50 = median(al.resp)
     return { max_rows = max_rows, max_delay_us = delay, callers = CALLERS, rows_per_trial = CALLERS * rounds, trials = trials,
              rows_per_s = best_b, one_batch_rows_per_s = best_p,
+             floor_rows_per_s = best_i > 0 and best_i or nil,
+             floor_vs_one_batch = best_i > 0 and best_i / best_p or nil,
+             throughput_vs_floor = best_i > 0 and best_b / best_i or nil,
              throughput_vs_one_batch = best_b / best_p, throughput_vs_one_batch_median = median(ratios),
              throughput_vs_one_batch_cpu = cpu_p / cpu_b,
              batcher_ns_per_row = 1e9 / best_b, one_batch_ns_per_row = 1e9 / best_p,
@@ -300,9 +349,9 @@ local headline, curve_256, curve_open = {}, {}, {}
 for _, d in ipairs(DELAYS) do
     local r = closed_point(64, d, ROUNDS, TRIALS)
     headline[#headline + 1] = r
-    note("closed loop, max_rows 64, max_delay %5d us: best %8.0f rows/s = %.0f%% of one batch's best (median of pairs %.0f%%, process CPU time %.0f%%); response p50 %.1f us (added %+.1f us), in-call p50 %.1f us, mean batch %.1f",
+    note("closed loop, max_rows 64, max_delay %5d us: best %8.0f rows/s = %.0f%% of one batch's best (median of pairs %.0f%%, process CPU time %.0f%%; the coroutine floor: %.0f%%); response p50 %.1f us (added %+.1f us), in-call p50 %.1f us, mean batch %.1f",
          d, r.rows_per_s, 100 * r.throughput_vs_one_batch, 100 * r.throughput_vs_one_batch_median, 100 * r.throughput_vs_one_batch_cpu,
-         r.response_p50_us, r.added_latency_p50_us, r.in_call_p50_us, r.mean_batch)
+         100 * r.floor_vs_one_batch, r.response_p50_us, r.added_latency_p50_us, r.in_call_p50_us, r.mean_batch)
 end
 for _, d in ipairs(DELAYS) do
     local r = closed_point(256, d, opt.quick and 10 or 40, opt.quick and 2 or 5)
@@ -361,6 +410,7 @@ local doc = {
         response_us = "closed loop: time between a caller's consecutive answers (zero think time: the request's response time)",
         added_latency_p50_us = "closed loop: response p50 with the batcher - response p50 of the same 64 callers without a batcher; open loop: latency p50 (from the scheduled arrival) - the same without a batcher",
         in_call_us = "from the call to b:score to its return in the caller",
+        floor_vs_one_batch = "the coroutine floor (ideal_loop: a minimal batcher on the same scheduler, same rows, add and score; no policy) over one_batch, best trials: the ceiling for any batcher whose callers are coroutines",
         hold_us = "from a row's arrival to its batch's dispatch (batcher timing = true): what max_delay_us bounds" },
     targets = { throughput_vs_one_batch = ">= 0.8 (64 callers, 1 row each)", added_latency_p50 = "<= max_delay_us" },
     throughput_met_at_every_delay = all_tp, latency_met_at_every_delay = all_lat,
@@ -375,14 +425,15 @@ f:close()
 
 print(fmt("bench_batcher on %s, device %s (%s); one batch of 64: %.1f us; one row alone: %.2f us; 64 callers without a batcher: response p50 %.1f us",
           doc.machine.cpu, opt.device, sess:last_device(), t_batch, t_single, alone_resp_p50))
-print(fmt("%-9s %-12s %11s %9s %9s %11s %11s %12s %11s %10s %10s", "max_rows", "max_delay_us", "rows/s", "vs batch", "(cpu)",
+print(fmt("%-9s %-12s %11s %9s %9s %9s %11s %11s %12s %11s %10s %10s", "max_rows", "max_delay_us", "rows/s", "vs batch", "(cpu)", "floor",
           "resp p50", "added p50", "resp p99", "in-call p50", "hold p99", "mean batch"))
 for _, group in ipairs({ headline, curve_256 }) do
     for _, r in ipairs(group) do
         -- (the process's CPU time says nothing where batches wait for the delay: headline only)
         local cpu = group == headline and fmt("%8.0f%%", 100 * r.throughput_vs_one_batch_cpu) or fmt("%9s", "-")
-        print(fmt("%-9d %-12d %11.0f %8.0f%% %s %11.1f %+11.1f %12.1f %11.1f %10.1f %10.1f", r.max_rows, r.max_delay_us,
-                  r.rows_per_s, 100 * r.throughput_vs_one_batch, cpu, r.response_p50_us,
+        local fl = r.floor_vs_one_batch and fmt("%8.0f%%", 100 * r.floor_vs_one_batch) or fmt("%9s", "-")
+        print(fmt("%-9d %-12d %11.0f %8.0f%% %s %s %11.1f %+11.1f %12.1f %11.1f %10.1f %10.1f", r.max_rows, r.max_delay_us,
+                  r.rows_per_s, 100 * r.throughput_vs_one_batch, cpu, fl, r.response_p50_us,
                   r.added_latency_p50_us, r.response_p99_us, r.in_call_p50_us, r.hold_p99_us, r.mean_batch))
     end
 end
@@ -390,6 +441,15 @@ print(fmt("%-10s %-12s %12s %14s %11s %14s %10s", "open rate", "max_delay_us", "
 for _, r in ipairs(curve_open) do
     print(fmt("%-10d %-12d %12.0f %14.1f %+11.1f %14.1f %10.1f", r.rate, r.max_delay_us, r.achieved_rows_per_s,
               r.latency_p50_us, r.added_latency_p50_us, r.latency_p99_us, r.mean_batch))
+end
+do
+    local lo, hi, flo, fhi = huge, 0, huge, 0
+    for _, r in ipairs(headline) do
+        lo, hi = min(lo, r.throughput_vs_one_batch), max(hi, r.throughput_vs_one_batch)
+        flo, fhi = min(flo, r.floor_vs_one_batch), max(fhi, r.floor_vs_one_batch)
+    end
+    print(fmt("batcher %.0f-%.0f%% of one batch; the coroutine floor (a minimal batcher, same rows and scheduler) %.0f-%.0f%%",
+              100 * lo, 100 * hi, 100 * flo, 100 * fhi))
 end
 print(fmt("64 callers x 1 row, max_rows 64: throughput >= 80%% of one batch at every delay: %s; median added latency <= max delay at every delay: %s",
           all_tp and "met" or "MISSED", all_lat and "met" or "MISSED"))
