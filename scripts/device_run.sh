@@ -3,7 +3,12 @@
 # Run there from the repository root, with .devdeps carried (see ../shared/device/README.md):
 #   export WISP_COMMIT=<git rev-parse --short HEAD, computed here> &&
 #   source .devdeps/env.sh && scripts/device_run.sh [STAGE...]
-# Stages (default: all, in this order): test bench_gpu bench_cpu seed sanitize batcher demo
+# Stages (default: all but xf, tfreplay, nvtx, nginx, in this order): test bench_gpu bench_cpu seed
+#   sanitize batcher xf tfreplay demo nvtx nginx
+#   xf: the GPU transform's tests and bench with the packing (default) and the direct-copy
+#       (WISP_GPU_XF_DIRECT=1) score_raw paths; tfreplay: spec/interop/tf_parity.py --replay
+#       build/tfkeep (carry build/tfkeep); nvtx: Nsight Systems over `wisp score --device gpu:0`
+#       (the NVTX ranges by name); nginx: scripts/bench_nginx.sh on the GPU and, pinned, the CPU.
 # (the device's copy of the tree has no .git, so the results record WISP_COMMIT)
 # Logs and JSON results go to build/device_out and scripts/results/, and as one archive to $OUT.
 set -uo pipefail
@@ -53,12 +58,54 @@ if want sanitize; then
 fi
 if want batcher; then
     step "bench_batcher.lua on the GPU"
-    timeout 60 build/wisp run scripts/bench_batcher.lua --device gpu:0 --label h200 > "$out/batcher.log" 2>&1
+    timeout 90 build/wisp run scripts/bench_batcher.lua --device gpu:0 --label h200 > "$out/batcher.log" 2>&1
     tail -20 "$out/batcher.log"
+    step "bench_batcher.lua on the host CPU"
+    timeout 90 build/wisp run scripts/bench_batcher.lua --device cpu --label h200-cpu > "$out/batcher_cpu.log" 2>&1
+    tail -20 "$out/batcher_cpu.log"
+fi
+if want xf; then
+    for d in 0 1; do
+        step "GPU transform, WISP_GPU_XF_DIRECT=$d"
+        make BUILD=build build/test/test_transform_gpu > /dev/null 2>&1
+        WISP_GPU_XF_DIRECT=$d WISP_TEST_GPU=1 timeout 120 build/test/test_transform_gpu 2>&1 | tail -2
+        WISP_GPU_XF_DIRECT=$d timeout 150 python3 scripts/bench_transform_gpu.py --lib build/libwisp.so \
+            --label "h200-direct$d" --cpu-repeat 2 > "$out/xf_direct$d.log" 2>&1
+        tail -6 "$out/xf_direct$d.log"
+    done
+fi
+if want tfreplay; then
+    step "tf_parity.py --replay build/tfkeep (TensorFlow and Keras models, every device, score and score_raw)"
+    if [ -d build/tfkeep ]; then WISP_LIB=$PWD/build/libwisp.so timeout 120 python3 spec/interop/tf_parity.py --replay build/tfkeep 2>&1 | tail -8
+    else echo "build/tfkeep missing (carry it)"; fi
 fi
 if want demo; then
     step demo
     timeout 45 make BUILD=build demo 2>&1 | tail -12 | tee "$out/demo.log"
+fi
+if want nvtx; then
+    step "Nsight Systems: NVTX ranges of wisp score --device gpu:0"
+    nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -n 1)
+    data=$(ls build/demo/data_*.libsvm 2>/dev/null | head -n 1)
+    if [ -z "$nsys" ]; then echo "nsys not found"
+    elif [ -z "$data" ]; then echo "no demo data (run the demo stage first)"
+    else
+        timeout 120 "$nsys" profile -t cuda,nvtx -o "$out/wisp_score" --force-overwrite true \
+            build/wisp score -m build/demo/model.wisp --device gpu:0 --batch 50000 -o /dev/null "$data" > "$out/nsys.log" 2>&1
+        tail -3 "$out/nsys.log"
+        for r in nvtx_sum nvtxsum; do
+            timeout 60 "$nsys" stats --report $r --format csv "$out/wisp_score.nsys-rep" > "$out/nvtx.csv" 2>&1
+            grep -q "wisp" "$out/nvtx.csv" && break
+        done
+        head -20 "$out/nvtx.csv"
+    fi
+fi
+if want nginx; then
+    step "bench_nginx.sh on the GPU (1 worker) and, pinned, on the CPU (2 workers)"
+    timeout 240 scripts/bench_nginx.sh --device gpu --workers 1 --label h200-gpu --million ${WISP_NGINX_GPU_OPTS:-} > "$out/nginx_gpu.log" 2>&1
+    tail -15 "$out/nginx_gpu.log"
+    timeout 240 scripts/bench_nginx.sh --device cpu --label h200-cpu ${WISP_NGINX_CPU_OPTS:---pin} > "$out/nginx_cpu.log" 2>&1
+    tail -15 "$out/nginx_cpu.log"
 fi
 snapshot
 echo "=== done ($(date +%T))"
