@@ -500,6 +500,9 @@ static int prepare(void *sctx, const wisp_raw *r, size_t out_bytes, xf **px, str
 
 struct xchunk { size_t r0, r1, base, bytes; uint32_t lo[64], hi[64]; };
 
+/* the string offsets of a string input that holds no value (wisp_raw allocates them with the first) */
+static const uint32_t no_strings[1] = { 0 };
+
 static uintptr_t biased(const char *base, size_t off, size_t index_bias)
 {
     return (uintptr_t)base + off - index_bias;
@@ -580,7 +583,10 @@ int wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *
             q->lo[i] = (uint32_t)a;
             q->hi[i] = (uint32_t)z;
             if (in->sparse) b += al((q->r1 - q->r0 + 1) * 4);
-            if (in->dtype == WISP_INPUT_STRING) b += al((z - a + 1) * 4) + al(ri->str_off[z] - ri->str_off[a] + 8);
+            if (in->dtype == WISP_INPUT_STRING) {
+                const uint32_t *so = ri->str_off ? ri->str_off : no_strings;   /* a string input with no value yet */
+                b += al((z - a + 1) * 4) + al(so[z] - so[a] + 8);
+            }
             else b += al((z - a) * (in->dtype == WISP_INPUT_INT64 ? 8 : 4) + 1);
         }
         q->bytes = b;
@@ -650,11 +656,12 @@ int wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *
             }
             if (in->dtype == WISP_INPUT_STRING) {
                 t->str_off = (const uint32_t *)biased(d, b, a * 4);
-                st |= add_seg(pin[i] & 4 ? &dsh : &sh, h + b, ri->str_off + a, (z - a + 1) * 4);
+                const uint32_t *so = ri->str_off ? ri->str_off : no_strings;   /* NULL: no value, a == z == 0 */
+                st |= add_seg(pin[i] & 4 ? &dsh : &sh, h + b, so + a, (z - a + 1) * 4);
                 b += al((z - a + 1) * 4);
-                t->vals = (const void *)biased(d, b, ri->str_off[a]);
-                st |= add_seg(pin[i] & 2 ? &dsh : &sh, h + b, ri->bytes + ri->str_off[a], ri->str_off[z] - ri->str_off[a]);
-                b += al(ri->str_off[z] - ri->str_off[a] + 8);
+                t->vals = (const void *)biased(d, b, so[a]);
+                if (so[z] > so[a]) st |= add_seg(pin[i] & 2 ? &dsh : &sh, h + b, ri->bytes + so[a], so[z] - so[a]);
+                b += al(so[z] - so[a] + 8);
             } else {
                 const size_t elt = in->dtype == WISP_INPUT_INT64 ? 8 : 4;
                 t->vals = (const void *)biased(d, b, a * elt);

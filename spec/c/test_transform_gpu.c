@@ -283,6 +283,67 @@ static void test_misuse(wisp_engine *eng)
     wisp_columns_free(c);
 }
 
+/* sparse inputs that hold no value in any row (a string input's offsets are never
+ * allocated then): score_raw and transform on the session's device answer as the CPU
+ * does. (score_raw on the GPU read the missing offsets: a crash, found by a random seed.) */
+static void test_empty_sparse(wisp_engine *eng, const char *dev)
+{
+    const char *spec = "{\"format\":\"wisp-columns\",\"version\":1,\"inputs\":["
+                       "{\"name\":\"s\",\"dtype\":\"string\"},{\"name\":\"t\",\"dtype\":\"string\",\"sparse\":true},"
+                       "{\"name\":\"j\",\"dtype\":\"int64\",\"sparse\":true}],\"columns\":["
+                       "{\"name\":\"s\",\"type\":\"hash_bucket\",\"key\":\"s\",\"buckets\":8,\"offset\":0},"
+                       "{\"name\":\"t\",\"type\":\"hash_bucket\",\"key\":\"t\",\"buckets\":8,\"offset\":8},"
+                       "{\"name\":\"j\",\"type\":\"hash_bucket\",\"key\":\"j\",\"buckets\":8,\"offset\":16}]}";
+    wisp_columns *c = NULL;
+    CHECK_OK(wisp_columns_parse(spec, strlen(spec), &c));
+    float w[24];
+    for (int i = 0; i < 24; i++) w[i] = 0.01f * (float)(i + 1);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/wisp_xf_e_%d.wisp", (int)getpid());
+    CHECK_OK(wisp_model_write(path, w, 24, 0, WISP_F32, NULL, NULL));
+    wisp_model *m = NULL;
+    CHECK_OK(wisp_model_load(eng, path, &m));
+    unlink(path);
+    wisp_session *s = NULL, *sc = NULL;
+    wisp_raw *r = NULL;
+    wisp_batch *ref = NULL, *got = NULL;
+    CHECK_OK(wisp_session_new(eng, m, dev, &s));
+    CHECK_OK(wisp_session_new(eng, m, "cpu", &sc));
+    CHECK_OK(wisp_raw_new(eng, c, &r));
+    CHECK_OK(wisp_batch_new(eng, &ref));
+    CHECK_OK(wisp_batch_new(eng, &got));
+    if (!s || !sc || !r || !ref || !got) goto done;
+    for (int chunked = 0; chunked < 2; chunked++) {
+        if (chunked) setenv("WISP_GPU_XF_CHUNK_ROWS", "2", 1);
+        else unsetenv("WISP_GPU_XF_CHUNK_ROWS");
+        float o1[5], o2[5];
+        wisp_raw_clear(r);
+        for (int i = 0; i < 5; i++) {
+            CHECK_OK(wisp_raw_row_begin(r, 0));
+            CHECK_OK(wisp_raw_add_string(r, 0, "abc", (size_t)(i % 4)));
+            CHECK_OK(wisp_raw_row_end(r));
+        }
+        CHECK_OK(wisp_session_score_raw(sc, r, o1));
+        CHECK_OK(wisp_session_score_raw(s, r, o2));
+        for (int i = 0; i < 5; i++) CHECK_MSG(o1[i] == o2[i], "row %d: cpu %.9g, %s %.9g", i, o1[i], dev, o2[i]);
+        wisp_batch_clear(ref);
+        wisp_batch_clear(got);
+        CHECK_OK(wisp_transform(r, ref));
+        CHECK_OK(wisp_session_transform(s, r, got));
+        char why[128] = "";
+        CHECK_MSG(same_batches(ref, got, why, sizeof why), "empty sparse inputs transform differently on %s (%s)", dev, why);
+    }
+    unsetenv("WISP_GPU_XF_CHUNK_ROWS");
+done:
+    wisp_batch_free(ref);
+    wisp_batch_free(got);
+    wisp_raw_free(r);
+    wisp_session_free(s);
+    wisp_session_free(sc);
+    wisp_model_free(m);
+    wisp_columns_free(c);
+}
+
 int main(void)
 {
     const char *seed = getenv("WISP_TEST_SEED");
@@ -303,6 +364,7 @@ int main(void)
     } else {
         run(eng, 1, quick);
     }
+    test_empty_sparse(eng, n ? "gpu" : "cpu");
     test_misuse(eng);
     wisp_engine_free(eng);
     return CHECK_DONE("test_transform_gpu");
