@@ -3,6 +3,7 @@
 #define WISP_INTERNAL_H
 
 #include "wisp.h"
+#include "farmhash.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -383,59 +384,10 @@ struct wisp_raw {
     uint32_t *sparse_idx; size_t nsparse;
 };
 
-/* TensorFlow's FingerprintCat64, inline for the transform's loops
- * (wisp_fingerprint_cat64 is the same function, exported). */
-static inline uint64_t wisp__cat64(uint64_t fp1, uint64_t fp2)
-{
-    const uint64_t kMul = 0xc6a4a7935bd1e995ull;
-    uint64_t r = fp1 ^ kMul;
-    uint64_t m = fp2 * kMul;
-    r ^= (m ^ (m >> 47)) * kMul;
-    r *= kMul;
-    r = (r ^ (r >> 47)) * kMul;
-    return r ^ (r >> 47);
-}
-
-/* Fingerprint64 of a string of at most 16 bytes (farmhashna's HashLen0to16),
- * inline for the transform's loops; farmhash.c has the whole function. */
-static inline uint64_t wisp__fp64_short(const char *s, size_t len)
-{
-    const uint64_t k0 = 0xc3a5c85c97cb3127ull, k2 = 0x9ae16a3b2f90404full;
-    if (len >= 8) {
-        uint64_t mul = k2 + len * 2, a, b;
-        memcpy(&a, s, 8);
-        memcpy(&b, s + len - 8, 8);
-        a += k2;
-        uint64_t c = ((b >> 37) | (b << 27)) * mul + a;
-        uint64_t d = (((a >> 25) | (a << 39)) + b) * mul;
-        uint64_t x = (c ^ d) * mul;
-        x ^= x >> 47;
-        uint64_t y = (d ^ x) * mul;
-        y ^= y >> 47;
-        return y * mul;
-    }
-    if (len >= 4) {
-        uint64_t mul = k2 + len * 2;
-        uint32_t a32, b32;
-        memcpy(&a32, s, 4);
-        memcpy(&b32, s + len - 4, 4);
-        uint64_t u = len + ((uint64_t)a32 << 3), v = b32;
-        uint64_t x = (u ^ v) * mul;
-        x ^= x >> 47;
-        uint64_t y = (v ^ x) * mul;
-        y ^= y >> 47;
-        return y * mul;
-    }
-    if (len > 0) {
-        uint8_t a = (uint8_t)s[0], b = (uint8_t)s[len >> 1], c = (uint8_t)s[len - 1];
-        uint32_t y = (uint32_t)a + ((uint32_t)b << 8);
-        uint32_t z = (uint32_t)len + ((uint32_t)c << 2);
-        uint64_t r = y * k2 ^ z * k0;
-        return (r ^ (r >> 47)) * k2;
-    }
-    return k2;
-}
-
+/* TensorFlow's Fingerprint64 and FingerprintCat64 (farmhash.h): wisp__cat64
+ * and wisp__fp64_short (at most 16 bytes) inline for the transform's loops;
+ * wisp_fingerprint64/wisp_fingerprint_cat64 (farmhash.c) are the same, exported.
+ * Longer strings call the exported function. */
 static inline uint64_t wisp__fp64(const char *s, size_t len)
 {
     return len <= 16 ? wisp__fp64_short(s, len) : wisp_fingerprint64(s, len);

@@ -10,6 +10,7 @@
 // the cross before later keys can make the row bad), so a row is bad here
 // exactly when it is bad there. Float arithmetic is float32 with explicit
 // round-to-nearest intrinsics (no FMA contraction), as the CPU computes it.
+#include "farmhash.h" // Fingerprint64 (wisp__fingerprint64) and FingerprintCat64 (wisp__cat64), as on the CPU
 #include "transform.cuh"
 #include "wisp.h"
 
@@ -25,158 +26,6 @@ enum { NORM_NONE = 0, NORM_STANDARD = 1, NORM_AFFINE = 2 };
 constexpr int BLOCK = 128;
 constexpr uint32_t MAX_ROW = WISP_MAX_ROW_FEATURES;
 
-// ---- FarmHash (farmhashna::Hash64 = TensorFlow's Fingerprint64), as engine/farmhash.c ----------
-
-constexpr uint64_t k0 = 0xc3a5c85c97cb3127ull;
-constexpr uint64_t k1 = 0xb492b66fbe98f273ull;
-constexpr uint64_t k2 = 0x9ae16a3b2f90404full;
-
-__device__ __forceinline__ uint64_t fetch64(const char *p)
-{
-    const unsigned char *q = reinterpret_cast<const unsigned char *>(p);
-    if ((reinterpret_cast<uintptr_t>(q) & 7) == 0) return *reinterpret_cast<const uint64_t *>(q);
-    uint64_t v = 0;
-#pragma unroll
-    for (int i = 7; i >= 0; i--) v = (v << 8) | q[i];
-    return v;
-}
-__device__ __forceinline__ uint64_t fetch32(const char *p)
-{
-    const unsigned char *q = reinterpret_cast<const unsigned char *>(p);
-    return static_cast<uint64_t>(q[0]) | static_cast<uint64_t>(q[1]) << 8 | static_cast<uint64_t>(q[2]) << 16 |
-           static_cast<uint64_t>(q[3]) << 24;
-}
-__device__ __forceinline__ uint64_t rot(uint64_t v, int s) { return (v >> s) | (v << (64 - s)); }
-__device__ __forceinline__ uint64_t shift_mix(uint64_t v) { return v ^ (v >> 47); }
-
-__device__ __forceinline__ uint64_t hash_len16(uint64_t u, uint64_t v, uint64_t mul)
-{
-    uint64_t a = (u ^ v) * mul;
-    a ^= a >> 47;
-    uint64_t b = (v ^ a) * mul;
-    b ^= b >> 47;
-    return b * mul;
-}
-
-__device__ uint64_t hash_len0to16(const char *s, uint32_t len)
-{
-    if (len >= 8) {
-        uint64_t mul = k2 + len * 2;
-        uint64_t a = fetch64(s) + k2;
-        uint64_t b = fetch64(s + len - 8);
-        uint64_t c = rot(b, 37) * mul + a;
-        uint64_t d = (rot(a, 25) + b) * mul;
-        return hash_len16(c, d, mul);
-    }
-    if (len >= 4) {
-        uint64_t mul = k2 + len * 2;
-        uint64_t a = fetch32(s);
-        return hash_len16(len + (a << 3), fetch32(s + len - 4), mul);
-    }
-    if (len > 0) {
-        uint8_t a = static_cast<uint8_t>(s[0]), b = static_cast<uint8_t>(s[len >> 1]), c = static_cast<uint8_t>(s[len - 1]);
-        uint32_t y = static_cast<uint32_t>(a) + (static_cast<uint32_t>(b) << 8);
-        uint32_t z = len + (static_cast<uint32_t>(c) << 2);
-        return shift_mix(y * k2 ^ z * k0) * k2;
-    }
-    return k2;
-}
-
-__device__ uint64_t hash_len17to32(const char *s, uint32_t len)
-{
-    uint64_t mul = k2 + len * 2;
-    uint64_t a = fetch64(s) * k1;
-    uint64_t b = fetch64(s + 8);
-    uint64_t c = fetch64(s + len - 8) * mul;
-    uint64_t d = fetch64(s + len - 16) * k2;
-    return hash_len16(rot(a + b, 43) + rot(c, 30) + d, a + rot(b + k2, 18) + c, mul);
-}
-
-__device__ uint64_t hash_len33to64(const char *s, uint32_t len)
-{
-    uint64_t mul = k2 + len * 2;
-    uint64_t a = fetch64(s) * k2;
-    uint64_t b = fetch64(s + 8);
-    uint64_t c = fetch64(s + len - 8) * mul;
-    uint64_t d = fetch64(s + len - 16) * k2;
-    uint64_t y = rot(a + b, 43) + rot(c, 30) + d;
-    uint64_t z = hash_len16(y, a + rot(b + k2, 18) + c, mul);
-    uint64_t e = fetch64(s + 16) * mul;
-    uint64_t f = fetch64(s + 24);
-    uint64_t g = (y + fetch64(s + len - 32)) * mul;
-    uint64_t h = (z + fetch64(s + len - 24)) * mul;
-    return hash_len16(rot(e + f, 43) + rot(g, 30) + h, e + rot(f + a, 18) + g, mul);
-}
-
-__device__ __forceinline__ void weak32(const char *s, uint64_t a, uint64_t b, uint64_t &first, uint64_t &second)
-{
-    uint64_t w = fetch64(s), x = fetch64(s + 8), y = fetch64(s + 16), z = fetch64(s + 24);
-    a += w;
-    b = rot(b + a + z, 21);
-    uint64_t c = a;
-    a += x;
-    a += y;
-    b += rot(a, 44);
-    first = a + z;
-    second = b + c;
-}
-
-__device__ uint64_t hash_long(const char *s, uint32_t len)
-{
-    const uint64_t seed = 81;
-    uint64_t x = seed;
-    uint64_t y = seed * k1 + 113;
-    uint64_t z = shift_mix(y * k2 + 113) * k2;
-    uint64_t v1 = 0, v2 = 0, w1 = 0, w2 = 0, t;
-    x = x * k2 + fetch64(s);
-    const char *end = s + ((len - 1) / 64) * 64;
-    const char *last64 = end + ((len - 1) & 63) - 63;
-    do {
-        x = rot(x + y + v1 + fetch64(s + 8), 37) * k1;
-        y = rot(y + v2 + fetch64(s + 48), 42) * k1;
-        x ^= w2;
-        y += v1 + fetch64(s + 40);
-        z = rot(z + w1, 33) * k1;
-        weak32(s, v2 * k1, x + w1, v1, v2);
-        weak32(s + 32, z + w2, y + fetch64(s + 16), w1, w2);
-        t = z; z = x; x = t;
-        s += 64;
-    } while (s != end);
-    uint64_t mul = k1 + ((z & 0xff) << 1);
-    s = last64;
-    w1 += (len - 1) & 63;
-    v1 += w1;
-    w1 += v1;
-    x = rot(x + y + v1 + fetch64(s + 8), 37) * mul;
-    y = rot(y + v2 + fetch64(s + 48), 42) * mul;
-    x ^= w2 * 9;
-    y += v1 * 9 + fetch64(s + 40);
-    z = rot(z + w1, 33) * mul;
-    weak32(s, v2 * mul, x + w1, v1, v2);
-    weak32(s + 32, z + w2, y + fetch64(s + 16), w1, w2);
-    t = z; z = x; x = t;
-    return hash_len16(hash_len16(v1, w1, mul) + shift_mix(y) * k0 + z, hash_len16(v2, w2, mul) + x, mul);
-}
-
-__device__ uint64_t fingerprint64(const char *s, uint32_t len)
-{
-    if (len <= 16) return hash_len0to16(s, len);
-    if (len <= 32) return hash_len17to32(s, len);
-    if (len <= 64) return hash_len33to64(s, len);
-    return hash_long(s, len);
-}
-
-__device__ __forceinline__ uint64_t cat64(uint64_t fp1, uint64_t fp2)
-{
-    const uint64_t kMul = 0xc6a4a7935bd1e995ull;
-    uint64_t r = fp1 ^ kMul;
-    uint64_t m = fp2 * kMul;
-    r ^= (m ^ (m >> 47)) * kMul;
-    r *= kMul;
-    r = (r ^ (r >> 47)) * kMul;
-    return r ^ (r >> 47);
-}
-
 // Fingerprint64 of the decimal string of v (TensorFlow's as_string before hashing an integer).
 __device__ uint64_t fp_int(int64_t v)
 {
@@ -187,7 +36,7 @@ __device__ uint64_t fp_int(int64_t v)
     uint32_t k = 0;
     if (v < 0) buf[k++] = '-';
     while (n) buf[k++] = tmp[--n];
-    return fingerprint64(buf, k);
+    return wisp__fingerprint64(buf, k);
 }
 
 __device__ __forceinline__ uint64_t mix64(uint64_t x)
@@ -414,7 +263,7 @@ __device__ bool eval_column(const Row &R, const wisp_tcol &col, V &v)
             uint64_t h = nd.hash_key;
             for (uint32_t q = 0; q < nk; q++) {
                 key_open(R, keys[q], k);
-                h = cat64(h, key_value(R, k, 0));
+                h = wisp__cat64(h, key_value(R, k, 0));
             }
             v.binary(col.offset + fastmod(h, nd));
             return true;
@@ -426,7 +275,7 @@ __device__ bool eval_column(const Row &R, const wisp_tcol &col, V &v)
                 div /= k.count;
                 uint32_t i = static_cast<uint32_t>(rem / div);
                 rem -= static_cast<uint64_t>(i) * div;
-                h = cat64(h, key_value(R, k, i));
+                h = wisp__cat64(h, key_value(R, k, i));
             }
             v.binary(col.offset + fastmod(h, nd));
         }
@@ -602,7 +451,7 @@ __global__ void __launch_bounds__(BLOCK) fp_kernel(const FpJobs jobs)
         const FpJob &jb = jobs.j[lo];
         const uint32_t i = g - jb.start;
         const uint32_t a = jb.off[i], z = jb.off[i + 1];
-        jb.fp[i] = fingerprint64(jb.bytes + a, z > a ? z - a : 0);
+        jb.fp[i] = wisp__fingerprint64(jb.bytes + a, z > a ? z - a : 0);
     }
 }
 

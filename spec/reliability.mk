@@ -17,7 +17,7 @@ REL_PKGS     := clang libclang-rt-dev valgrind
 
 # library sources for the sanitizer builds: no CLI, never the CUDA backend
 SAN_SRC   := $(filter-out engine/cli%.c engine/cuda.c,$(wildcard engine/*.c))
-SAN_HDR   := engine/include/wisp.h engine/internal.h
+SAN_HDR   := engine/include/wisp.h engine/internal.h engine/farmhash.h
 SAN_TESTS := $(patsubst spec/c/%.c,%,$(wildcard spec/c/test_*.c))
 FUZZ_SRC  := $(wildcard spec/fuzz/fuzz_*.c)
 FUZZ_TARGETS := $(patsubst spec/fuzz/%.c,%,$(FUZZ_SRC))
