@@ -18,7 +18,11 @@ describe("wisp repl (through a terminal)", function()
     local sock = "wisp-repl-spec-" .. tostring(os.time()) .. "-" .. tostring(math.random(1e6))
     local home
 
-    local function tmux(args) return sh("tmux -L " .. sock .. " " .. args) end
+    -- tmux runs with the system's libraries: an LD_LIBRARY_PATH meant for wisp (the GPU
+    -- machine's unpacked Debian packages) can carry an older libtinfo than tmux needs;
+    -- the REPL inside gets it back explicitly
+    local ldp = os.getenv("LD_LIBRARY_PATH")
+    local function tmux(args) return sh((ldp and "env -u LD_LIBRARY_PATH " or "") .. "tmux -L " .. sock .. " " .. args) end
     local function screen() return tmux("capture-pane -p -J -S -400 -t repl") end
     local function send(text)
         tmux("send-keys -t repl -l " .. string.format("%q", text))
@@ -50,7 +54,8 @@ describe("wisp repl (through a terminal)", function()
         os.remove(home)
         assert(os.execute("mkdir -p " .. home) == 0)
         local model = (H.random_model(wisp, 4000))
-        tmux(string.format("new-session -d -s repl -x 200 -y 60 'env HOME=%s %s repl %s'", home, WISP, model))
+        tmux(string.format("new-session -d -s repl -x 200 -y 60 'env HOME=%s%s %s repl %s'", home,
+                           ldp and (" LD_LIBRARY_PATH=" .. ldp) or "", WISP, model))
         expect("wisp>")
     end)
 
