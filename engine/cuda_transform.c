@@ -7,11 +7,13 @@
  * the probabilities (score_raw) or the CSR ids (transform).
  *
  * wisp_raw's arrays are owned by columns.c; from 256 KB on they are pinned
- * (wisp_host_alloc) while the GPU backend is live. With WISP_GPU_XF_DIRECT=1
- * (opt-in: not yet run on a device) score_raw copies a pinned array's slice
- * to the device straight from where it is (one copy per array and chunk, no
- * host pass over the bytes); otherwise arrays are packed into a pinned staging
- * buffer by the engine's threads (256 KB tasks) and copied from there. When
+ * (wisp_host_alloc) while the GPU backend is live. score_raw copies a pinned
+ * array's slice to the device straight from where it is (one copy per array
+ * and chunk, no host pass over the bytes); the other arrays are packed into a
+ * pinned staging buffer by the engine's threads (256 KB tasks) and copied from
+ * there. H200, 200k rows x 26 inputs (scripts/bench_transform_gpu.py, both in
+ * one device call): 2.84 ms a call direct, 3.21 ms packing everything
+ * (WISP_GPU_XF_DIRECT=0, which turns the direct copies off). When
  * no array is pinned, a chunk is packed whole and moves in one copy. The
  * transform path (ids back) always packs: groups of segments, each group's
  * copy queued as soon as it is packed, so the packing of the next group
@@ -618,16 +620,15 @@ int wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *
      * (pin[i]: 1 row_ptr, 2 vals or string bytes, 4 string offsets) */
     unsigned char pin[64];
     int direct = 0;
-    /* "1": copy pinned slices directly. Opt-in until it has run on a device:
-     * it was written when no GPU time was left (2026-11-29); the packing path
-     * is the one measured and checked on the H200. */
+    /* WISP_GPU_XF_DIRECT=0: pack every array (the path before direct copies, kept to compare) */
     const char *dx = getenv("WISP_GPU_XF_DIRECT");
+    const int allow_direct = !(dx && strcmp(dx, "0") == 0);
     for (size_t i = 0; i < ni; i++) {
         const struct wisp_input *in = &c->inputs[i];
         const struct wisp_raw_input *ri = &r->in[i];
         const int str = in->dtype == WISP_INPUT_STRING;
         pin[i] = 0;
-        if (!dx || strcmp(dx, "1")) continue;
+        if (!allow_direct) continue;
         if (in->sparse && pinned_host(ri->row_ptr)) pin[i] |= 1;
         if (pinned_host(str ? (const void *)ri->bytes : ri->vals)) pin[i] |= 2;
         if (str && pinned_host(ri->str_off)) pin[i] |= 4;

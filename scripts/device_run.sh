@@ -5,8 +5,8 @@
 #   source .devdeps/env.sh && scripts/device_run.sh [STAGE...]
 # Stages (default: all but xf, tfreplay, nvtx, nginx, in this order): test bench_gpu bench_cpu seed
 #   sanitize batcher xf tfreplay demo nvtx nginx
-#   xf: the GPU transform's tests and bench with the packing (default) and the direct-copy
-#       (WISP_GPU_XF_DIRECT=1) score_raw paths; tfreplay: spec/interop/tf_parity.py --replay
+#   xf: the GPU transform's tests and bench with score_raw packing every array
+#       (WISP_GPU_XF_DIRECT=0) and copying pinned arrays directly (the default, =1); tfreplay: spec/interop/tf_parity.py --replay
 #       build/tfkeep (carry build/tfkeep); nvtx: Nsight Systems over `wisp score --device gpu:0`
 #       (the NVTX ranges by name); nginx: scripts/bench_nginx.sh on the GPU and, pinned, the CPU.
 # (the device's copy of the tree has no .git, so the results record WISP_COMMIT)
