@@ -261,6 +261,20 @@ local function ideal_loop(rounds)
     return wall
 end
 
+-- The switch alone: the same 64 coroutines on the same scheduler doing nothing but
+-- yielding to it (sleep_us(0)) once a round: ns per resume+yield through the ready list.
+local function switch_ns(rounds)
+    local S = batcher.scheduler()
+    local rt = S.runtime
+    for _ = 1, CALLERS do S:spawn(function() for _ = 1, rounds do rt.sleep_us(0) end end) end
+    local s = now_us()
+    S:run()
+    return (now_us() - s) * 1e3 / (CALLERS * rounds)
+end
+local t_switch = huge
+for _ = 1, 7 do t_switch = min(t_switch, switch_ns(500)) end
+note("the switch alone: 64 coroutines yielding to the scheduler: %.1f ns a resume+yield (best of 7)", t_switch)
+
 local alone = closed_loop_alone(LAT_ROUNDS)
 local alone_resp_p50 = median(alone.resp)
 note("64 callers without a batcher (1-row batches, round robin): %.0f rows/s, response time p50 %.1f us, in-call p50 %.2f us",
@@ -399,7 +413,7 @@ local doc = {
     command = "wisp run " .. (arg[0] or "scripts/bench_batcher.lua") .. " " .. table.concat(arg, " "),
     device = opt.device, scored_on = sess:last_device(),
     peers = { one_batch_us = t_batch, one_batch_rows_per_s = 64 / t_batch * 1e6, single_row_us = t_single,
-              score_only_1_row_us = t_score_only,
+              score_only_1_row_us = t_score_only, switch_ns = t_switch,
               closed_loop_without_batcher = { rows_per_s = CALLERS * LAT_ROUNDS / alone.wall * 1e6,
                                               response_p50_us = alone_resp_p50, response_p99_us = pct(alone.resp, 0.99),
                                               in_call_p50_us = median(alone.incall) },
@@ -410,6 +424,7 @@ local doc = {
         response_us = "closed loop: time between a caller's consecutive answers (zero think time: the request's response time)",
         added_latency_p50_us = "closed loop: response p50 with the batcher - response p50 of the same 64 callers without a batcher; open loop: latency p50 (from the scheduled arrival) - the same without a batcher",
         in_call_us = "from the call to b:score to its return in the caller",
+        switch_ns = "64 coroutines on the same scheduler doing nothing but yield to it: ns per resume+yield (best of 7 runs of 500 rounds)",
         floor_vs_one_batch = "the coroutine floor (ideal_loop: a minimal batcher on the same scheduler, same rows, add and score; no policy) over one_batch, best trials: the ceiling for any batcher whose callers are coroutines",
         hold_us = "from a row's arrival to its batch's dispatch (batcher timing = true): what max_delay_us bounds" },
     targets = { throughput_vs_one_batch = ">= 0.8 (64 callers, 1 row each)", added_latency_p50 = "<= max_delay_us" },
