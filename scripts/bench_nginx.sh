@@ -3,8 +3,31 @@
 #
 #   scripts/bench_nginx.sh [--label NAME] [--device cpu|gpu] [--duration S] [--quick] [--million] [--workers N]
 #                          [--modes inline,async,thread,auto,batching] [--rounds N] [--serve-opts "..."]
-#                          [--raw-bodies]
+#                          [--raw-bodies] [--pin] [--wrk-threads N] [--wrk-batch] [--no-at80] [--plan]
 #   -> scripts/results/bench_nginx-<label>.json
+#
+# On the GPU machine (16 cores), each about 3 minutes (all five mode groups, 3 rounds of 5 s: ~5-6):
+#   source .devdeps/env.sh && scripts/bench_nginx.sh --device cpu --pin --modes inline --rounds 3 --label h200-cpu-pin
+#   source .devdeps/env.sh && scripts/bench_nginx.sh --device gpu --workers 1 --modes inline,thread,auto --rounds 2 --label h200-gpu
+# (the GPU run unpinned: mode thread's pool threads would share the one pinned worker's core;
+# add --pin to measure it on one core, against a peer on that core.)
+#
+# --pin: a fair, clean comparison where the machine has at least workers + 2 cores (nproc):
+# nginx's W workers are pinned one a core to cores 0..W-1 (worker_cpu_affinity, through
+# serve.sh --cpu-affinity), wrk runs under taskset on the other cores, and the in-process
+# peer runs as W processes at once, each pinned to one of the workers' cores. The headline
+# is then nginx's rows/s over the W peers' rows/s (both wall clock, on the same W cores, in
+# the same round), next to the per-CPU-second ratio. The workers' Cpus_allowed_list is read
+# back from /proc and recorded. On fewer cores --pin says so and runs unpinned (as without
+# it): wrk shares the cores with the workers, and the per-CPU-second ratio is the fairer
+# figure. --plan prints the pinning plan (cores, the worker_cpu_affinity line, the taskset
+# lines) and exits. --wrk-threads: wrk's threads (default 2; with pinning min(4, free cores)).
+# --wrk-batch: run wrk as SCHED_BATCH (chrt -b 0): where wrk shares the cores with the
+# workers, its wakeups otherwise preempt a worker in the middle of a request (seen on the
+# 2-core machine: 0.5-0.8 involuntary context switches of a worker per 100-row request,
+# /proc/PID/status), which a client on another machine never does; recorded in the JSON.
+# The workers' involuntary context switches per request are recorded for every run.
+# --no-at80: skip the runs at ~80% of peak (and the 1-row peer): for quick A/B rounds.
 #
 # Model and rows: build/demo (make demo) when present, else examples/demo.lua --rows 2000 in a
 # temporary folder: 13 numeric + 26 categorical columns of 2^18 buckets (6.8M fp32 weights),
@@ -17,12 +40,17 @@
 #   rate (below); 1-row requests with batching on (16 and 64 connections); mode=thread (ngx.run_worker_thread): 1-row and 100-row; mode=async
 #   (submit + ngx.sleep(0) + wait): 1-row and 100-row; mode=auto (thread above 16 KB): 100-row;
 #   the in-process peer in the same run: scripts/bench_nginx_peer.lua parses and scores the
-#   same 100-row body in a loop (one process, one thread; and two processes at once, since
-#   nginx runs two workers), on the same device.
-# p99/p50 at ~80% of peak: wrk2 (constant rate) is not packaged, so many connections each
-# wait an exponentially distributed think time before each request (wrk's delay(), whole
-# milliseconds); the mean think time is set from the peak rate and corrected once from the
-# rate the first paced run achieved; the achieved fraction of peak is recorded.
+#   same 100-row body in a loop (one process, one thread; and W processes at once, since
+#   nginx runs W workers; with --pin each on one of the workers' cores), on the same device.
+# p99/p50 at ~80% of peak (inline, 100-row and 1-row): wrk2 (constant rate) is not packaged,
+# so many connections each wait a think time before each request (wrk's delay(), whole
+# milliseconds; the latency wrk records starts when the request is written, so it holds no
+# think time), two ways: "paced" (every connection waits the mean think time, dithered
+# between the two whole milliseconds around it: a near-constant offered rate, as wrk2 -R)
+# and "poisson" (exponentially distributed think times: bursty arrivals, queueing included).
+# The mean think time is set from the median peak and corrected from the achieved rate
+# (short calibration runs, up to 3, until within 0.76-0.84 of peak); the measured run's
+# achieved fraction of peak, p50/p90/p99/p99.9 (wrk's latency histogram) are recorded.
 # --million: at least 1,000,000 1-row requests (inline), counting non-2xx responses and
 # socket errors. --modes: which of the mode groups above run (default all; inline and the
 # peer always run). --serve-opts: extra examples/openresty/serve.sh options (e.g.
@@ -42,20 +70,88 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
 label=dev-2core; device=cpu; duration=5; quick=0; million=0; workers=2; modes=inline,async,thread,auto,batching
-rounds=3; serve_opts=""; raw_bodies=0
+rounds=3; serve_opts=""; raw_bodies=0; pin=0; plan=0; wrk_threads=""; wrk_batch=0; at80=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --label) label=$2; shift 2;; --device) device=$2; shift 2;; --duration) duration=$2; shift 2;;
         --quick) quick=1; duration=2; shift;; --million) million=1; shift;; --workers) workers=$2; shift 2;;
         --modes) modes=$2; shift 2;; --rounds) rounds=$2; shift 2;; --serve-opts) serve_opts=$2; shift 2;;
-        --raw-bodies) raw_bodies=1; shift;;
-        -h|--help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0;;
+        --raw-bodies) raw_bodies=1; shift;; --pin) pin=1; shift;; --plan) plan=1; shift;;
+        --wrk-threads) wrk_threads=$2; shift 2;; --wrk-batch) wrk_batch=1; shift;; --no-at80) at80=0; shift;;
+        -h|--help) sed -n '2,/^\[ -z "\$BASH_VERSION"/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0;;
         *) echo "bench_nginx.sh: unknown option '$1' (try --help)" >&2; exit 2;;
     esac
 done
 build=${WISP_BUILD:-build}
 case "$build" in /*) ;; *) build="$root/$build";; esac
 W="$build/wisp"
+
+# ---- the pinning plan (--pin) ----------------------------------------------------------
+# CPUs this process may use (a container's cpuset need not start at 0), expanded
+cpu_list() { awk -F, '{ for (i = 1; i <= NF; i++) { n = split($i, r, "-"); a = r[1]; b = (n > 1) ? r[2] : r[1];
+                        for (c = a; c <= b; c++) printf "%s%d", (k++ ? " " : ""), c } } END { print "" }'; }
+allowed=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status 2>/dev/null | cpu_list)
+[ -n "${WISP_BENCH_CPUS:-}" ] && allowed=$(echo "$WISP_BENCH_CPUS" | cpu_list)    # --plan on another machine's CPU list
+[ -z "$allowed" ] && allowed=$(seq 0 $(( $(nproc) - 1 )) | tr '\n' ' ')
+siblings() { cat "/sys/devices/system/cpu/cpu$1/topology/thread_siblings_list" 2>/dev/null | cpu_list; }
+pin_min_free=${WISP_BENCH_PIN_MIN_FREE:-2}    # cores left to wrk (tests on a small machine may lower it)
+pinned=0; pin_why=""; worker_cores=""; wrk_cores=""; affinity=""
+if [ "$pin" = 1 ]; then
+    if ! command -v taskset >/dev/null 2>&1; then pin_why="taskset not found"
+    else
+        # the workers' cores: the first allowed CPUs, no two on one physical core (SMT siblings);
+        # wrk's: the rest, less the workers' siblings
+        used=" "
+        for c in $allowed; do
+            [ "$(echo "$worker_cores" | wc -w)" -ge "$workers" ] && break
+            case "$used" in *" $c "*) continue;; esac
+            worker_cores="$worker_cores $c"; used="$used$c $(siblings "$c") "
+        done
+        for c in $allowed; do case "$used" in *" $c "*) ;; *) wrk_cores="$wrk_cores $c";; esac; done
+        worker_cores=$(echo $worker_cores); wrk_cores=$(echo $wrk_cores)
+        nfree=$(echo "$wrk_cores" | wc -w)
+        if [ "$(echo "$worker_cores" | wc -w)" -lt "$workers" ] || [ "$nfree" -lt "$pin_min_free" ]; then
+            pin_why="$(nproc) cores ($allowed): $workers workers + $pin_min_free cores for wrk, one physical core each, do not fit"
+        else
+            pinned=1
+            # worker_cpu_affinity: one binary mask a worker (rightmost digit = CPU 0)
+            for c in $worker_cores; do
+                m=1; for _ in $(seq 1 "$c"); do m="${m}0"; done
+                affinity="$affinity $m"
+            done
+            affinity=$(echo $affinity)
+        fi
+    fi
+    [ "$pinned" = 0 ] && echo "bench_nginx.sh: --pin: not pinning ($pin_why); wrk shares the cores with the workers, as without --pin" >&2
+fi
+[ -z "$wrk_threads" ] && { wrk_threads=2; [ "$pinned" = 1 ] && { wrk_threads=$(echo "$wrk_cores" | wc -w); [ "$wrk_threads" -gt 4 ] && wrk_threads=4; }; }
+csv() { echo "$1" | tr ' ' ','; }
+if [ "$pinned" = 1 ]; then
+    WRK="taskset -c $(csv "$wrk_cores") wrk"
+    if [ "$device" = gpu ]; then echo "bench_nginx.sh: --pin on a GPU: the workers' CUDA helper threads share their cores" >&2; fi
+else
+    WRK=wrk
+fi
+if [ "$wrk_batch" = 1 ]; then
+    if command -v chrt >/dev/null 2>&1; then WRK="chrt -b 0 $WRK"
+    else echo "bench_nginx.sh: --wrk-batch: chrt not found; wrk runs SCHED_OTHER" >&2; wrk_batch=0; fi
+fi
+peer_core() {   # peer_core K (1-based): the taskset prefix of the K-th peer process, or nothing
+    [ "$pinned" = 1 ] || return 0
+    echo "taskset -c $(echo "$worker_cores" | cut -d' ' -f"$1")"
+}
+if [ "$plan" = 1 ] || [ "$pin" = 1 ]; then
+    echo "bench_nginx.sh: plan: nproc $(nproc), allowed CPUs: $allowed; workers $workers; pinned: $([ "$pinned" = 1 ] && echo yes || echo "no${pin_why:+ ($pin_why)}")" >&2
+    if [ "$pinned" = 1 ]; then
+        echo "  nginx: worker_cpu_affinity $affinity;   (serve.sh --cpu-affinity '$affinity': workers on CPUs $(csv "$worker_cores"))" >&2
+        echo "  wrk:   $WRK -t$wrk_threads ...   (CPUs $(csv "$wrk_cores"))" >&2
+        for k in $(seq 1 "$workers"); do echo "  peer $k: $(peer_core "$k") build/wisp run scripts/bench_nginx_peer.lua ...   (with the other $((workers - 1)) at once)" >&2; done
+    else
+        echo "  nginx: no worker_cpu_affinity; wrk: wrk -t$wrk_threads ... ; peers: unpinned" >&2
+    fi
+    [ "$plan" = 1 ] && exit 0
+fi
+
 for t in wrk curl "$W"; do command -v "$t" >/dev/null 2>&1 || { echo "bench_nginx.sh: $t not found" >&2; exit 1; }; done
 nginx_bin=$(command -v nginx 2>/dev/null || ls /usr/sbin/nginx /opt/devdeps/usr/sbin/nginx 2>/dev/null | head -n 1)
 [ -z "$nginx_bin" ] && { echo "bench_nginx.sh: nginx not found" >&2; exit 1; }
@@ -112,7 +208,8 @@ url="$base/v1/models/m:predict"
 
 start() {   # start MODE BATCHING: render, start or reload nginx, wait until it serves that mode
     examples/openresty/serve.sh --render-only --prefix "$prefix" --port "$port" --models "m=$model" --workers "$workers" \
-        --device "$device" --mode "$1" --batching "$2" --max-rows 10000 --build "$build" $serve_opts >/dev/null || exit 1
+        --device "$device" --mode "$1" --batching "$2" --max-rows 10000 --build "$build" \
+        ${affinity:+--cpu-affinity "$affinity"} $serve_opts >/dev/null || exit 1
     if [ -f "$prefix/logs/nginx.pid" ] && kill -0 "$(cat "$prefix/logs/nginx.pid")" 2>/dev/null; then
         "$nginx_bin" -p "$prefix" -c conf/nginx.conf -s reload
     else
@@ -125,67 +222,109 @@ start() {   # start MODE BATCHING: render, start or reload nginx, wait until it 
     sleep 1     # old workers drain after a reload
     # warm-up: every worker (and, in mode=thread, every pool Lua VM, made on demand, each
     # mapping the model itself) is ready before the measured runs
-    wrk -t2 -c64 -d1s -s spec/nginx/wrk_post.lua "$url" -- "$tmp/one.libsvm" text/x-libsvm >/dev/null 2>&1
+    $WRK -t"$wrk_threads" -c64 -d1s -s spec/nginx/wrk_post.lua "$url" -- "$tmp/one.libsvm" text/x-libsvm >/dev/null 2>&1
+    # the CPUs each worker may run on, as the kernel says (pinning checked, not assumed)
+    local m p seen=""
+    m=$(cat "$prefix/logs/nginx.pid" 2>/dev/null)
+    for p in $(pgrep -P "$m" 2>/dev/null); do
+        tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -q "worker process" || continue
+        seen="$seen $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$p/status" 2>/dev/null)"
+    done
+    workers_seen=$(echo $seen)
+    if [ "$pinned" = 1 ] && [ "$(echo "$workers_seen" | tr ' ' '\n' | sort -n | tr '\n' ' ' | sed 's/ $//')" != "$(echo "$worker_cores" | tr ' ' '\n' | sort -n | tr '\n' ' ' | sed 's/ $//')" ]; then
+        echo "bench_nginx.sh: warning: workers' Cpus_allowed_list '$workers_seen', expected one of '$worker_cores' each" >&2
+        pin_mismatch=1
+    fi
 }
+workers_seen=""; pin_mismatch=0
 
 runs="$tmp/runs.jsonl"; : > "$runs"
 val() { echo "$1" | sed -E "s/.*\"$2\": ([0-9.]+).*/\1/"; }
 clk=$(getconf CLK_TCK 2>/dev/null || echo 100)
-workers_cpu() {   # CPU seconds used so far by nginx's worker processes
-    local m t=0 p
-    m=$(cat "$prefix/logs/nginx.pid" 2>/dev/null) || { echo 0; return; }
+workers_cpu() {   # CPU seconds used so far by nginx's worker processes, and their involuntary context switches
+    local m t=0 p cs=0
+    m=$(cat "$prefix/logs/nginx.pid" 2>/dev/null) || { echo "0 0"; return; }
     for p in $(pgrep -P "$m"); do
         t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || echo 0)))
+        cs=$((cs + $(awk '/^nonvoluntary_ctxt_switches/ { print $2 }' "/proc/$p/status" 2>/dev/null || echo 0)))
     done
-    awk -v t="$t" -v k="$clk" 'BEGIN { printf "%.2f", t / k }'
+    awk -v t="$t" -v k="$clk" -v cs="$cs" 'BEGIN { printf "%.2f %d", t / k, cs }'
 }
-wrkrun() {  # wrkrun NAME ROUND CONNS SECONDS BODY CTYPE ROWS [THINK_MS] [MAX_PER_THREAD] -> prints the run's JSON
-    local name=$1 round=$2 c=$3 d=$4 body=$5 ct=$6 rows=$7 think=${8:-0} maxn=${9:-0}
-    local line cpu0 cpu1 wcpu
-    cpu0=$(workers_cpu)
-    ( TIMEFORMAT='WRKCPU %U %S'; time wrk -t2 -c"$c" -d"${d}s" --timeout 10s -s spec/nginx/wrk_post.lua "$url" -- "$body" "$ct" "$rows" "$think" "$maxn" ) > "$tmp/wrk.out" 2>&1
-    cpu1=$(workers_cpu)
+wrkrun() {  # wrkrun NAME ROUND CONNS SECONDS BODY CTYPE ROWS [THINK_MS] [MAX_PER_THREAD] [WRK_SCRIPT] -> prints the run's JSON
+    local name=$1 round=$2 c=$3 d=$4 body=$5 ct=$6 rows=$7 think=${8:-0} maxn=${9:-0} script=${10:-spec/nginx/wrk_post.lua}
+    local line cpu0 cpu1 wcpu cs0 cs1
+    read -r cpu0 cs0 <<< "$(workers_cpu)"
+    ( TIMEFORMAT='WRKCPU %U %S'; time $WRK -t"$wrk_threads" -c"$c" -d"${d}s" --timeout 10s -s "$script" "$url" -- "$body" "$ct" "$rows" "$think" "$maxn" ) > "$tmp/wrk.out" 2>&1
+    read -r cpu1 cs1 <<< "$(workers_cpu)"
     line=$(grep '^WRK ' "$tmp/wrk.out" | sed 's/^WRK //')
     wcpu=$(awk '/^WRKCPU/ { print $2 + $3 }' "$tmp/wrk.out")
     [ -z "$line" ] && line='{"error": "wrk printed nothing", "rps": 0, "requests": 0}'
     # CPU seconds of nginx's workers (all their threads: /proc/PID/stat utime + stime) and of wrk
     # during the run: rows per worker-CPU-second compares with the peer's rows per CPU-second
     # whatever share of the machine the run got
-    line=$(echo "$line" | awk -v r="$rows" -v n="$name" -v k="$round" -v c="$c" -v t="$think" -v cw="$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')" -v cwrk="${wcpu:-0}" '{
+    line=$(echo "$line" | awk -v r="$rows" -v n="$name" -v k="$round" -v c="$c" -v t="$think" -v cw="$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')" -v cwrk="${wcpu:-0}" -v ncs="$((cs1 - cs0))" '{
         match($0, /"rps": [0-9.]+/); rps = substr($0, RSTART + 7, RLENGTH - 7);
         match($0, /"requests": [0-9]+/); nreq = substr($0, RSTART + 12, RLENGTH - 12);
-        extra = sprintf("\"worker_cpu_s\": %.2f, \"wrk_cpu_s\": %.2f, \"worker_cpu_us_per_request\": %.1f, \"rows_per_worker_cpu_s\": %.1f, ",
-                        cw, cwrk, nreq > 0 ? cw * 1e6 / nreq : 0, cw > 0 ? nreq * r / cw : 0);
+        extra = sprintf("\"worker_cpu_s\": %.2f, \"wrk_cpu_s\": %.2f, \"worker_cpu_us_per_request\": %.1f, \"rows_per_worker_cpu_s\": %.1f, \"worker_preemptions_per_request\": %.3f, ",
+                        cw, cwrk, nreq > 0 ? cw * 1e6 / nreq : 0, cw > 0 ? nreq * r / cw : 0, nreq > 0 ? ncs / nreq : 0);
         sub(/^\{/, sprintf("{\"name\": \"%s\", \"round\": %d, \"connections\": %d, \"think_ms\": %s, \"rows_per_request\": %d, \"rows_per_s\": %.1f, %s", n, k, c, t, r, rps * r, extra)); print }')
     echo "$line" >> "$runs"
     printf '%-34s %s\n' "$name#$round" "$(echo "$line" | sed -E 's/.*"rows_per_s": ([0-9.]+).*"rps": ([0-9.]+).*"p50_us": ([0-9]+).*"p99_us": ([0-9]+).*/rows\/s \1  req\/s \2  p50 \3 us  p99 \4 us/')" >&2
     echo "$line"
 }
-peer() {    # peer ROUND BODY ROWS: the in-process peer, one process (and, for 100 rows, two at once)
-    local line a b
-    line=$("$W" run scripts/bench_nginx_peer.lua "$model" "$2" "$pdev" "$duration" | sed -n 's/^PEER //p')
-    echo "{\"name\": \"peer_${3}row_1proc\", \"round\": $1, ${line#\{}" >> "$runs"
+peer() {    # peer ROUND BODY ROWS: the in-process peer, one process (and, for 100 rows, W at once)
+    local line k pids="" cores
+    line=$($(peer_core 1) "$W" run scripts/bench_nginx_peer.lua "$model" "$2" "$pdev" "$duration" | sed -n 's/^PEER //p')
+    echo "{\"name\": \"peer_${3}row_1proc\", \"round\": $1, \"cpu\": \"$(peer_core 1 | sed 's/.* //')\", ${line#\{}" >> "$runs"
     printf '%-34s %s\n' "peer_${3}row_1proc#$1" "$line" >&2
     if [ "$3" = 100 ]; then
-        "$W" run scripts/bench_nginx_peer.lua "$model" "$2" "$pdev" "$duration" > "$tmp/peer_a.txt" &
-        "$W" run scripts/bench_nginx_peer.lua "$model" "$2" "$pdev" "$duration" > "$tmp/peer_b.txt"
-        wait
-        a=$(sed -n 's/^PEER //p' "$tmp/peer_a.txt"); b=$(sed -n 's/^PEER //p' "$tmp/peer_b.txt")
-        echo "{\"name\": \"peer_${3}row_2proc_a\", \"round\": $1, ${a#\{}" >> "$runs"
-        echo "{\"name\": \"peer_${3}row_2proc_b\", \"round\": $1, ${b#\{}" >> "$runs"
+        # W processes at once, as nginx runs W workers (with --pin: each on one worker's core)
+        for k in $(seq 1 "$workers"); do
+            $(peer_core "$k") "$W" run scripts/bench_nginx_peer.lua "$model" "$2" "$pdev" "$duration" > "$tmp/peer_$k.txt" &
+            pids="$pids $!"
+        done
+        wait $pids
+        for k in $(seq 1 "$workers"); do
+            line=$(sed -n 's/^PEER //p' "$tmp/peer_$k.txt")
+            [ -z "$line" ] && line='{"error": "the peer printed nothing"}'
+            echo "{\"name\": \"peer_${3}row_wproc\", \"round\": $1, \"proc\": $k, \"procs\": $workers, \"cpu\": \"$(peer_core "$k" | sed 's/.* //')\", ${line#\{}" >> "$runs"
+        done
+        printf '%-34s %s\n' "peer_${3}row_${workers}proc#$1" "$(grep "\"peer_${3}row_wproc\", \"round\": $1," "$runs" | sed -E 's/.*"parse_score_rows_per_s": ([0-9.]+).*/\1/' | tr '\n' ' ')rows/s" >&2
     fi
 }
-paced() {   # paced NAME PEAK_RPS BODY CTYPE ROWS: ~80% of peak with think times (one correction)
-    local name=$1 peak=$2 body=$3 ct=$4 rows=$5
-    local target c think line got
+# wrk script for the "paced" arrivals: spec/nginx/wrk_post.lua with a near-constant think
+# time (the mean, dithered between the whole milliseconds around it) instead of exponential
+cat > "$tmp/wrk_paced.lua" <<EOF
+dofile("$root/spec/nginx/wrk_post.lua")
+local init0, think = init, 0
+function init(args) init0(args); think = tonumber(args[4] or 0) end
+local floor, random = math.floor, math.random
+function delay()
+    if think <= 0 then return 0 end
+    local b = floor(think)
+    return b + (random() < think - b and 1 or 0)
+end
+EOF
+paced() {   # paced NAME PEAK_RPS BODY CTYPE ROWS ARRIVALS(poisson|paced): ~80% of peak with think times
+    local name=$1 peak=$2 body=$3 ct=$4 rows=$5 arr=$6
+    local target c think line got k frac script=spec/nginx/wrk_post.lua cal
+    [ "$arr" = paced ] && script="$tmp/wrk_paced.lua"
     target=$(awk -v p="$peak" 'BEGIN { printf "%.1f", 0.8 * p }')
+    # enough connections that each waits >= ~4 ms between requests (ms resolution), at most 400
     c=$(awk -v t="$target" 'BEGIN { c = int(t * 0.004 + 0.999); if (c < 4) c = 4; if (c > 400) c = 400; print c }')
     think=$(awk -v t="$target" -v c="$c" 'BEGIN { printf "%.3f", c / t * 1000 }')
-    line=$(wrkrun "${name}_calibrate" 1 "$c" "$duration" "$body" "$ct" "$rows" "$think")
-    got=$(val "$line" rps)
-    think=$(awk -v th="$think" -v c="$c" -v t="$target" -v g="$got" 'BEGIN { x = th + (c / t - c / g) * 1000; if (x < 0.5) x = 0.5; printf "%.3f", x }')
-    wrkrun "$name" 1 "$c" "$duration" "$body" "$ct" "$rows" "$think" >/dev/null
-    echo "{\"name\": \"${name}_target\", \"round\": 1, \"peak_rps\": $peak, \"target_rps\": $target}" >> "$runs"
+    cal=$duration; [ "$cal" -gt 3 ] && cal=3
+    # short calibration runs (at most 3) until the achieved rate is 0.76-0.84 of the peak
+    for k in 1 2 3; do
+        line=$(wrkrun "${name}_calibrate" "$k" "$c" "$cal" "$body" "$ct" "$rows" "$think" 0 "$script")
+        got=$(val "$line" rps)
+        frac=$(awk -v g="$got" -v p="$peak" 'BEGIN { printf "%.3f", g / p }')
+        # the think time that gives the target: c / rate = think + latency, latency from this run
+        think=$(awk -v th="$think" -v c="$c" -v t="$target" -v g="$got" 'BEGIN { if (g <= 0) g = t / 2; x = th + (c / t - c / g) * 1000; if (x < 0.5) x = 0.5; printf "%.3f", x }')
+        awk -v f="$frac" 'BEGIN { exit !(f >= 0.76 && f <= 0.84) }' && break
+    done
+    wrkrun "$name" 1 "$c" "$duration" "$body" "$ct" "$rows" "$think" 0 "$script" >/dev/null
+    echo "{\"name\": \"${name}_target\", \"round\": 1, \"peak_rps\": $peak, \"target_rps\": $target, \"arrivals\": \"$arr\", \"calibration_runs\": $k}" >> "$runs"
 }
 
 pdev=$device; [ "$pdev" = gpu ] && pdev=gpu:0
@@ -231,12 +370,14 @@ for r in $(seq 1 "$rounds"); do
     fi
 done
 med() { grep "\"name\": \"$1\"" "$runs" | sed -E 's/.*"rps": ([0-9.]+).*/\1/' | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
-if [ "$raw_bodies" = 0 ]; then
+if [ "$raw_bodies" = 0 ] && [ "$at80" = 1 ]; then
     peer 1 "$tmp/one.libsvm" 1
     # p99/p50 at ~80% of the peak (the median peak of the rounds above), inline mode
     start inline off
-    paced inline_100row_at80 "$(med inline_100row)" "$tmp/hundred.libsvm" text/x-libsvm 100
-    paced inline_1row_at80 "$(med inline_1row)" "$tmp/one.libsvm" text/x-libsvm 1
+    paced inline_100row_at80 "$(med inline_100row)" "$tmp/hundred.libsvm" text/x-libsvm 100 poisson
+    paced inline_100row_at80_paced "$(med inline_100row)" "$tmp/hundred.libsvm" text/x-libsvm 100 paced
+    paced inline_1row_at80 "$(med inline_1row)" "$tmp/one.libsvm" text/x-libsvm 1 poisson
+    paced inline_1row_at80_paced "$(med inline_1row)" "$tmp/one.libsvm" text/x-libsvm 1 paced
 fi
 if [ "$million" = 1 ]; then
     # wrk stops by time only (a thread that stops itself still leaves wrk sleeping for -d):
@@ -262,7 +403,7 @@ gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 nginx_v=$("$nginx_bin" -v 2>&1 | sed 's/.*: //')
 mkdir -p scripts/results
 out="scripts/results/bench_nginx-$label.json"
-"$W" run scripts/bench_nginx_report.lua "$runs" > "$tmp/figures.json" || exit 1
+"$W" run scripts/bench_nginx_report.lua "$runs" "$([ "$pinned" = 1 ] && [ "$pin_mismatch" = 0 ] && echo pinned || echo unpinned)" > "$tmp/figures.json" || exit 1
 cat > "$out" <<EOF
 {
   "benchmark": "bench_nginx",
@@ -270,13 +411,17 @@ cat > "$out" <<EOF
   "machine": {"cpu": "$cpu", "cores": $(nproc), "gpu": "${gpu:-none}", "host": "$(hostname)"},
   "commit": "$commit",
   "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
-  "command": "scripts/bench_nginx.sh --label $label --device $device --duration $duration --rounds $rounds --modes $modes$([ "$raw_bodies" = 1 ] && echo ' --raw-bodies')$([ -n "$serve_opts" ] && echo " --serve-opts '$serve_opts'")$([ "$quick" = 1 ] && echo ' --quick')$([ "$million" = 1 ] && echo ' --million')",
+  "command": "scripts/bench_nginx.sh --label $label --device $device --workers $workers --duration $duration --rounds $rounds --modes $modes$([ "$pin" = 1 ] && echo ' --pin')$([ "$at80" = 0 ] && echo ' --no-at80')$([ "$wrk_batch" = 1 ] && echo ' --wrk-batch')$([ "$raw_bodies" = 1 ] && echo ' --raw-bodies')$([ -n "$serve_opts" ] && echo " --serve-opts '$serve_opts'")$([ "$quick" = 1 ] && echo ' --quick')$([ "$million" = 1 ] && echo ' --million')",
+  "pin": {"requested": $([ "$pin" = 1 ] && echo true || echo false), "in_force": $([ "$pinned" = 1 ] && [ "$pin_mismatch" = 0 ] && echo true || echo false), "nproc": $(nproc), "allowed_cpus": "$(csv "$allowed")",
+          "worker_cores": "$(csv "$worker_cores")", "worker_cpu_affinity": "$affinity", "workers_cpus_allowed_seen": "$workers_seen",
+          "wrk_cores": "$(csv "$wrk_cores")", "peer_cores": "$(csv "$worker_cores")", "wrk_threads": $wrk_threads, "why_not": "$pin_why",
+          "wrk_sched": "$([ "$wrk_batch" = 1 ] && echo 'SCHED_BATCH (chrt -b 0)' || echo 'SCHED_OTHER')"},
   "setup": {"nginx": "$nginx_v", "workers": $workers, "serve_opts": "$serve_opts", "uptime_at_start": "$uptime0", "device": "$device", "rounds": $rounds,
             "model": "$([ "$raw_bodies" = 1 ] && echo 'feature columns: 13 numeric I1..I13 (default 0, 10% missing) + 26 hash_bucket C1..C26 of 2^18 (Zipf strings), fp32 (6.8M weights), 39 features a row' || echo 'demo: 13 numeric + 26 x 2^18 hashed buckets, fp32 (6.8M weights), 39 features a row, Zipf ids')",
-            "load": "wrk -t2 -c16 (and -c64) on loopback, on the same machine; bodies: $([ "$raw_bodies" = 1 ] && echo '100 raw rows as {instances} JSON (application/json; json_cjson: plus a key, decoded by cjson), as JSON lines (application/x-ndjson), and transformed as libsvm lines (text/x-libsvm), inline mode, interleaved round by round' || echo '1 and 100 libsvm rows (text/x-libsvm), 100 JSON {ids, vals} rows')",
-            "peer": "scripts/bench_nginx_peer.lua: the same 100-row body parsed (batch:parse_libsvm) and scored in a loop, one process with one thread, and two processes at once; same device",
-            "at80": "p99/p50 at ~80% of the median peak: many connections with exponential think times (wrk delay(), ms resolution), corrected once from the first run's rate",
-            "note": "shared 2-core development machine: other engineers were building and testing during the run; wrk shares the two cores with nginx's two workers; quote ratios of runs measured side by side"},
+            "load": "wrk -t$wrk_threads -c16 (and -c64) on loopback, on the same machine$([ "$pinned" = 1 ] && echo ", pinned to CPUs $(csv "$wrk_cores") (the workers: $(csv "$worker_cores"))" || echo ", unpinned: it shares the cores with the workers"); bodies: $([ "$raw_bodies" = 1 ] && echo '100 raw rows as {instances} JSON (application/json; json_cjson: plus a key, decoded by cjson), as JSON lines (application/x-ndjson), and transformed as libsvm lines (text/x-libsvm), inline mode, interleaved round by round' || echo '1 and 100 libsvm rows (text/x-libsvm), 100 JSON {ids, vals} rows')",
+            "peer": "scripts/bench_nginx_peer.lua: the same 100-row body parsed (batch:parse_libsvm) and scored in a loop, one process with one thread, and $workers processes at once (peer_100row_wproc)$([ "$pinned" = 1 ] && echo ", each pinned to one of the workers' CPUs ($(csv "$worker_cores"))"); same device",
+            "at80": "p99/p50 at ~80% of the median peak, inline: many connections, each waiting a think time before each request (wrk delay(), whole ms; wrk's latency starts at the write, without the think time): _at80 = exponential think times (poisson: bursty), _at80_paced = the mean think time dithered between whole ms (near-constant rate, as wrk2 -R); calibrated by up to 3 short runs to 0.76-0.84 of peak; the measured run's achieved fraction is recorded",
+            "note": "$([ "$pinned" = 1 ] && echo "pinned run: the workers and the peers on the same $workers CPUs, wrk on others; headline = nginx rows/s over the $workers peers' rows/s, wall clock, same round" || echo "unpinned: on a machine shared with other work timings are noisy and wrk shares the cores with nginx's workers; quote the per-CPU-second ratios of runs measured side by side")"},
   "seconds_total": $(( $(date +%s) - t_start )),
   "figures": $(cat "$tmp/figures.json")
 }

@@ -10,7 +10,9 @@
 # --mode inline|thread|async|auto (inline), --batching off|on|auto (off), --threads N (thread pool, 2),
 # --max-body SIZE (8m), --max-rows N (10000), --build DIR ($WISP_BUILD or build),
 # --header-buffer SIZE (client_header_buffer_size, 64k: a request up to that size is read at once),
-# --cpu-affinity auto|off (worker_cpu_affinity: one worker per core; off by default),
+# --cpu-affinity auto|off|"MASK ..." (worker_cpu_affinity: auto = one worker per core, in
+# order; or one binary CPU mask a worker, rightmost digit CPU 0, e.g. "01 10"; off by default;
+# scripts/bench_nginx.sh --pin passes masks),
 # --user NAME|auto (the workers' user: started as root, nginx runs them as nobody, who must
 # read lua/, libwisp.so and the models; auto, the default, says root when started as root
 # and a directory above the checkout or the build is closed to others).
@@ -27,7 +29,7 @@ while [ $# -gt 0 ]; do
         --max-rows) max_rows=$2; shift 2;; --build) build=$2; shift 2;; --render-only) render_only=1; shift;;
         --user) user=$2; shift 2;; --header-buffer) header_buffer=$2; shift 2;;
         --cpu-affinity) affinity=$2; shift 2;;
-        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0;;
+        -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0;;
         *) echo "serve.sh: unknown option '$1' (try --help)" >&2; exit 2;;
     esac
 done
@@ -78,7 +80,12 @@ if [ "$user" = auto ]; then
     if [ "$(id -u)" = 0 ] && { closed_to_others "$root/lua/wisp" || closed_to_others "$build"; }; then user_line="user root;"; fi
 elif [ -n "$user" ]; then user_line="user $user;"; fi
 affinity_line=""
-case "$affinity" in off|"") ;; *) affinity_line="worker_cpu_affinity $affinity;";; esac
+case "$affinity" in
+    off|"") ;;
+    auto|auto\ *) affinity_line="worker_cpu_affinity $affinity;";;
+    *[!01\ ]*) echo "serve.sh: --cpu-affinity: auto, off or binary masks (\"01 10\") expected, got '$affinity'" >&2; exit 2;;
+    *) affinity_line="worker_cpu_affinity $affinity;";;
+esac
 mkdir -p "$prefix/conf" "$prefix/logs" "$prefix/temp"
 sed -e "s|@MODULE_DIR@|$moddir|g" -e "s|@USER_LINE@|$user_line|g" -e "s|@AFFINITY_LINE@|$affinity_line|g" -e "s|@HEADER_BUFFER@|$header_buffer|g" -e "s|@WORKERS@|$workers|g" -e "s|@WISP_LIB@|$build/libwisp.so|g" \
     -e "s|@THREADS@|$threads|g" -e "s|@MAX_BODY@|$max_body|g" -e "s|@LUA_PATH@|$lua_path|g" \

@@ -99,6 +99,23 @@
 -- client_header_buffer_size (64k) in one recv() with its body in one buffer
 -- (get_body_data copies it once): 10-15 µs of the gain. Left: parse + score ~60%
 -- (the same work as the peer), kernel ~25%, Lua ~10%.
+-- Then (scripts/results/bench_nginx-dev-2core-cpu6*.json): libsvm and JSON-lines bodies
+-- reach the C parsers straight from nginx's buffer (body_ptr: $request_body through
+-- resty.core's FFI; get_body_data made a 39 KB Lua string a request: interned, so with
+-- wrk's identical bodies a 39 KB memcmp, with real ones an allocation, a copy and
+-- garbage), put_num splits digits without divisions (100 values 2.8 -> 1.5 µs; all
+-- 112M float32 in [1e-4, 1) print as %.9g does), answers carry Content-Length (no
+-- chunked encoding: an answer over postpone_output leaves in one writev, not two), the
+-- route is memoised. Paired A/B on the 2-core machine (both servers up, 2 s wrk runs
+-- alternating): 2-7 µs less worker CPU a 100-row request (median of pairs; the box's
+-- noise is larger), perf: Lua + LuaJIT + libc 15 -> 10 of ~150 sampled units. What is
+-- left there is not Lua: wrk on the same 2 cores preempts a worker ~0.8 times a request
+-- (/proc nonvoluntary_ctxt_switches) at ~8 µs each; bench_nginx.sh --wrk-batch
+-- (SCHED_BATCH wrk) or --pin (wrk on other cores) takes that out of the measurement.
+-- Pinned (one worker on CPU 0, wrk on CPU 1; perf): libwisp 53%, kernel 31%, of which 18%
+-- of all samples are the worker's writev running wrk's side of loopback TCP and waking
+-- wrk on the other core (sock_def_readable: a cross-CPU wakeup, costly in this VM); a
+-- client on another machine would not cost the server that. Lua + nginx + libc ~15%.
 -- Raw-feature rows (scripts/results/bench_nginx-dev-2core-ndjson.json, bench_nginx.sh
 -- --raw-bodies: a columns model of 13 numeric + 26 hash buckets of 2^18, the same 100 rows
 -- sent 4 ways, inline, 3 interleaved rounds, noisy shared machine), worker CPU per request,
@@ -173,6 +190,31 @@ local function load_libs()
     cjson.encode_number_precision(9)          -- float32 round-trips in 9 digits
     cjson.encode_sparse_array(true)
     cjson.decode_max_depth(32)
+end
+
+-- body_ptr() -> pointer, length of the request body in nginx's memory, or nil (no body, or
+-- it is in a temporary file): the $request_body variable read through lua-resty-core's FFI
+-- call (ngx.var would make it a Lua string). For one body buffer nginx hands out that
+-- buffer itself, which lives until the request ends. Set in init_worker; nil without
+-- resty.core (then the body is read with ngx.req.get_body_data).
+local body_ptr = nil
+local function init_body_ptr()
+    local ok, base = pcall(require, "resty.core.base")
+    if not ok or type(base) ~= "table" or not base.get_request then return end
+    local fn
+    ok = pcall(function() require "resty.core.var"; fn = ffi.C.ngx_http_lua_ffi_var_get end)
+    if not ok or not fn then return end
+    local get_request = base.get_request
+    local vp, lp, ep = ffi.new("unsigned char *[1]"), ffi.new("size_t[1]"), ffi.new("char *[1]")
+    local lower = ffi.new("char[16]")
+    body_ptr = function()
+        local r = get_request()
+        if r == nil then return nil end
+        if fn(r, "request_body", 12, lower, 0, vp, lp, ep) ~= 0 then return nil end
+        local n = tonumber(lp[0])
+        if n == 0 then return nil end
+        return vp[0], n
+    end
 end
 
 -- file identity: inode, size, mtime (ns), from stat(2) (the x86_64 Linux struct layout;
@@ -395,7 +437,9 @@ end
 -- error[, line]}), bad (set: 0-based index -> true), both nil when every row parsed; or
 -- nil, status, message, extra. raw_ok (JSON lines only): leave the rows in the entry's
 -- transformer (e.tr) for wisp_session_score_raw, untransformed; the 4th result is then true.
-local function parse_into(e, b, kind, body, max_rows, raw_ok)
+-- body: a Lua string, or (kind libsvm or jsonl only) a pointer to blen bytes.
+local function parse_into(e, b, kind, body, max_rows, raw_ok, blen)
+    blen = blen or #body
     if kind == "jsonl" then
         -- JSON lines of raw inputs: the C parser straight into the entry's reused raw batch
         local tr = e.tr
@@ -407,7 +451,7 @@ local function parse_into(e, b, kind, body, max_rows, raw_ok)
         local h = tr._h
         C.wisp_raw_clear(h)
         line_box[0] = 0
-        local rc = C.wisp_raw_parse_jsonl(h, body, #body, 1, max_rows + 1, line_box, used_box)
+        local rc = C.wisp_raw_parse_jsonl(h, body, blen, 1, max_rows + 1, line_box, used_box)
         if rc ~= 0 then return nil, 400, "cannot parse the JSON lines body: parse_jsonl: " .. c_error(rc) end
         local n = tonumber(C.wisp_raw_rows(h))
         if n > max_rows then
@@ -429,7 +473,7 @@ local function parse_into(e, b, kind, body, max_rows, raw_ok)
         if not line_box then line_box, used_box = ffi.new("uint64_t[1]"), ffi.new("size_t[1]") end
         local h = b._h
         line_box[0] = 0
-        local rc = C.wisp_batch_parse_libsvm(h, body, #body, 1, max_rows + 1, line_box, used_box)
+        local rc = C.wisp_batch_parse_libsvm(h, body, blen, 1, max_rows + 1, line_box, used_box)
         if rc ~= 0 then
             local msg = ffi.string(C.wisp_errmsg())
             if msg == "" then msg = ffi.string(C.wisp_strerror(rc)) end
@@ -599,13 +643,19 @@ local function put_num(buf, pos, x)
         buf[pos] = 48; buf[pos + 1] = 46; buf[pos + 2] = 48; buf[pos + 3] = 48; buf[pos + 4] = 48
         buf[pos + 5] = 48                     -- "0.0000", of which z zeros stay
         pos = pos + 2 + z
-        local d = floor(m / 1e8)              -- 9 digits: 1 + 4 pairs
+        -- 9 digits: 1 + 4 pairs, split as 5 + 4 digits and then in pairs, without a
+        -- division: floor((k + 0.5) * 10^-j) is floor(k / 10^j) for integers k < 2^30
+        -- (the error of the product is far below the 0.5 * 10^-j margin); the splits
+        -- of the two halves are independent (a shorter dependency chain than 4 divides)
+        local hi = floor((m + 0.5) * 1e-4)
+        local lo = m - hi * 1e4
+        local d = floor((hi + 0.5) * 1e-4)
+        local r = hi - d * 1e4
+        local p1 = floor((r + 0.5) * 1e-2)
+        local p2 = r - p1 * 100
+        local p3 = floor((lo + 0.5) * 1e-2)
+        local p4 = lo - p3 * 100
         buf[pos] = 48 + d
-        m = m - d * 1e8
-        local p1 = floor(m / 1e6); m = m - p1 * 1e6
-        local p2 = floor(m / 1e4); m = m - p2 * 1e4
-        local p3 = floor(m / 100)
-        local p4 = m - p3 * 100
         buf[pos + 1] = DIG2[2 * p1]; buf[pos + 2] = DIG2[2 * p1 + 1]
         buf[pos + 3] = DIG2[2 * p2]; buf[pos + 4] = DIG2[2 * p2 + 1]
         buf[pos + 5] = DIG2[2 * p3]; buf[pos + 6] = DIG2[2 * p3 + 1]
@@ -1092,6 +1142,7 @@ end
 function M.init_worker()
     if not cfg then error("wisp.nginx.init_worker: configure{} was not called in init_by_lua", 2) end
     load_libs()
+    init_body_ptr()
     local err
     engine, err = new_engine(cfg.engine_threads)
     if not engine then log(ngx.ERR, "engine: ", err) end
@@ -1123,9 +1174,13 @@ end
 -- request handling
 ---------------------------------------------------------------------------
 
+-- The answer, with its length: no chunked encoding, and an answer over postpone_output
+-- (1460 bytes) leaves in one writev (chunked, its last chunk would take a second one).
 local function send(status, body, ctype)
     ngx.status = status
-    ngx.header["Content-Type"] = ctype or "application/json"
+    local h = ngx.header
+    h["Content-Type"] = ctype or "application/json"
+    h["Content-Length"] = #body
     ngx.print(body)
     return status
 end
@@ -1231,22 +1286,32 @@ local function predict(slot, name, method)
         return fail(503, "model '" .. name .. "' is not loaded", { reload_error = slot.reload_error and slot.reload_error.error })
     end
     ngx.req.read_body()
-    local body = ngx.req.get_body_data()
-    if not body then
-        local file = ngx.req.get_body_file()
-        if file then
-            local f = io.open(file, "rb")
-            if f then body = f:read("*a"); f:close() end
+    -- libsvm and JSON lines go to the C parsers straight from nginx's body buffer (no Lua
+    -- string: no copy, no interning, no garbage); JSON, the thread pool and a body in a
+    -- temporary file take the Lua string
+    local mode = cfg.mode
+    local body, blen
+    if body_ptr and kind ~= "json" and mode ~= "thread" then body, blen = body_ptr() end
+    if body == nil then
+        body = ngx.req.get_body_data()
+        if not body then
+            local file = ngx.req.get_body_file()
+            if file then
+                local f = io.open(file, "rb")
+                if f then body = f:read("*a"); f:close() end
+            end
         end
+        blen = body and #body or 0
     end
-    if not body or body == "" then
+    if blen == 0 then
         inc("wisp_errors_total", 'kind="empty_body"')
         return fail(400, "empty request body")
     end
     local max_rows = cfg.max_rows_per_request
     local t0 = clock()                       -- request latency and the parse stage start here
 
-    if cfg.mode == "thread" or (cfg.mode == "auto" and #body >= cfg.thread_min_bytes) then
+    if mode == "thread" or (mode == "auto" and blen >= cfg.thread_min_bytes) then
+        if type(body) ~= "string" then body = ffi.string(body, blen) end
         local got, werr = thread_sema:wait(10)
         if not got then
             inc("wisp_errors_total", 'kind="thread_busy"')
@@ -1274,7 +1339,7 @@ local function predict(slot, name, method)
     local ps = predict_series(slot)
     -- raw rows stay raw (wisp_session_score_raw: fused on a GPU) unless mode = async
     -- (session:submit takes a batch)
-    local ok, n, errs, bad, extra = pcall(parse_into, e, b, kind, body, max_rows, cfg.mode ~= "async")
+    local ok, n, errs, bad, extra = pcall(parse_into, e, b, kind, body, max_rows, mode ~= "async", blen)
     if not ok then
         put_batch(e, b); e:release()
         return fail(500, "internal error: " .. tostring(n))
@@ -1441,6 +1506,9 @@ local function request_label(name, verb, status)
     return l
 end
 
+-- uri -> {name, verb} of /v1/models/NAME[:VERB], memoised (bounded: a client sends a few)
+local route_memo, route_memo_n = {}, 0
+
 -- content_by_lua: the whole service (routes above).
 function M.handle()
     local uri = ngx.var.uri
@@ -1461,7 +1529,14 @@ function M.handle()
         for _, name in ipairs(model_names) do list[#list + 1] = model_meta(models[name]) end
         return send_json(200, { models = list })
     end
-    local name, verb = uri:match("^/v1/models/([^/:]+)(:?[%w_]*)$")
+    local name, verb
+    local rt = route_memo[uri]
+    if rt then
+        name, verb = rt[1], rt[2]
+    else
+        name, verb = uri:match("^/v1/models/([^/:]+)(:?[%w_]*)$")
+        if name and route_memo_n < 256 then route_memo[uri] = { name, verb }; route_memo_n = route_memo_n + 1 end
+    end
     if not name then
         inc("wisp_errors_total", 'kind="not_found"')
         return fail(404, "no such endpoint: " .. uri, { endpoints = { "POST /v1/models/NAME:predict",
