@@ -51,6 +51,11 @@
 # The mean think time is set from the median peak and corrected from the achieved rate
 # (short calibration runs, up to 3, until within 0.76-0.84 of peak); the measured run's
 # achieved fraction of peak, p50/p90/p99/p99.9 (wrk's latency histogram) are recorded.
+# Those pauses are whole milliseconds, so the requests leave in bursts at each tick; the
+# same two points are also measured open loop by scripts/loadgen.c (compiled here with cc):
+# requests on a schedule at 0.8 x the median peak, constant rate or Poisson, each timed from
+# its scheduled time (queueing for a connection included), microsecond timing (_open_const,
+# _open_poisson; with --pin on wrk's cores, 2 threads).
 # --million: at least 1,000,000 1-row requests (inline), counting non-2xx responses and
 # socket errors. --modes: which of the mode groups above run (default all; inline and the
 # peer always run). --serve-opts: extra examples/openresty/serve.sh options (e.g.
@@ -327,6 +332,40 @@ paced() {   # paced NAME PEAK_RPS BODY CTYPE ROWS ARRIVALS(poisson|paced): ~80% 
     echo "{\"name\": \"${name}_target\", \"round\": 1, \"peak_rps\": $peak, \"target_rps\": $target, \"arrivals\": \"$arr\", \"calibration_runs\": $k}" >> "$runs"
 }
 
+# Open-loop arrivals (scripts/loadgen.c, built here): requests on a schedule at 80% of the
+# peak, constant rate (as wrk2 -R) or Poisson, each timed from its scheduled time (no
+# coordinated omission, no millisecond ticks). wrk's delay() above paces in whole
+# milliseconds, so its "80%" arrives in bursts at each tick.
+LG=""
+build_loadgen() {
+    [ -n "$LG" ] && return 0
+    cc -O2 -pthread -o "$tmp/loadgen" scripts/loadgen.c -lm 2> "$tmp/loadgen.err" && LG="$tmp/loadgen"
+}
+open_at80() {   # open_at80 NAME PEAK_RPS BODY CTYPE ROWS ARRIVALS(const|poisson)
+    local name=$1 peak=$2 body=$3 ct=$4 rows=$5 arr=$6 target c line cpu0 cs0 cpu1 cs1 lgt=1 pre=""
+    build_loadgen || { echo "bench_nginx.sh: scripts/loadgen.c does not build: $(head -c 300 "$tmp/loadgen.err")" >&2; return 0; }
+    target=$(awk -v p="$peak" 'BEGIN { printf "%.1f", 0.8 * p }')
+    # connections for ~5 ms of answers in flight (a request waiting for one counts the wait)
+    c=$(awk -v t="$target" 'BEGIN { c = int(t * 0.005 + 0.999); if (c < 16) c = 16; if (c > 512) c = 512; print c }')
+    if [ "$pinned" = 1 ]; then
+        lgt=$(echo "$wrk_cores" | wc -w); [ "$lgt" -gt 2 ] && lgt=2
+        pre="taskset -c $(csv "$wrk_cores")"
+    fi
+    read -r cpu0 cs0 <<< "$(workers_cpu)"
+    line=$($pre "$LG" --port "$port" --path /v1/models/m:predict --body "$body" --ctype "$ct" --rate "$target" \
+           --duration "$duration" --warmup 1 --connections "$c" --threads "$lgt" --arrivals "$arr")
+    read -r cpu1 cs1 <<< "$(workers_cpu)"
+    [ -z "$line" ] && line='{"error": "loadgen printed nothing", "achieved_rps": 0, "measured": 0, "p50_us": 0, "p99_us": 0}'
+    line=$(echo "$line" | awk -v n="$name" -v r="$rows" -v cw="$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')" '{
+        match($0, /"achieved_rps":[0-9.]+/); rps = substr($0, RSTART + 15, RLENGTH - 15);
+        match($0, /"sent":[0-9]+/); nreq = substr($0, RSTART + 7, RLENGTH - 7);
+        sub(/^\{/, sprintf("{\"name\": \"%s\", \"round\": 1, \"rows_per_request\": %d, \"rps\": %.1f, \"rows_per_s\": %.1f, \"worker_cpu_us_per_request\": %.1f, ",
+                           n, r, rps, rps * r, nreq > 0 ? cw * 1e6 / nreq : 0)); print }')
+    echo "$line" >> "$runs"
+    echo "{\"name\": \"${name}_target\", \"round\": 1, \"peak_rps\": $peak, \"target_rps\": $target, \"arrivals\": \"open_$arr\", \"calibration_runs\": 0}" >> "$runs"
+    printf '%-34s %s\n' "$name" "$(echo "$line" | sed -E 's/.*"rps": ([0-9.]+).*"p50_us":([0-9.]+),"p90_us":[0-9.]+,"p99_us":([0-9.]+).*/req\/s \1  p50 \2 us  p99 \3 us/')" >&2
+}
+
 pdev=$device; [ "$pdev" = gpu ] && pdev=gpu:0
 other=on
 [ "$quick" = 1 ] && rounds=1
@@ -378,6 +417,10 @@ if [ "$raw_bodies" = 0 ] && [ "$at80" = 1 ]; then
     paced inline_100row_at80_paced "$(med inline_100row)" "$tmp/hundred.libsvm" text/x-libsvm 100 paced
     paced inline_1row_at80 "$(med inline_1row)" "$tmp/one.libsvm" text/x-libsvm 1 poisson
     paced inline_1row_at80_paced "$(med inline_1row)" "$tmp/one.libsvm" text/x-libsvm 1 paced
+    open_at80 inline_100row_at80_open_const "$(med inline_100row)" "$tmp/hundred.libsvm" text/x-libsvm 100 const
+    open_at80 inline_100row_at80_open_poisson "$(med inline_100row)" "$tmp/hundred.libsvm" text/x-libsvm 100 poisson
+    open_at80 inline_1row_at80_open_const "$(med inline_1row)" "$tmp/one.libsvm" text/x-libsvm 1 const
+    open_at80 inline_1row_at80_open_poisson "$(med inline_1row)" "$tmp/one.libsvm" text/x-libsvm 1 poisson
 fi
 if [ "$million" = 1 ]; then
     # wrk stops by time only (a thread that stops itself still leaves wrk sleeping for -d):
@@ -420,7 +463,7 @@ cat > "$out" <<EOF
             "model": "$([ "$raw_bodies" = 1 ] && echo 'feature columns: 13 numeric I1..I13 (default 0, 10% missing) + 26 hash_bucket C1..C26 of 2^18 (Zipf strings), fp32 (6.8M weights), 39 features a row' || echo 'demo: 13 numeric + 26 x 2^18 hashed buckets, fp32 (6.8M weights), 39 features a row, Zipf ids')",
             "load": "wrk -t$wrk_threads -c16 (and -c64) on loopback, on the same machine$([ "$pinned" = 1 ] && echo ", pinned to CPUs $(csv "$wrk_cores") (the workers: $(csv "$worker_cores"))" || echo ", unpinned: it shares the cores with the workers"); bodies: $([ "$raw_bodies" = 1 ] && echo '100 raw rows as {instances} JSON (application/json; json_cjson: plus a key, decoded by cjson), as JSON lines (application/x-ndjson), and transformed as libsvm lines (text/x-libsvm), inline mode, interleaved round by round' || echo '1 and 100 libsvm rows (text/x-libsvm), 100 JSON {ids, vals} rows')",
             "peer": "scripts/bench_nginx_peer.lua: the same 100-row body parsed (batch:parse_libsvm) and scored in a loop, one process with one thread, and $workers processes at once (peer_100row_wproc)$([ "$pinned" = 1 ] && echo ", each pinned to one of the workers' CPUs ($(csv "$worker_cores"))"); same device",
-            "at80": "p99/p50 at ~80% of the median peak, inline: many connections, each waiting a think time before each request (wrk delay(), whole ms; wrk's latency starts at the write, without the think time): _at80 = exponential think times (poisson: bursty), _at80_paced = the mean think time dithered between whole ms (near-constant rate, as wrk2 -R); calibrated by up to 3 short runs to 0.76-0.84 of peak; the measured run's achieved fraction is recorded",
+            "at80": "p99/p50 at ~80% of the median peak, inline: many connections, each waiting a think time before each request (wrk delay(), whole ms; wrk's latency starts at the write, without the think time): _at80 = exponential think times (poisson: bursty), _at80_paced = the mean think time dithered between whole ms (near-constant rate, as wrk2 -R); calibrated by up to 3 short runs to 0.76-0.84 of peak; the measured run's achieved fraction is recorded. _at80_open_const / _at80_open_poisson: scripts/loadgen.c, open loop at 0.8 x peak, requests sent on a schedule (every 1/rate s, or Poisson), each timed from its scheduled time (a wait for a free connection counts), microsecond timing, 1 s warm-up not counted",
             "note": "$([ "$pinned" = 1 ] && echo "pinned run: the workers and the peers on the same $workers CPUs, wrk on others; headline = nginx rows/s over the $workers peers' rows/s, wall clock, same round" || echo "unpinned: on a machine shared with other work timings are noisy and wrk shares the cores with nginx's workers; quote the per-CPU-second ratios of runs measured side by side")"},
   "seconds_total": $(( $(date +%s) - t_start )),
   "figures": $(cat "$tmp/figures.json")

@@ -82,7 +82,9 @@ S.ratio_inline_100row = ratios("inline_100row")
 S.ratio_async_100row = ratios("async_100row")
 S.ratio_thread_100row = ratios("thread_100row")
 S.ratio_auto_100row = ratios("auto_100row")
-for _, name in ipairs { "inline_100row_at80", "inline_100row_at80_paced", "inline_1row_at80", "inline_1row_at80_paced" } do
+for _, name in ipairs { "inline_100row_at80", "inline_100row_at80_paced", "inline_1row_at80", "inline_1row_at80_paced",
+                          "inline_100row_at80_open_const", "inline_100row_at80_open_poisson",
+                          "inline_1row_at80_open_const", "inline_1row_at80_open_poisson" } do
     local g, tg = groups[name], groups[name .. "_target"]
     if g and tg then
         local t = g[1]
@@ -126,7 +128,9 @@ if S.inline_100row then
     io.stderr:write(string.format("inline_100row: %s rows/s, worker CPU %s us/request (median)\n",
         f(S.inline_100row.rows_per_s_median, 0), f(S.inline_100row.worker_cpu_us_per_request_median, 1)))
 end
-for _, name in ipairs { "inline_100row_at80", "inline_100row_at80_paced", "inline_1row_at80", "inline_1row_at80_paced" } do
+for _, name in ipairs { "inline_100row_at80", "inline_100row_at80_paced", "inline_1row_at80", "inline_1row_at80_paced",
+                          "inline_100row_at80_open_const", "inline_100row_at80_open_poisson",
+                          "inline_1row_at80_open_const", "inline_1row_at80_open_poisson" } do
     local t = S[name]
     if t then
         io.stderr:write(string.format("%-26s %s of peak, p50 %d us, p99 %d us, p99/p50 %s (target <= 3)\n",
