@@ -544,9 +544,7 @@ static void test_tsv_plan(wisp_engine *eng)
 
 int main(void)
 {
-    const char *seed = getenv("WISP_TEST_SEED");
-    rng_state = seed ? strtoull(seed, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    printf("test_parse_fast: seed %llu (WISP_TEST_SEED to repeat)\n", (unsigned long long)rng_state);
+    testrand_seed("test_parse_fast");
     wisp_engine *eng = NULL;
     CHECK_OK(wisp_engine_new(1, &eng));
     int was = wisp_libsvm__fast_path(1);

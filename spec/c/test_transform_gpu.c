@@ -346,9 +346,7 @@ done:
 
 int main(void)
 {
-    const char *seed = getenv("WISP_TEST_SEED");
-    rng_state = seed ? strtoull(seed, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    printf("test_transform_gpu: seed %llu (WISP_TEST_SEED to repeat)\n", (unsigned long long)rng_state);
+    testrand_seed("test_transform_gpu");
     const char *tg = getenv("WISP_TEST_GPU");
     const int want_gpu = tg && *tg && strcmp(tg, "0") != 0;
     const int quick = getenv("WISP_TEST_GPU_QUICK") != NULL || !want_gpu;

@@ -4,6 +4,10 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
 
 /* the generator's state: a test seeds it (WISP_TEST_SEED) or keeps this default */
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -15,6 +19,15 @@ static inline uint64_t rnd(void)
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
+/* Seed from WISP_TEST_SEED, or from the clock and the pid; print it, so a failure
+ * on a random seed can be repeated (a GPU crash was found and fixed that way). */
+static inline void testrand_seed(const char *test)
+{
+    const char *seed = getenv("WISP_TEST_SEED");
+    rng_state = seed ? strtoull(seed, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    printf("%s: seed %llu (WISP_TEST_SEED to repeat)\n", test, (unsigned long long)rng_state);
+}
+
 /* uniform in [0, 1) */
 static inline double rnd01(void) { return (double)(rnd() >> 11) * 0x1p-53; }
 
