@@ -284,6 +284,17 @@ for i in $(seq 1 8); do
 done
 if [ "$nv1" = 8 ]; then ok "after :reload every worker serves the restored file (8/8)"; else bad "after :reload: $nv1/8"; fi
 
+# ---- scripts/loadgen.c (bench_nginx.sh's open-loop generator) against the service ----------
+if cc -O2 -pthread -o "$tmp/loadgen" scripts/loadgen.c -lm 2> "$tmp/loadgen.err"; then
+    line=$("$tmp/loadgen" --port "$port" --path /v1/models/ctr:predict --body "$d/rows.json" --ctype application/json \
+           --rate 400 --duration 1 --warmup 0.2 --connections 4 --threads 2 --arrivals poisson 2> "$tmp/loadgen.out")
+    lg() { echo "$line" | sed -E "s/.*\"$1\":([0-9.]+).*/\1/"; }
+    if [ -n "$line" ] && [ "$(lg errors)" = 0 ] && [ "$(lg non2xx)" = 0 ] && [ "$(lg measured)" -gt 200 ] \
+       && awk -v a="$(lg p50_us)" -v b="$(lg p99_us)" 'BEGIN { exit !(a > 0 && b >= a) }'; then
+        ok "scripts/loadgen.c: $(lg measured) scheduled requests answered 200, p50 $(lg p50_us) us, p99 $(lg p99_us) us"
+    else bad "scripts/loadgen.c: '$line' $(cat "$tmp/loadgen.out")"; fi
+else bad "scripts/loadgen.c does not build: $(head -c 300 "$tmp/loadgen.err")"; fi
+
 # ---- the other modes: nginx -s reload (HUP) with mode = thread, then async -------------------
 for mode in thread async auto; do
     render --mode "$mode" && "$nginx_bin" -p "$prefix" -c conf/nginx.conf -s reload 2>/dev/null
