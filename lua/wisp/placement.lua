@@ -544,6 +544,22 @@ function Pipeline:set_placement(p)
     return true
 end
 
+-- The message for a placement (node "score" or "transform") that chose something else than a device.
+local function not_a_device(node, dev)
+    return fmt("pipeline: the %s placement chose %s, not a device (cpu, gpu, gpu:N, gpus, auto)", node,
+               type(dev) == "string" and ("'" .. dev .. "'") or tostring(dev))
+end
+
+-- Move the pipeline's session to dev (a device) unless it is there; true, or nil, err.
+local function switch_to(self, dev)
+    if dev == self.current then return true end
+    local ok, err = self.session:set_device(dev)
+    if not ok then return nil, "pipeline: " .. tostring(err) end
+    self.current = dev
+    self.switches = self.switches + 1
+    return true
+end
+
 -- Choose and apply the device for a batch; returns the device or nil, err.
 function Pipeline:place(batch)
     local info = self._info
@@ -553,14 +569,9 @@ function Pipeline:place(batch)
     info.queue_depth = self.queue_depth
     local dev = resolve(self.placement.score, info)
     if dev ~= self.current then
-        if not is_device(dev) then
-            return nil, fmt("pipeline: the score placement chose %s, not a device (cpu, gpu, gpu:N, gpus, auto)",
-                            type(dev) == "string" and ("'" .. dev .. "'") or tostring(dev))
-        end
-        local ok, err = self.session:set_device(dev)
-        if not ok then return nil, "pipeline: " .. tostring(err) end
-        self.current = dev
-        self.switches = self.switches + 1
+        if not is_device(dev) then return nil, not_a_device("score", dev) end
+        local ok, err = switch_to(self, dev)
+        if not ok then return nil, err end
     end
     local last = self._last
     last.score = dev
@@ -582,20 +593,10 @@ function Pipeline:place_raw(raw)
     local dev = resolve(self.placement.score, info)
     local td = resolve(self.placement.transform, info)
     info.raw = nil
-    if not is_device(dev) then
-        return nil, fmt("pipeline: the score placement chose %s, not a device (cpu, gpu, gpu:N, gpus, auto)",
-                        type(dev) == "string" and ("'" .. dev .. "'") or tostring(dev))
-    end
-    if not is_device(td) then
-        return nil, fmt("pipeline: the transform placement chose %s, not a device (cpu, gpu, gpu:N, gpus, auto)",
-                        type(td) == "string" and ("'" .. td .. "'") or tostring(td))
-    end
-    if dev ~= self.current then
-        local ok, err = self.session:set_device(dev)
-        if not ok then return nil, "pipeline: " .. tostring(err) end
-        self.current = dev
-        self.switches = self.switches + 1
-    end
+    if not is_device(dev) then return nil, not_a_device("score", dev) end
+    if not is_device(td) then return nil, not_a_device("transform", td) end
+    local ok, err = switch_to(self, dev)
+    if not ok then return nil, err end
     local last = self._last
     last.score = dev
     local fused = td ~= "cpu" and td == dev
