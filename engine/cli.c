@@ -82,7 +82,7 @@ static const char usage_score[] =
     "  -m, --model MODEL   the .wisp model file (required)\n"
     "  -f, --format FMT    input format: auto (the default), libsvm, vw, tsv, csv or jsonl\n"
     "  -s, --schema S      tsv/csv field names: header (the default), criteo, or \"a,b,,c\"\n"
-    "  -d, --device DEV    cpu, gpu, gpu:N, gpus or auto (default: auto = a GPU if usable)\n"
+    "  -d, --device DEV    cpu, gpu, gpu:N, gpus, gpus:N (the first N) or auto (default: auto = a GPU if usable)\n"
     "  -b, --batch N       rows per batch (default 65536)\n"
     "  -t, --threads N     CPU threads (default: one per core)\n"
     "      --hugepages     copy the weights into huge pages (faster CPU gathers, no page-cache sharing)\n"

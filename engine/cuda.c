@@ -32,9 +32,19 @@
  *   WISP_GPU_PARTS=k makes k units round-robin over the devices (k > ndev puts
  *   several units on one GPU, which is how the split path is tested on one).
  * - Sharding (a table split by id range): WISP_GPU_SHARDS=S makes S shards of
- *   the table, shard s on unit s % units; every unit scores all rows against
- *   its shards into partial sums, and the host adds them up. It is chosen
- *   automatically on several GPUs when the table would not fit on one.
+ *   the table, shard s on unit s % units. It is chosen automatically when
+ *   the table is larger than one device's share (WISP_GPU_TABLE_MB, default
+ *   80% of the smallest device's memory) and the session has several units.
+ *   Two ways to score against shards (WISP_GPU_SHARDING):
+ *   peer (the default where every pair of the session's devices has peer
+ *   access, and always on one device): the rows are split over the units as
+ *   without shards, and each kernel reads every weight where it lives, its own
+ *   shard locally and the others from the peers' memory (NVLink); shard
+ *   ranges are powers of two so an id's shard is its high bits. Each row
+ *   crosses PCIe once and there is nothing to add up.
+ *   broadcast (the fallback without peer access): every unit scores all rows
+ *   against its own shards into partial sums, and the host adds them up; every
+ *   row crosses PCIe once per unit.
  * - Each unit ships its slice in chunks of rows: chunk c+1 crosses PCIe on
  *   the copy stream while chunk c is scored and chunk c-1 comes back on the
  *   compute stream (double buffering inside one batch).
@@ -66,6 +76,8 @@
 
 enum { MAX_UNITS = 16, MAX_CHUNKS = 16, MAX_SHARDS = 16, MAX_COPIES = 8, MAX_GRAPHS = 8 };
 enum { FAULT_NONE = 0, FAULT_OOM, FAULT_OOM_ONCE, FAULT_STICKY };
+enum { SHARDING_AUTO = 0, SHARDING_PEER, SHARDING_BROADCAST };
+enum { UNIT_STATS = 12 };
 #define CHUNK_NNZ       (1u << 20)    /* ids per chunk before a unit's slice is split */
 #define MAX_CHUNKS_AUTO 8
 #define STAGE_ALL_BYTES (1u << 20)    /* batches below this are packed even when pinned */
@@ -86,6 +98,7 @@ typedef struct cuda_ctx {
     int n;
     struct cdev dev[WISP_MAX_GPUS];
     atomic_size_t pinned;          /* bytes of pinned host memory handed out */
+    atomic_int peer[WISP_MAX_GPUS][WISP_MAX_GPUS];   /* [a][b]: a reads b's memory: 0 not tried, 1 enabled, -1 not possible */
     size_t pinned_max;
 } cuda_ctx;
 
@@ -382,8 +395,10 @@ struct unit {
     /* the current batch */
     size_t r0, r1;                         /* rows */
     uint32_t base, vbase, nnz, nvals;
-    int nsh, sh[MAX_SHARDS];
+    int nsh, sh[MAX_SHARDS];               /* the shards this unit holds (its one table: shard 0) */
     const void *w[MAX_SHARDS];
+    int nout;                              /* answer arrays: one, or one partial sum per shard held (broadcast) */
+    uint64_t bytes_h2d;                    /* copied in for this batch */
     struct lay L;
     size_t soff;                           /* offset in the staging buffer */
     int nchunks;
@@ -407,6 +422,12 @@ typedef struct sess {
     struct unit u[MAX_UNITS];
     int fault, fault_fired;
     int shards_env, parts_env, chunks_env, lanes_env;
+    int sharding;                          /* SHARDING_AUTO, _PEER or _BROADCAST (WISP_GPU_SHARDING) */
+    uint64_t table_max;                    /* weight bytes one device holds before the table is sharded (0: 80% of memory) */
+    int peer_warned;                       /* peer sharding was asked for but is not possible: said once */
+    /* the last finished batch, unit by unit (wisp_cuda_units_read) */
+    double ustat[MAX_UNITS][UNIT_STATS];
+    int nustat;
     int timing;                            /* -1: events for large batches only; 0: never; 1: always */
     int graphs;                            /* CUDA graphs for small batches */
     int inline_on;                         /* tiny batches inside the launch (WISP_GPU_INLINE) */
@@ -542,6 +563,12 @@ static int cu_session_open(void *vctx, const int *devs, int ndev, void **out)
     else if (f && !strcmp(f, "oom1")) s->root->fault = FAULT_OOM_ONCE;
     else if (f && !strcmp(f, "sticky")) s->root->fault = FAULT_STICKY;
     s->shards_env = env_int("WISP_GPU_SHARDS", 0, 0, MAX_SHARDS);
+    const char *shm = getenv("WISP_GPU_SHARDING");
+    s->sharding = shm && !strcmp(shm, "peer") ? SHARDING_PEER : shm && !strcmp(shm, "broadcast") ? SHARDING_BROADCAST
+                : SHARDING_AUTO;
+    if (shm && *shm && s->sharding == SHARDING_AUTO && strcmp(shm, "auto"))
+        wisp_log(ctx->eng, WISP_LOG_WARN, "WISP_GPU_SHARDING='%.40s' is not peer, broadcast or auto; using auto", shm);
+    s->table_max = (uint64_t)env_int("WISP_GPU_TABLE_MB", 0, 0, 1 << 30) << 20;
     s->parts_env = env_int("WISP_GPU_PARTS", 0, 0, MAX_UNITS);
     s->chunks_env = env_int("WISP_GPU_CHUNKS", 0, 0, MAX_CHUNKS);
     s->lanes_env = env_int("WISP_GPU_LANES", 0, 0, 32);
@@ -554,8 +581,8 @@ static int cu_session_open(void *vctx, const int *devs, int ndev, void **out)
     else if (zc && *zc && strcmp(zc, "0") && strcmp(zc, "off")) s->zc_rows = ZC_SMALL_ROWS;
     /* units: one per device, or WISP_GPU_PARTS round-robin; shards use one per device they land on */
     int nunits = ndev;
-    if (s->shards_env >= 2) nunits = s->shards_env < ndev ? s->shards_env : ndev;
-    else if (s->parts_env > ndev) nunits = s->parts_env;
+    if (s->parts_env > ndev) nunits = s->parts_env;
+    else if (s->shards_env >= 2) nunits = s->shards_env < ndev ? s->shards_env : ndev;
     s->nunits = nunits;
     for (int i = 0; i < nunits; i++) {
         int st = unit_create(s, &s->u[i], devs[i % ndev], NULL);
@@ -694,6 +721,9 @@ struct job {
     const wisp_batch *b;
     float *out;
     int vm, dtype, lanes, sharded, nshards, zc, inl, staged, small, out_pinned;
+    int peer;                                 /* sharded, rows split, weights read where they live (kernel shards) */
+    int partial;                              /* sharded by broadcast: partial sums the host adds up */
+    wisp_kshards kt;                          /* peer: every shard's address, each on the device that holds it */
     int arena;                                /* an owned batch whose arena is pinned (one pointer query) */
     int submitted;                            /* submit/wait: end events per stream; else the streams hold only this batch */
     int poll;                                 /* a tiny batch whose blocks raise flags in mapped host memory: no events */
@@ -703,7 +733,7 @@ struct job {
     cudaError_t err;
     int err_dev;
     const char *err_what;
-    uint64_t bytes_h2d, bytes_d2h, ns_stage;
+    uint64_t bytes_h2d, bytes_d2h, ns_stage, ns_combine;
     uint64_t *stats;
     uint64_t t_enq;                           /* when the first work was enqueued */
 };
@@ -796,7 +826,7 @@ static void fill_params(const struct job *j, const struct unit *u, int i, size_t
     p->vals = j->vm != WISP_VALUES_NONE ? (const float *)(u->dbuf + L->vals) : NULL;
     p->weights = u->w[i];
     p->out = (float *)(u->dbuf + L->out) + (size_t)i * (u->r1 - u->r0) + a;
-    p->oor = (!j->sharded || sh == 0) ? (unsigned long long *)(u->dbuf + L->cnt) : NULL;
+    p->oor = (!j->partial || sh == 0) ? (unsigned long long *)(u->dbuf + L->cnt) : NULL;
     p->rows = (uint32_t)(z - a);
     p->ptr_base = u->base;
     p->val_base = u->vbase;
@@ -805,7 +835,7 @@ static void fill_params(const struct job *j, const struct unit *u, int i, size_t
     p->id_lo = j->sh_lo[sh];
     p->id_span = j->sh_span[sh];
     p->num_features = j->nf;
-    p->partial = j->sharded;
+    p->partial = j->partial;
     p->bias = (float)j->m->bias;
     p->scale = j->m->dtype == WISP_I8 ? j->m->scale : 1.0f;
 }
@@ -823,6 +853,13 @@ static void launch_chunk(struct job *j, struct unit *u, int c, cudaStream_t st)
 {
     const size_t a = u->cb[c], z = u->cb[c + 1];
     if (z == a || sticky_hook(j, u, st)) return;
+    if (j->peer) {
+        wisp_kparams p;
+        fill_params(j, u, 0, a, z, &p);
+        JOB_CHECK(j, u, (cudaError_t)wisp_k_score_shards(&p, &j->kt, j->dtype, j->vm, j->lanes, st),
+                  "launching the score kernel");
+        return;
+    }
     for (int i = 0; i < u->nsh; i++) {
         wisp_kparams p;
         fill_params(j, u, i, a, z, &p);
@@ -1011,7 +1048,7 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
             JOB_CHECK(j, u, cudaMemcpyAsync(u->dbuf, hin, L->cnt + CNT_BYTES, cudaMemcpyHostToDevice, u->comp),
                       "copying a batch to the device");
             launch_chunk(j, u, 0, u->comp);
-            size_t n = L->out - L->cnt + (size_t)u->nsh * rows * 4;
+            size_t n = L->out - L->cnt + (size_t)u->nout * rows * 4;
             JOB_CHECK(j, u, cudaMemcpyAsync(hin + L->cnt, u->dbuf + L->cnt, n, cudaMemcpyDeviceToHost, u->comp),
                       "copying results from the device");
             j->bytes_h2d += L->cnt + CNT_BYTES;
@@ -1069,7 +1106,7 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
         launch_chunk(j, u, c, u->comp);
         if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_CHUNK + 3 * c + 1], u->comp), "recording an event");
         if (z > a) {
-            for (int i = 0; i < u->nsh; i++) {
+            for (int i = 0; i < u->nout; i++) {
                 size_t off = (size_t)i * rows * 4 + a * 4;
                 void *dst = u->direct_out ? (void *)(j->out + u->r0 + a) : (void *)(hout + (L->out - L->cnt) + off);
                 JOB_CHECK(j, u, cudaMemcpyAsync(dst, u->dbuf + L->out + off, (z - a) * 4, cudaMemcpyDeviceToHost, u->comp),
@@ -1093,7 +1130,9 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
  * already hold the next batches (submit/wait). */
 static void enqueue_unit(struct job *j, struct unit *u)
 {
+    const uint64_t h2d0 = j->bytes_h2d;
     enqueue_unit_work(j, u);
+    u->bytes_h2d = j->bytes_h2d - h2d0;
     if (j->err != cudaSuccess || j->poll || !j->submitted) return;   /* blocking: the streams hold only this batch */
     JOB_CHECK(j, u, cudaEventRecord(u->fin_comp, u->comp), "recording an event");
     if (!j->small && !j->zc) JOB_CHECK(j, u, cudaEventRecord(u->fin_copy, u->copy), "recording an event");
@@ -1136,6 +1175,34 @@ static void chunk_bounds(const sess *s, const wisp_batch *b, struct unit *u)
     u->nchunks = nc;
 }
 
+/* Can the device of every unit read the memory of every other? Peer access is
+ * enabled once per pair of devices, for the whole process; units on one
+ * device need none. */
+static int peers_ready(sess *s)
+{
+    cuda_ctx *ctx = s->ctx;
+    for (int a = 0; a < s->nunits; a++)
+        for (int b = 0; b < s->nunits; b++) {
+            const int da = s->u[a].dev, db = s->u[b].dev;
+            if (da == db) continue;
+            int st = atomic_load(&ctx->peer[da][db]);
+            if (st < 0) return 0;
+            if (st > 0) continue;
+            int can = 0;
+            cudaError_t e = cudaDeviceCanAccessPeer(&can, da, db);
+            if (e == cudaSuccess && !can) e = cudaErrorPeerAccessUnsupported;
+            if (e == cudaSuccess) e = cudaSetDevice(da);
+            if (e == cudaSuccess) e = cudaDeviceEnablePeerAccess(db, 0);
+            if (e == cudaErrorPeerAccessAlreadyEnabled) e = cudaSuccess;   /* another session did it */
+            cudaGetLastError();
+            wisp_log(ctx->eng, e == cudaSuccess ? WISP_LOG_INFO : WISP_LOG_WARN, "gpu:%d reads gpu:%d's memory: %s", da, db,
+                     e == cudaSuccess ? "peer access enabled" : cudaGetErrorString(e));
+            atomic_store(&ctx->peer[da][db], e == cudaSuccess ? 1 : -1);
+            if (e != cudaSuccess) return 0;
+        }
+    return 1;
+}
+
 /* Plan the batch over the units: rows, shards, chunks, layouts, buffers. */
 static int plan(struct job *j)
 {
@@ -1148,23 +1215,65 @@ static int plan(struct job *j)
     const uint64_t nvals = j->vm == WISP_VALUES_MIXED ? (uint64_t)b->val_ptr[rows] - b->val_ptr[0]
                          : j->vm == WISP_VALUES_ALL ? nnz : 0;
 
-    /* shards: asked for, or needed because the table would not fit one device */
+    /* shards: asked for, or needed because the table is larger than one device's share
+     * (WISP_GPU_TABLE_MB, else 80% of the smallest device; the default needs several devices) */
     int nsh = s->shards_env >= 2 ? s->shards_env : 1;
-    size_t table = (size_t)j->nf * dtype_size(m->dtype);
-    if (nsh == 1 && s->ndev > 1) {
-        uint64_t minmem = UINT64_MAX;
-        for (int i = 0; i < s->ndev; i++)
-            if (s->ctx->dev[s->devs[i]].mem < minmem) minmem = s->ctx->dev[s->devs[i]].mem;
-        if (table > minmem / 10 * 8) nsh = s->nunits;
+    const uint64_t table = (uint64_t)j->nf * dtype_size(m->dtype);
+    if (nsh == 1 && s->nunits > 1 && (s->table_max || s->ndev > 1)) {
+        uint64_t share = s->table_max;
+        if (!share) {
+            uint64_t minmem = UINT64_MAX;
+            for (int i = 0; i < s->ndev; i++)
+                if (s->ctx->dev[s->devs[i]].mem < minmem) minmem = s->ctx->dev[s->devs[i]].mem;
+            share = minmem / 10 * 8;
+        }
+        if (table > share) {
+            uint64_t need = (table + share - 1) / share;
+            nsh = need > (uint64_t)s->nunits ? (need > MAX_SHARDS ? MAX_SHARDS : (int)need) : s->nunits;
+        }
     }
     if (nsh > MAX_SHARDS) nsh = MAX_SHARDS;
-    j->sharded = nsh > 1;
-    j->nshards = nsh;
-    for (int i = 0; i < nsh; i++) {
-        uint64_t lo = (uint64_t)j->nf * i / nsh, hi = (uint64_t)j->nf * (i + 1) / nsh;
-        j->sh_lo[i] = (uint32_t)lo;
-        j->sh_span[i] = (uint32_t)(hi - lo);
+    if ((uint64_t)nsh > j->nf) nsh = j->nf ? (int)j->nf : 1;
+    j->peer = 0;
+    if (nsh > 1 && s->sharding != SHARDING_BROADCAST) {
+        if (nsh <= WISP_K_MAX_SHARDS && peers_ready(s)) {
+            j->peer = 1;
+        } else if (s->sharding == SHARDING_PEER && !s->root->peer_warned) {
+            s->root->peer_warned = 1;
+            wisp_log(s->ctx->eng, WISP_LOG_WARN, "WISP_GPU_SHARDING=peer: %s; the shards are scored by broadcast",
+                     nsh > WISP_K_MAX_SHARDS ? "more shards than a kernel reads (8)"
+                                             : "the session's GPUs cannot read each other's memory (no peer access)");
+        }
     }
+    if (j->peer) {
+        /* power-of-two ranges: an id's shard is its high bits */
+        const uint64_t per = (j->nf + (uint64_t)nsh - 1) / (uint64_t)nsh;
+        uint32_t shift = 0;
+        while (((uint64_t)1 << shift) < per) shift++;
+        nsh = (int)((j->nf + ((uint64_t)1 << shift) - 1) >> shift);
+        for (int i = 0; i < nsh; i++) {
+            uint64_t lo = (uint64_t)i << shift, hi = (uint64_t)(i + 1) << shift;
+            j->sh_lo[i] = (uint32_t)lo;
+            j->sh_span[i] = (uint32_t)((hi < j->nf ? hi : j->nf) - lo);
+        }
+        j->kt.n = (uint32_t)nsh;
+        j->kt.shift = shift;
+        j->peer = nsh > 1;
+    } else {
+        for (int i = 0; i < nsh; i++) {
+            uint64_t lo = (uint64_t)j->nf * i / nsh, hi = (uint64_t)j->nf * (i + 1) / nsh;
+            j->sh_lo[i] = (uint32_t)lo;
+            j->sh_span[i] = (uint32_t)(hi - lo);
+        }
+    }
+    if (nsh <= 1) {
+        nsh = 1;
+        j->sh_lo[0] = 0;
+        j->sh_span[0] = j->nf;
+    }
+    j->sharded = nsh > 1;
+    j->partial = j->sharded && !j->peer;
+    j->nshards = nsh;
     j->zc = !j->sharded && s->nunits == 1 && s->zc_rows && rows <= s->zc_rows;
 
     /* small batches are packed (one copy each way); large ones are copied from
@@ -1214,16 +1323,17 @@ static int plan(struct job *j)
         struct unit *u = &s->u[k];
         u->nsh = 0;
         u->graph = 0;
-        if (j->sharded) {
+        if (j->partial) {
             u->r0 = 0;
             u->r1 = rows;
-            for (int i = k; i < nsh; i += nunits) u->sh[u->nsh++] = i;
         } else {
             u->r0 = k == 0 ? 0 : s->u[k - 1].r1;
             u->r1 = k == nunits - 1 ? rows : lower_row(rp, u->r0, rows, rp[0] + nnz * (uint64_t)(k + 1) / nunits);
             if (u->r1 < u->r0) u->r1 = u->r0;
-            u->sh[u->nsh++] = 0;
         }
+        if (j->sharded) for (int i = k; i < nsh; i += nunits) u->sh[u->nsh++] = i;
+        else u->sh[u->nsh++] = 0;
+        u->nout = j->partial ? u->nsh : 1;
     }
     size_t stage_need = 0;
     for (int k = 0; k < nunits; k++) {
@@ -1248,13 +1358,13 @@ static int plan(struct job *j)
             u->nvals_b = j->vm == WISP_VALUES_MIXED ? pow2_at_least(u->nvals, 256) : j->vm == WISP_VALUES_ALL ? u->nnz_b : 0;
             layout(&u->L, u->rows_b, u->nnz_b, u->nvals_b, j->vm, 1, 0);
         } else {
-            layout(&u->L, urows, u->nnz, u->nvals, j->vm, u->nsh, j->zc);
+            layout(&u->L, urows, u->nnz, u->nvals, j->vm, u->nout, j->zc);
         }
         /* a whole owned batch, copied from its arena: the device buffer mirrors the arena's offsets */
         u->mirror = j->arena && !j->small && !j->zc && !j->staged && u->r0 == 0 && u->r1 == rows;
-        if (u->mirror) layout_mirror(&u->L, b, urows, u->nnz, u->nvals, j->vm, u->nsh);
-        u->direct_out = !j->sharded && !j->small && !j->zc && j->out_pinned;
-        u->host_out = !j->sharded && !j->small && !j->zc && !j->out_pinned;
+        if (u->mirror) layout_mirror(&u->L, b, urows, u->nnz, u->nvals, j->vm, u->nout);
+        u->direct_out = !j->partial && !j->small && !j->zc && j->out_pinned;
+        u->host_out = !j->partial && !j->small && !j->zc && !j->out_pinned;
         if (j->small || j->zc) {
             u->nchunks = 1;
             u->cb[0] = 0;
@@ -1284,6 +1394,8 @@ static int plan(struct job *j)
             if (st != WISP_OK) return st;
         }
     }
+    if (j->peer)
+        for (int i = 0; i < nsh; i++) j->kt.w[i] = s->u[i % nunits].w[i / nunits];
     if (grow_stage(s, stage_need) != WISP_OK)
         return wisp_fail(WISP_EDEVICE, "cuda: cannot pin %zu bytes of host memory for staging "
                          "(pinned so far: %zu of at most %zu bytes, WISP_PINNED_MAX_MB)", stage_need,
@@ -1294,7 +1406,7 @@ static int plan(struct job *j)
 
 static int unit_active(const struct job *j, const struct unit *u)
 {
-    return j->sharded || u->r1 > u->r0;
+    return j->partial || u->r1 > u->r0;
 }
 
 /* Check the batch and the model, plan, and enqueue everything; j->t_enq is
@@ -1462,9 +1574,10 @@ static int job_finish(struct job *j, uint64_t *stats, int async)
         uint64_t c;
         memcpy(&c, hout, sizeof c);
         oor += c;
-        if (!j->sharded && !u->direct_out && !u->host_out) memcpy(out + u->r0, hout + (L->out - L->cnt), urows * 4);
+        if (!j->partial && !u->direct_out && !u->host_out) memcpy(out + u->r0, hout + (L->out - L->cnt), urows * 4);
     }
-    if (j->sharded) {
+    if (j->partial) {
+        const uint64_t t_comb = wisp_now_ns();
         const float bias = (float)m->bias;
         for (int sh = 0; sh < j->nshards; sh++) {
             const struct unit *u = &s->u[sh % s->nunits];
@@ -1475,18 +1588,32 @@ static int job_finish(struct job *j, uint64_t *stats, int async)
             else for (size_t r = 0; r < rows; r++) out[r] += part[r];
         }
         for (size_t r = 0; r < rows; r++) out[r] = 1.f / (1.f + expf(-(bias + out[r])));
+        j->ns_combine = wisp_now_ns() - t_comb;
     }
 
     /* statistics: device stages from events (large batches), else the device time as kernel time */
     uint64_t h2d = 0, ker = 0, d2h = 0;
     int timed = 0;
+    sess *root = s->root;
+    root->nustat = 0;
     for (int k = 0; k < s->nunits; k++) {
         struct unit *u = &s->u[k];
-        if (!unit_active(j, u) || !u->launched) continue;
+        if (!unit_active(j, u)) continue;
+        double *us = root->ustat[root->nustat++];
+        us[0] = u->dev;
+        us[1] = (double)u->r0;
+        us[2] = (double)u->r1;
+        us[3] = j->sharded ? u->nsh : 0;
+        us[4] = j->peer ? 2 : j->partial ? 1 : 0;
+        us[5] = (double)u->bytes_h2d;
+        for (int i = 6; i < UNIT_STATS; i++) us[i] = 0;
+        us[10] = j->ns_combine / 1e6;
+        if (!u->launched) continue;
         timed = 1;
         double uh = 0, uk = 0, ud = 0;
+        us[9] = elapsed_ms(u->ev[EV_START], u->ev[EV_END]);
         if (j->zc || j->small) {
-            uk = elapsed_ms(u->ev[EV_START], u->ev[EV_END]);
+            uk = us[9];
         } else {
             uh = elapsed_ms(u->ev[EV_START], u->ev[EV_H2D]);
             for (int c = 0; c < u->nchunks; c++) {
@@ -1494,6 +1621,9 @@ static int job_finish(struct job *j, uint64_t *stats, int async)
                 ud += elapsed_ms(u->ev[EV_CHUNK + 3 * c + 1], u->ev[c == u->nchunks - 1 ? EV_END : EV_CHUNK + 3 * c + 2]);
             }
         }
+        us[6] = uh;
+        us[7] = uk;
+        us[8] = ud;
         if ((uint64_t)(uh * 1e6) > h2d) h2d = (uint64_t)(uh * 1e6);
         if ((uint64_t)(uk * 1e6) > ker) ker = (uint64_t)(uk * 1e6);
         if ((uint64_t)(ud * 1e6) > d2h) d2h = (uint64_t)(ud * 1e6);
@@ -1520,7 +1650,6 @@ static int job_finish(struct job *j, uint64_t *stats, int async)
     stats[WISP_STAT_OUT_OF_RANGE] += oor;
 
     /* the timeline hook: the first unit's stages, in ms from the epoch */
-    sess *root = s->root;
     struct unit *u0 = &s->u[0];
     if (root->tl && root->tl_n < root->tl_cap && unit_active(j, u0) && u0->launched) {
         float *e = root->tl + 6 * root->tl_n++;
@@ -1758,6 +1887,24 @@ int wisp_cuda_timeline_read(wisp_session *ws, float *ms, size_t cap)
     size_t n = s->tl_n < cap ? s->tl_n : cap;
     if (n && ms) memcpy(ms, s->tl, n * 6 * sizeof *ms);
     return (int)(s->tl_n > (size_t)INT32_MAX ? INT32_MAX : s->tl_n);
+}
+
+/* wisp_cuda_units_read (not in wisp.h; for scripts/bench_multigpu.py): the last
+ * batch scored, unit by unit: up to cap units, UNIT_STATS (12) doubles each:
+ * device, first row, end row, shards held (0: the whole table), mode (0 whole
+ * table, 1 broadcast shards, 2 peer shards), bytes copied in, h2d ms, kernel
+ * ms, d2h ms (CUDA events; overlapping when chunked; 0 when not timed), span
+ * ms (the unit's first event to its last), the host's combine ms (adding
+ * partial sums; the batch's), 0. Returns the number of units. */
+int wisp_cuda_units_read(wisp_session *ws, double *v, size_t cap);
+
+int wisp_cuda_units_read(wisp_session *ws, double *v, size_t cap)
+{
+    sess *s = hook_sess(ws, "wisp_cuda_units_read");
+    if (!s) return WISP_ESTATE;
+    size_t n = (size_t)s->nustat < cap ? (size_t)s->nustat : cap;
+    if (n && v) memcpy(v, s->ustat, n * UNIT_STATS * sizeof *v);
+    return s->nustat;
 }
 
 /* ---- for the GPU transform (engine/cuda_transform.c; internal.h) ------------------------- */

@@ -22,7 +22,7 @@ static int parse_device(wisp_engine *eng, const char *dev, int *kind, int *gpus,
 {
     *ngpu = 0;
     if (!dev || !*dev)
-        return wisp_fail(WISP_EINVAL, "device name is empty (use cpu, gpu, gpu:N, gpus or auto)");
+        return wisp_fail(WISP_EINVAL, "device name is empty (use cpu, gpu, gpu:N, gpus, gpus:N or auto)");
     if (strlen(dev) >= 32)
         return wisp_fail(WISP_EINVAL, "device name '%.40s...' is too long", dev);
     if (!strcmp(dev, "cpu")) { *kind = WISP_PLACE_CPU; return WISP_OK; }
@@ -30,6 +30,18 @@ static int parse_device(wisp_engine *eng, const char *dev, int *kind, int *gpus,
     if (!strcmp(dev, "auto") || !strcmp(dev, "gpus")) {
         *kind = strcmp(dev, "auto") ? WISP_PLACE_GPU : WISP_PLACE_AUTO;
         for (int i = 0; i < count; i++) gpus[(*ngpu)++] = i;
+        return WISP_OK;
+    }
+    if (!strncmp(dev, "gpus:", 5)) {
+        /* the first N GPUs */
+        char *end;
+        long n = strtol(dev + 5, &end, 10);
+        if (end == dev + 5 || *end || n < 1 || n > WISP_MAX_GPUS)
+            return wisp_fail(WISP_EINVAL, "bad device '%s': expected gpus:N with N from 1 to %d", dev, WISP_MAX_GPUS);
+        *kind = WISP_PLACE_GPU;
+        if (count > 0 && n > count)
+            return wisp_fail(WISP_ENODEV, "device '%s' asks for %ld GPUs: this machine has %d", dev, n, count);
+        for (int i = 0; i < count && i < n; i++) gpus[(*ngpu)++] = i;
         return WISP_OK;
     }
     if (!strncmp(dev, "gpu", 3) && (dev[3] == '\0' || dev[3] == ':')) {
@@ -48,7 +60,7 @@ static int parse_device(wisp_engine *eng, const char *dev, int *kind, int *gpus,
         if (count > 0) gpus[(*ngpu)++] = (int)n;
         return WISP_OK;
     }
-    return wisp_fail(WISP_EINVAL, "unknown device '%s' (use cpu, gpu, gpu:N, gpus or auto)", dev);
+    return wisp_fail(WISP_EINVAL, "unknown device '%s' (use cpu, gpu, gpu:N, gpus, gpus:N or auto)", dev);
 }
 
 static void drain_gpu(wisp_session *s);

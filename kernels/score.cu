@@ -58,9 +58,13 @@ struct from_shared {
 
 // Row r, lane `lane` of its sub-warp. Every thread of the warp must call this
 // (the shuffles use the full mask); rows past the end do no loads.
-template <typename W, int VM, int L, typename LD>
-__device__ __forceinline__ void score_rows(const wisp_kparams &p, uint32_t r, uint32_t lane, uint32_t rows,
-                                           uint32_t nnz, uint32_t nvals, uint32_t ptr_base, uint32_t val_base)
+// SH: the weights are in shards t (wisp_kshards), picked per id by its high bits with
+// selects over constant indices (a dynamic index into kernel parameters would go
+// through local memory); else one table at p.weights for ids [id_lo, id_lo + id_span).
+template <typename W, int VM, int L, bool SH, typename LD>
+__device__ __forceinline__ void score_rows(const wisp_kparams &p, const wisp_kshards *t, uint32_t r, uint32_t lane,
+                                           uint32_t rows, uint32_t nnz, uint32_t nvals, uint32_t ptr_base,
+                                           uint32_t val_base)
 {
     static_assert(L == 4 || L == 8 || L == 16 || L == 32, "lanes per row");
     const bool active = r < rows;
@@ -102,9 +106,19 @@ __device__ __forceinline__ void score_rows(const wisp_kparams &p, uint32_t r, ui
         }
 #pragma unroll
         for (int j = 0; j < UNROLL; j++) {          // UNROLL independent random gathers
-            const uint32_t rel = id[j] - p.id_lo;
-            in[j] = ok[j] && rel < p.id_span;
-            w[j] = in[j] ? weight<W>::load(p.weights, rel) : 0.f;
+            if (SH) {
+                in[j] = ok[j] && id[j] < p.num_features;
+                const uint32_t q = id[j] >> t->shift;
+                const void *base = t->w[0];
+#pragma unroll
+                for (int s = 1; s < WISP_K_MAX_SHARDS; s++)
+                    if (q == static_cast<uint32_t>(s)) base = t->w[s];
+                w[j] = in[j] ? weight<W>::load(base, id[j] - (q << t->shift)) : 0.f;
+            } else {
+                const uint32_t rel = id[j] - p.id_lo;
+                in[j] = ok[j] && rel < p.id_span;
+                w[j] = in[j] ? weight<W>::load(p.weights, rel) : 0.f;
+            }
             oor += (ok[j] && id[j] >= p.num_features) ? 1u : 0u;
         }
 #pragma unroll
@@ -126,8 +140,8 @@ __device__ __forceinline__ void score_rows(const wisp_kparams &p, uint32_t r, ui
     }
 }
 
-template <typename W, int VM, int L>
-__global__ void __launch_bounds__(BLOCK) score_kernel(const wisp_kparams p)
+template <typename W, int VM, int L, bool SH>
+__global__ void __launch_bounds__(BLOCK) score_kernel(const wisp_kparams p, const __grid_constant__ wisp_kshards t)
 {
     const uint32_t r = (blockIdx.x * static_cast<uint32_t>(BLOCK) + threadIdx.x) / L;
     const uint32_t lane = threadIdx.x & (L - 1);
@@ -139,7 +153,7 @@ __global__ void __launch_bounds__(BLOCK) score_kernel(const wisp_kparams p)
         ptr_base = __ldg(p.hdr + 3);
         val_base = __ldg(p.hdr + 4);
     }
-    score_rows<W, VM, L, from_global>(p, r, lane, rows, nnz, nvals, ptr_base, val_base);
+    score_rows<W, VM, L, SH, from_global>(p, &t, r, lane, rows, nnz, nvals, ptr_base, val_base);
 }
 
 // The tiny batch arrives in the launch's parameters: copy it to shared memory, then score.
@@ -156,7 +170,8 @@ __global__ void __launch_bounds__(BLOCK) tiny_kernel(const __grid_constant__ wis
     p.val_ptr = sw + t.vp_off;
     p.vals = reinterpret_cast<const float *>(sw + t.vals_off);
     const uint32_t r = (blockIdx.x * static_cast<uint32_t>(BLOCK) + threadIdx.x) / L;
-    score_rows<W, VM, L, from_shared>(p, r, threadIdx.x & (L - 1), p.rows, p.nnz, p.nvals, p.ptr_base, p.val_base);
+    score_rows<W, VM, L, false, from_shared>(p, nullptr, r, threadIdx.x & (L - 1), p.rows, p.nnz, p.nvals,
+                                             p.ptr_base, p.val_base);
     if (t.flags) {
         // every thread's answers reach host memory before the block's flag does
         __threadfence_system();
@@ -191,29 +206,42 @@ cudaError_t launch_tiny_mode(const wisp_ktiny &t, int value_mode, int lanes, cud
     }
 }
 
-template <typename W, int VM>
-cudaError_t launch_lanes(const wisp_kparams &p, int lanes, cudaStream_t s)
+template <typename W, int VM, bool SH>
+cudaError_t launch_lanes(const wisp_kparams &p, const wisp_kshards &t, int lanes, cudaStream_t s)
 {
     const uint64_t threads = static_cast<uint64_t>(p.rows) * static_cast<uint64_t>(lanes);
     const unsigned blocks = static_cast<unsigned>((threads + BLOCK - 1) / BLOCK);
     switch (lanes) {
-    case 4:  score_kernel<W, VM, 4><<<blocks, BLOCK, 0, s>>>(p); break;
-    case 8:  score_kernel<W, VM, 8><<<blocks, BLOCK, 0, s>>>(p); break;
-    case 16: score_kernel<W, VM, 16><<<blocks, BLOCK, 0, s>>>(p); break;
-    case 32: score_kernel<W, VM, 32><<<blocks, BLOCK, 0, s>>>(p); break;
+    case 4:  score_kernel<W, VM, 4, SH><<<blocks, BLOCK, 0, s>>>(p, t); break;
+    case 8:  score_kernel<W, VM, 8, SH><<<blocks, BLOCK, 0, s>>>(p, t); break;
+    case 16: score_kernel<W, VM, 16, SH><<<blocks, BLOCK, 0, s>>>(p, t); break;
+    case 32: score_kernel<W, VM, 32, SH><<<blocks, BLOCK, 0, s>>>(p, t); break;
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();
 }
 
-template <typename W>
-cudaError_t launch_mode(const wisp_kparams &p, int value_mode, int lanes, cudaStream_t s)
+template <typename W, bool SH>
+cudaError_t launch_mode(const wisp_kparams &p, const wisp_kshards &t, int value_mode, int lanes, cudaStream_t s)
 {
     switch (value_mode) {
-    case WISP_KV_NONE:  return launch_lanes<W, WISP_KV_NONE>(p, lanes, s);
-    case WISP_KV_ALL:   return launch_lanes<W, WISP_KV_ALL>(p, lanes, s);
-    case WISP_KV_MIXED: return launch_lanes<W, WISP_KV_MIXED>(p, lanes, s);
+    case WISP_KV_NONE:  return launch_lanes<W, WISP_KV_NONE, SH>(p, t, lanes, s);
+    case WISP_KV_ALL:   return launch_lanes<W, WISP_KV_ALL, SH>(p, t, lanes, s);
+    case WISP_KV_MIXED: return launch_lanes<W, WISP_KV_MIXED, SH>(p, t, lanes, s);
     default:            return cudaErrorInvalidValue;
+    }
+}
+
+template <bool SH>
+cudaError_t launch_dtype(const wisp_kparams &p, const wisp_kshards &t, int dtype, int value_mode, int lanes,
+                         cudaStream_t s)
+{
+    if (lanes == 0) lanes = wisp_k_lanes_for(static_cast<double>(p.nnz) / p.rows);
+    switch (dtype) {
+    case WISP_F32: return launch_mode<float, SH>(p, t, value_mode, lanes, s);
+    case WISP_F16: return launch_mode<__half, SH>(p, t, value_mode, lanes, s);
+    case WISP_I8:  return launch_mode<int8_t, SH>(p, t, value_mode, lanes, s);
+    default:       return cudaErrorInvalidValue;
     }
 }
 
@@ -263,20 +291,37 @@ extern "C" int wisp_k_lanes_for(double w)
     return w <= 8.0 ? 4 : w <= 24.0 ? 8 : w <= 96.0 ? 16 : 32;
 }
 
+// the arrays a launch of p needs (t: the shards, or NULL for p->weights)
+static bool params_ok(const wisp_kparams *p, const wisp_kshards *t, int value_mode)
+{
+    if (!p || !p->out || !p->row_ptr || (p->nnz && !p->ids)) return false;
+    if (value_mode == WISP_KV_ALL && p->nnz && !p->vals) return false;
+    if (value_mode == WISP_KV_MIXED && (!p->val_ptr || (p->nvals && !p->vals))) return false;
+    if (!t) return !p->nnz || p->weights;
+    if (t->n == 0 || t->n > WISP_K_MAX_SHARDS || t->shift > 31) return false;
+    // every id below num_features must land in a shard that exists
+    if (p->num_features && (static_cast<uint64_t>(p->num_features) - 1) >> t->shift >= t->n) return false;
+    for (uint32_t i = 0; i < t->n; i++)
+        if (!t->w[i]) return false;
+    return true;
+}
+
 extern "C" int wisp_k_score(const wisp_kparams *p, int dtype, int value_mode, int lanes, cudaStream_t stream)
 {
-    if (!p || !p->out || !p->row_ptr || (p->nnz && (!p->ids || !p->weights)))
-        return cudaErrorInvalidValue;
+    if (!params_ok(p, nullptr, value_mode)) return cudaErrorInvalidValue;
     if (p->rows == 0) return cudaSuccess;
-    if (value_mode == WISP_KV_ALL && p->nnz && !p->vals) return cudaErrorInvalidValue;
-    if (value_mode == WISP_KV_MIXED && (!p->val_ptr || (p->nvals && !p->vals))) return cudaErrorInvalidValue;
-    if (lanes == 0) lanes = wisp_k_lanes_for(static_cast<double>(p->nnz) / p->rows);
-    switch (dtype) {
-    case WISP_F32: return launch_mode<float>(*p, value_mode, lanes, stream);
-    case WISP_F16: return launch_mode<__half>(*p, value_mode, lanes, stream);
-    case WISP_I8:  return launch_mode<int8_t>(*p, value_mode, lanes, stream);
-    default:       return cudaErrorInvalidValue;
-    }
+    const wisp_kshards none = {};
+    return launch_dtype<false>(*p, none, dtype, value_mode, lanes, stream);
+}
+
+extern "C" int wisp_k_score_shards(const wisp_kparams *p, const wisp_kshards *t, int dtype, int value_mode,
+                                   int lanes, cudaStream_t stream)
+{
+    if (!t || !params_ok(p, t, value_mode)) return cudaErrorInvalidValue;
+    if (p->rows == 0) return cudaSuccess;
+    wisp_kshards u = *t;
+    for (uint32_t i = t->n; i < WISP_K_MAX_SHARDS; i++) u.w[i] = t->w[0];   // never picked; no NULL bases
+    return launch_dtype<true>(*p, u, dtype, value_mode, lanes, stream);
 }
 
 extern "C" int wisp_k_tiny(const wisp_ktiny *t, int dtype, int value_mode, int lanes, cudaStream_t stream)

@@ -41,6 +41,17 @@ typedef struct wisp_kparams {
     float scale;                /* int8 dequantization scale; 1 otherwise */
 } wisp_kparams;
 
+/* A table split by id range over devices that read each other's memory
+ * (peer access over NVLink, or one device): shard i holds the weights of ids
+ * [i << shift, (i + 1) << shift) at w[i], which may be another GPU's memory.
+ * Rows are not sent to the shards: the kernel reads each weight where it lives. */
+#define WISP_K_MAX_SHARDS 8
+typedef struct wisp_kshards {
+    const void *w[WISP_K_MAX_SHARDS];
+    uint32_t n;                 /* shards in use, 1 .. WISP_K_MAX_SHARDS */
+    uint32_t shift;             /* 0 .. 31 */
+} wisp_kshards;
+
 /* A tiny batch carried inside the launch itself (kernel parameters, under
  * 4 KB): row_ptr, ids, val_ptr, vals packed in words[] at the given word
  * offsets; p's pointers to them are ignored, p.out / p.oor_rows point at
@@ -71,6 +82,11 @@ int wisp_k_lanes_for(double mean_row_width);
  * cudaError_t (cudaSuccess = 0); checks its arguments, launches nothing
  * for rows == 0. */
 int wisp_k_score(const wisp_kparams *p, int dtype, int value_mode, int lanes, cudaStream_t stream);
+
+/* As wisp_k_score, with the weights read from the shards t: p->weights,
+ * id_lo and id_span are ignored, every id below num_features is looked up. */
+int wisp_k_score_shards(const wisp_kparams *p, const wisp_kshards *t, int dtype, int value_mode, int lanes,
+                        cudaStream_t stream);
 
 /* Launch the tiny-batch kernel (see wisp_ktiny); lanes as for wisp_k_score. */
 int wisp_k_tiny(const wisp_ktiny *t, int dtype, int value_mode, int lanes, cudaStream_t stream);

@@ -3,8 +3,10 @@
 # Run there from the repository root, with .devdeps carried (see ../shared/device/README.md):
 #   export WISP_COMMIT=<git rev-parse --short HEAD, computed here> &&
 #   source .devdeps/env.sh && scripts/device_run.sh [STAGE...]
-# Stages (default: all but xf, tfreplay, nvtx, nginx, in this order): test bench_gpu bench_cpu seed
-#   sanitize batcher xf tfreplay demo nvtx nginx
+# Stages (default: all but xf, tfreplay, nvtx, nginx, multigpu, in this order): test bench_gpu bench_cpu seed
+#   sanitize batcher xf tfreplay demo nvtx nginx multigpu
+#   multigpu: scripts/bench_multigpu.py (issue 8): replicated and sharded tables on 1, 2, 4 GPUs, with the
+#       copy floors; label h200-x<GPUs> unless WISP_MG_LABEL is set, extra options in WISP_MG_OPTS (--quick, --sizes ...).
 #   xf: the GPU transform's tests and bench with score_raw packing every array
 #       (WISP_GPU_XF_DIRECT=0) and copying pinned arrays directly (the default, =1); tfreplay: spec/interop/tf_parity.py --replay
 #       build/tfkeep (carry build/tfkeep); nvtx: Nsight Systems over `wisp score --device gpu:0`
@@ -106,6 +108,14 @@ if want nginx; then
     tail -15 "$out/nginx_gpu.log"
     timeout 240 scripts/bench_nginx.sh --device cpu --label h200-cpu ${WISP_NGINX_CPU_OPTS:---pin} > "$out/nginx_cpu.log" 2>&1
     tail -15 "$out/nginx_cpu.log"
+fi
+if want multigpu; then
+    step "bench_multigpu.py: replicated and sharded tables on 1..N GPUs"
+    ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    NCCL_NVLS_ENABLE=0 timeout 420 python3 scripts/bench_multigpu.py --lib build/libwisp.so \
+        --label "${WISP_MG_LABEL:-h200-x${ngpus:-0}}" ${WISP_MG_OPTS:-} > "$out/multigpu.log" 2>&1
+    echo "exit $?"
+    tail -45 "$out/multigpu.log"
 fi
 snapshot
 echo "=== done ($(date +%T))"

@@ -292,8 +292,8 @@ const float    *wisp_batch_vals(const wisp_batch *b);
  * 5. Sessions: placement, scoring and statistics
  *
  * Device names: "cpu"; "gpu" (= "gpu:0"); "gpu:N"; "gpus" (every usable
- * GPU, the batch split across them); "auto" (every usable GPU if any, else
- * the CPU). A session placed on a GPU falls back to the CPU, logs why and
+ * GPU, the batch split across them); "gpus:N" (the first N GPUs); "auto"
+ * (every usable GPU if any, else the CPU). A session placed on a GPU falls back to the CPU, logs why and
  * counts it, when the device is absent, out of memory or failed.
  * Batches are scored one call at a time (wisp_session_score) or as a
  * stream (wisp_session_submit / wisp_session_wait, double-buffered).

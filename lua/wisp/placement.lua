@@ -7,7 +7,7 @@
 --   pipe:set_placement{ score = function(b) return b.rows < 5000 and "cpu" or "gpu:0" end }
 --
 -- A placement is, for each node:
---   score      a device name ("cpu", "gpu", "gpu:N", "gpus", "auto"), a function of the
+--   score      a device name ("cpu", "gpu", "gpu:N", "gpus", "gpus:N", "auto"), a function of the
 --              batch info {rows=, nnz=, queue_depth=} returning one, or a policy object
 --              (anything with :choose(info)). A bare string, function or policy stands
 --              for {score = it}.
@@ -43,7 +43,7 @@ M.now_ns = now_ns
 -- true for the device names wisp_session_set_device takes
 local function is_device(d)
     if type(d) ~= "string" then return false end
-    return d == "cpu" or d == "gpu" or d == "gpus" or d == "auto" or d:match("^gpu:%d+$") ~= nil
+    return d == "cpu" or d == "gpu" or d == "gpus" or d == "auto" or d:match("^gpus?:%d+$") ~= nil
 end
 M.is_device = is_device
 
@@ -481,7 +481,7 @@ local function check_node(v, what, depth)
     if v == nil then return nil end
     if is_device(v) or type(v) == "function" then return v end
     if type(v) == "table" and type(v.choose) == "function" then return v end
-    error(fmt("bad placement (%s: a device name (cpu, gpu, gpu:N, gpus, auto), a function of the batch or a policy expected, got %s)",
+    error(fmt("bad placement (%s: a device name (cpu, gpu, gpu:N, gpus, gpus:N, auto), a function of the batch or a policy expected, got %s)",
               what, type(v) == "string" and ("'" .. v .. "'") or type(v)), depth + 1)
 end
 
@@ -546,7 +546,7 @@ end
 
 -- The message for a placement (node "score" or "transform") that chose something else than a device.
 local function not_a_device(node, dev)
-    return fmt("pipeline: the %s placement chose %s, not a device (cpu, gpu, gpu:N, gpus, auto)", node,
+    return fmt("pipeline: the %s placement chose %s, not a device (cpu, gpu, gpu:N, gpus, gpus:N, auto)", node,
                type(dev) == "string" and ("'" .. dev .. "'") or tostring(dev))
 end
 

@@ -144,12 +144,18 @@ static wisp_batch *make_batch(wisp_engine *eng, const struct data *d, int vm, in
 
 /* ---- one conformance case -------------------------------------------------------------- */
 
-struct outcome { double maxerr; double maxerr_cpu; uint64_t fallbacks, oor; int unwritten; char last[32]; };
+struct outcome { double maxerr; double maxerr_cpu; uint64_t fallbacks, oor; int unwritten; char last[32]; int units, mode, shards; };
+
+/* the benchmark hook of engine/cuda.c: the last batch, unit by unit (12 doubles each) */
+int wisp_cuda_units_read(wisp_session *ws, double *v, size_t cap);
+
+/* when >= 0, expect_gpu also wants this sharding mode (0 whole table, 1 broadcast, 2 peer), units and shards */
+static int want_mode = -1, want_units, want_shards;
 
 static struct outcome run_case(wisp_engine *eng, wisp_model *m, const struct data *d, int vm, int wrap,
                                const char *device)
 {
-    struct outcome o = { 0, 0, 0, 0, 0, "" };
+    struct outcome o = { 0, 0, 0, 0, 0, "", 0, -1, 0 };
     wisp_batch *b = make_batch(eng, d, vm, wrap);
     wisp_session *s = NULL, *cpu = NULL;
     CHECK_OK(wisp_session_new(eng, m, device, &s));
@@ -168,6 +174,13 @@ static struct outcome run_case(wisp_engine *eng, wisp_model *m, const struct dat
         o.fallbacks = wisp_session_stat(s, WISP_STAT_FALLBACKS);
         o.oor = wisp_session_stat(s, WISP_STAT_OUT_OF_RANGE);
         snprintf(o.last, sizeof o.last, "%s", wisp_session_last_device(s));
+        double us[16][12];
+        int n = !strncmp(o.last, "gpu", 3) ? wisp_cuda_units_read(s, &us[0][0], 16) : 0;
+        for (int k = 0; k < n && k < 16; k++) {
+            o.units++;
+            o.mode = (int)us[k][4];
+            o.shards += (int)us[k][3];
+        }
     }
     free(out); free(outc);
     wisp_session_free(s); wisp_session_free(cpu); wisp_batch_free(b);
@@ -183,13 +196,16 @@ static void expect_gpu(const char *what, wisp_engine *eng, wisp_model *m, const 
     struct data d;
     gen(&d, sp, m);
     struct outcome o = run_case(eng, m, &d, sp->vm, wrap, device);
+    const int mode_ok = want_mode < 0 || (o.mode == want_mode && o.units == want_units && o.shards == want_shards);
     CHECK_MSG(o.unwritten == 0 && o.maxerr <= TOL && o.maxerr_cpu <= TOL && o.fallbacks == 0 && o.oor == d.oor
-              && !strncmp(o.last, "gpu", 3),
+              && !strncmp(o.last, "gpu", 3) && mode_ok,
               "%s [%s, dtype %s, rows %zu, vm %d, %s ids, width %u-%u, %s]: unwritten %d, max |gpu - f64| %.3g, "
-              "max |gpu - cpu| %.3g, fallbacks %llu, out of range %llu (want %llu), last device %s",
+              "max |gpu - cpu| %.3g, fallbacks %llu, out of range %llu (want %llu), last device %s, "
+              "mode %d units %d shards %d (want %d %d %d)",
               what, device, wisp_dtype_name(wisp_model_dtype(m)), sp->rows, sp->vm, sp->dist ? "zipf" : "uniform",
               sp->wmin, sp->wmax, wrap ? "wrapped" : "built", o.unwritten, o.maxerr, o.maxerr_cpu,
-              (unsigned long long)o.fallbacks, (unsigned long long)o.oor, (unsigned long long)d.oor, o.last);
+              (unsigned long long)o.fallbacks, (unsigned long long)o.oor, (unsigned long long)d.oor, o.last,
+              o.mode, o.units, o.shards, want_mode, want_units, want_shards);
     data_free(&d);
 }
 
@@ -529,6 +545,46 @@ static void test_gpu(wisp_engine *eng, int quick)
         wisp_model_free(sm);
     }
     set_env("WISP_GPU_SHARDS", NULL);
+
+    /* 4b. both ways to score a sharded table, checked through the units hook: peer (rows split,
+     *     each kernel reads every shard where it lives; on one GPU every shard is local) and
+     *     broadcast (every unit scores all rows against its shards, the host adds the partial
+     *     sums); two units on one GPU, a shard each; the table over one device's share
+     *     (WISP_GPU_TABLE_MB: m is 2^24 fp32 = 64 MB) sharded without WISP_GPU_SHARDS */
+    const char *modes[] = { "peer", "broadcast" };
+    wisp_model *edge = make_model(eng, 1001, WISP_F16, -0.2);     /* shard edges off powers of two */
+    for (int k = 0; k < 2; k++) {
+        set_env("WISP_GPU_SHARDING", modes[k]);
+        want_mode = k == 0 ? 2 : 1;
+        set_env("WISP_GPU_PARTS", "2");
+        set_env("WISP_GPU_SHARDS", "2");
+        want_units = 2;
+        want_shards = 2;
+        for (int vm = 0; vm < 3; vm++) {
+            struct spec sp = { vm == 1 ? 3 : big, vm, vm == 2 ? ID_ZIPF : ID_UNIFORM, 0, 80, 0.05, 0.01, 0.02 };
+            expect_gpu("2 shards on 2 units", eng, m, &sp, vm & 1, "gpu");
+        }
+        struct spec se = { 4000, VM_MIXED, ID_UNIFORM, 0, 40, 0.05, 0.1, 0.05 };
+        expect_gpu("2 shards on 2 units, small table", eng, edge, &se, 1, "gpu");
+        set_env("WISP_GPU_SHARDS", NULL);
+        set_env("WISP_GPU_TABLE_MB", "40");
+        struct spec st = { big, VM_MIXED, ID_UNIFORM, 0, 60, 0.03, 0.01, 0.02 };
+        expect_gpu("table over its share", eng, m, &st, 0, "gpu");
+        set_env("WISP_GPU_TABLE_MB", "20");              /* 64 MB over 20 MB: 4 shards on the 2 units */
+        want_shards = 4;
+        expect_gpu("table over its share, 4 shards", eng, m, &st, 1, "gpu");
+        set_env("WISP_GPU_TABLE_MB", NULL);
+        set_env("WISP_GPU_PARTS", NULL);
+        /* 5 shards on one unit: peer ranges are powers of two (1001 ids: 256 each, 4 shards) */
+        set_env("WISP_GPU_SHARDS", "5");
+        want_units = 1;
+        want_shards = k == 0 ? 4 : 5;
+        expect_gpu("5 shards asked, one unit", eng, edge, &se, 0, "gpu");
+        set_env("WISP_GPU_SHARDS", NULL);
+    }
+    want_mode = -1;
+    set_env("WISP_GPU_SHARDING", NULL);
+    wisp_model_free(edge);
 
     /* 5. zero-copy: small batches (staged and straight from a pinned batch), then every batch */
     set_env("WISP_GPU_ZEROCOPY", "1");

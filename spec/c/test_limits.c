@@ -127,6 +127,20 @@ static void test_devices_threads(void)
         wisp_session_free(s);
         s = NULL;
     }
+    for (int i = 1; i <= WISP_MAX_GPUS; i++) {
+        snprintf(name, sizeof name, "gpus:%d", i);
+        int st = wisp_session_new(eng, m, name, &s);
+        /* the first N GPUs: WISP_ENODEV naming the count when there are fewer, the CPU when there are none */
+        CHECK_MSG(st == WISP_OK || (st == WISP_ENODEV && i > count && strstr(wisp_errmsg(), name)), "%s -> %d (%s)",
+                  name, st, wisp_errmsg());
+        if (st == WISP_OK && count == 0) CHECK(!strcmp(wisp_session_device(s), name));
+        wisp_session_free(s);
+        s = NULL;
+    }
+    CHECK_FAILS(wisp_session_new(eng, m, "gpus:0", &s), WISP_EINVAL, "expected gpus:N with N from 1 to 16");
+    CHECK_FAILS(wisp_session_new(eng, m, "gpus:17", &s), WISP_EINVAL, "gpus:N");
+    CHECK_FAILS(wisp_session_new(eng, m, "gpus:", &s), WISP_EINVAL, "gpus:N");
+    CHECK_FAILS(wisp_session_new(eng, m, "gpus:2x", &s), WISP_EINVAL, "gpus:N");
     CHECK_FAILS(wisp_session_new(eng, m, "gpu:16", &s), WISP_EINVAL, "expected gpu:N with N from 0 to 15");
     CHECK_FAILS(wisp_session_new(eng, m, "gpu:-1", &s), WISP_EINVAL, "gpu:N");
     CHECK_FAILS(wisp_session_new(eng, m, "gpu:99999999999999999999", &s), WISP_EINVAL, "gpu:N");
