@@ -27,7 +27,8 @@
 # 2-core machine: 0.5-0.8 involuntary context switches of a worker per 100-row request,
 # /proc/PID/status), which a client on another machine never does; recorded in the JSON.
 # The workers' involuntary context switches per request are recorded for every run.
-# --no-at80: skip the runs at ~80% of peak (and the 1-row peer): for quick A/B rounds.
+# --no-at80: skip the runs at ~80% of peak (paced, open and closed loop, the ideal queue, and
+# the 1-row peer): for quick A/B rounds.
 #
 # Model and rows: build/demo (make demo) when present, else examples/demo.lua --rows 2000 in a
 # temporary folder: 13 numeric + 26 categorical columns of 2^18 buckets (6.8M fp32 weights),
@@ -55,7 +56,15 @@
 # same two points are also measured open loop by scripts/loadgen.c (compiled here with cc):
 # requests on a schedule at 0.8 x the median peak, constant rate or Poisson, each timed from
 # its scheduled time (queueing for a connection included), microsecond timing (_open_const,
-# _open_poisson; with --pin on wrk's cores, 2 threads).
+# _open_poisson; with --pin on wrk's cores, 2 threads). Beside each open-loop run, the floor:
+# scripts/queue_model.lua's ideal FIFO queue (W servers, the same arrivals at the run's
+# achieved fraction of the peak; det and exp service, random and shared dispatch; and the
+# 1-connection latency quantiles as an empirical service shape) -> "at80_ideal_queue".
+# And closed loop, as a wrk user sets load (by connections, no think time): a short sweep of
+# 1, 2, 3, 4, 6, 8 connections picks the count nearest 0.8 x peak, measured for --duration:
+# connections, achieved fraction, p50/p90/p99/p99.9 -> "at80_closed_100", "at80_closed_1".
+# (On a 2-core machine where wrk shares the cores, 1 connection can exceed the 16-connection
+# peak: the sweep then stops at 1 and records a fraction above 1.)
 # --million: at least 1,000,000 1-row requests (inline), counting non-2xx responses and
 # socket errors. --modes: which of the mode groups above run (default all; inline and the
 # peer always run). --serve-opts: extra examples/openresty/serve.sh options (e.g.
@@ -364,6 +373,86 @@ open_at80() {   # open_at80 NAME PEAK_RPS BODY CTYPE ROWS ARRIVALS(const|poisson
     echo "$line" >> "$runs"
     echo "{\"name\": \"${name}_target\", \"round\": 1, \"peak_rps\": $peak, \"target_rps\": $target, \"arrivals\": \"open_$arr\", \"calibration_runs\": 0}" >> "$runs"
     printf '%-34s %s\n' "$name" "$(echo "$line" | sed -E 's/.*"rps": ([0-9.]+).*"p50_us":([0-9.]+),"p90_us":[0-9.]+,"p99_us":([0-9.]+).*/req\/s \1  p50 \2 us  p99 \3 us/')" >&2
+    ideal_queue "$name" "$arr" "$peak" "$rows" "$line"
+}
+
+# The floor for p99/p50 (scripts/queue_model.lua): an ideal FIFO queue with the W workers as
+# servers, fed the same arrivals (const or Poisson) at the run's achieved fraction of the peak,
+# 1M simulated requests: service deterministic and exponential, requests dispatched at random
+# to a worker (as connections belong to workers) or from one shared queue; and "empirical":
+# the service times shaped as wrk's latency quantiles at 1 connection (closed_at80's sweep),
+# scaled to the worker's time per request at the peak (S = W / peak rps), the rest of the
+# 1-connection mean latency added to every request as a fixed delay (loopback, client), in us.
+qmodel() {  # qmodel ARGS...: queue_model.lua's JSON line, or {}
+    local out
+    out=$("$W" run scripts/queue_model.lua --servers "$workers" --n 1000000 --seed 1 --json "$@" 2>/dev/null)
+    case "$out" in "{"*) echo "$out";; *) echo "{}";; esac
+}
+qpick() { echo "$1" | sed -E 's/.*"p50": ([0-9.e+-]+).*"p99": ([0-9.e+-]+).*"p99_over_p50": ([0-9.e+-]+).*/{"p50": \1, "p99": \2, "p99_over_p50": \3}/; t; s/.*/null/'; }
+ideal_queue() {   # ideal_queue NAME ARRIVALS(const|poisson) PEAK_RPS ROWS LOADGEN_LINE -> a line of $tmp/ideal.jsonl
+    local name=$1 arr=$2 peak=$3 rows=$4 line=$5 rho p50 p99 s q="$tmp/quant_${4}row.txt" emp="null" mq d k out
+    rho=$(echo "$line" | sed -nE 's/.*"achieved_rps":([0-9.]+).*/\1/p')
+    rho=$(awk -v a="${rho:-0}" -v p="$peak" 'BEGIN { r = p > 0 ? a / p : 0; if (r <= 0.01) r = 0.8; if (r > 0.99) r = 0.99; printf "%.4f", r }')
+    p50=$(echo "$line" | sed -nE 's/.*"p50_us":([0-9.]+).*/\1/p'); p99=$(echo "$line" | sed -nE 's/.*"p99_us":([0-9.]+).*/\1/p')
+    s=$(awk -v w="$workers" -v p="$peak" 'BEGIN { printf "%.3f", (p > 0 ? w / p * 1e6 : 0) }')
+    out="{\"name\": \"$name\", \"servers\": $workers, \"rho\": $rho, \"arrivals\": \"$arr\", \"measured\": {\"p50_us\": ${p50:-null}, \"p99_us\": ${p99:-null}, \"p99_over_p50\": $(awk -v a="${p50:-0}" -v b="${p99:-0}" 'BEGIN { if (a > 0) printf "%.3f", b / a; else printf "null" }')}"
+    for k in det_random det_shared exp_random exp_shared; do
+        out="$out, \"$k\": $(qpick "$(qmodel --rho "$rho" --arrivals "$arr" --service "${k%_*}" --dispatch "${k#*_}")")"
+    done
+    if [ -s "$q" ]; then
+        mq=$(awk '{ s += $1; n++ } END { if (n) printf "%.3f", s / n }' "$q")
+        d=$(awk -v m="$mq" -v s="$s" 'BEGIN { d = m - s; if (d < 0) d = 0; printf "%.3f", d }')
+        emp="{\"service_us_mean\": $s, \"delay_us\": $d, \"latency_1conn_mean_us\": ${mq:-null}"
+        for k in random shared; do
+            emp="$emp, \"$k\": $(qpick "$(qmodel --rho "$rho" --arrivals "$arr" --service "$q" --mean "$s" --delay "$d" --dispatch "$k")")"
+        done
+        emp="$emp}"
+    fi
+    echo "$out, \"empirical_us\": $emp}" >> "$tmp/ideal.jsonl"
+}
+
+# Closed loop at ~80% of the peak, the way a wrk user sets load: wrk has no rate option, so
+# the load is the number of connections, each sending its next request when its answer is in
+# (no think time). A short sweep (1, 2, 3, 4, 6, 8 connections, min(--duration, 3) s each,
+# stopping at the first at or above 0.8 x peak) picks the count whose rate is nearest 0.8 x
+# peak, which is then measured for --duration. wrk's threads: min(its threads, connections).
+# The 1-connection run also writes 1000 evenly spaced quantiles of its latency
+# ($tmp/quant_ROWSrow.txt: the latency at no load, for the ideal queue's empirical service).
+cat > "$tmp/wrk_quant.lua" <<EOF
+dofile("$root/spec/nginx/wrk_post.lua")
+local done0 = done
+function done(summary, latency, requests)
+    done0(summary, latency, requests)
+    local f = io.open("$tmp/quant.txt", "w")
+    if f then
+        for i = 1, 1000 do f:write(latency:percentile((i - 0.5) / 10), "\n") end
+        f:close()
+    end
+end
+EOF
+closed_at80() {   # closed_at80 NAME PEAK_RPS BODY CTYPE ROWS -> $tmp/closed_ROWS.json
+    local name=$1 peak=$2 body=$3 ct=$4 rows=$5 c line got frac sd sweep="" best=1 bestd=9 wt0=$wrk_threads f
+    local wrk_threads=$wrk_threads   # wrkrun reads it: no more threads than connections
+    sd=$duration; [ "$sd" -gt 3 ] && sd=3
+    rm -f "$tmp/quant.txt"
+    for c in 1 2 3 4 6 8; do
+        wrk_threads=$wt0; [ "$c" -lt "$wt0" ] && wrk_threads=$c
+        line=$(wrkrun "${name}_sweep" "$c" "$c" "$sd" "$body" "$ct" "$rows" 0 0 "$tmp/wrk_quant.lua")
+        [ "$c" = 1 ] && [ -s "$tmp/quant.txt" ] && mv "$tmp/quant.txt" "$tmp/quant_${rows}row.txt"
+        got=$(val "$line" rps)
+        frac=$(awk -v g="$got" -v p="$peak" 'BEGIN { printf "%.3f", (p > 0 ? g / p : 0) }')
+        sweep="$sweep${sweep:+, }{\"connections\": $c, \"rps\": $got, \"fraction_of_peak\": $frac, \"p50_us\": $(val "$line" p50_us), \"p99_us\": $(val "$line" p99_us)}"
+        f=$(awk -v f="$frac" -v b="$bestd" 'BEGIN { d = f - 0.8; if (d < 0) d = -d; if (d < b) printf "%.3f", d }')
+        [ -n "$f" ] && { best=$c; bestd=$f; }
+        awk -v f="$frac" 'BEGIN { exit !(f >= 0.8) }' && break     # more connections only add load
+    done
+    wrk_threads=$wt0; [ "$best" -lt "$wt0" ] && wrk_threads=$best
+    line=$(wrkrun "$name" 1 "$best" "$duration" "$body" "$ct" "$rows")
+    awk -v n="$name" -v c="$best" -v p="$peak" -v g="$(val "$line" rps)" -v p50="$(val "$line" p50_us)" -v p90="$(val "$line" p90_us)" \
+        -v p99="$(val "$line" p99_us)" -v p999="$(val "$line" p999_us)" -v sd="$sd" -v d="$duration" -v t="$wrk_threads" -v sw="[$sweep]" 'BEGIN {
+        printf "{\"name\": \"%s\", \"arrivals\": \"closed loop: wrk, %d connections, no think time\", \"connections\": %d, \"wrk_threads\": %d, \"seconds\": %s, ", n, c, c, t, d
+        printf "\"peak_rps\": %s, \"rps\": %s, \"fraction_of_peak\": %.3f, \"p50_us\": %s, \"p90_us\": %s, \"p99_us\": %s, \"p999_us\": %s, ", p, g, (p > 0 ? g / p : 0), p50, p90, p99, p999
+        printf "\"p99_over_p50\": %.3f, \"target\": \"p99/p50 <= 3\", \"sweep_seconds\": %s, \"sweep\": %s}\n", (p50 > 0 ? p99 / p50 : 0), sd, sw }' > "$tmp/closed_${rows}.json"
 }
 
 pdev=$device; [ "$pdev" = gpu ] && pdev=gpu:0
@@ -417,6 +506,8 @@ if [ "$raw_bodies" = 0 ] && [ "$at80" = 1 ]; then
     paced inline_100row_at80_paced "$(med inline_100row)" "$tmp/hundred.libsvm" text/x-libsvm 100 paced
     paced inline_1row_at80 "$(med inline_1row)" "$tmp/one.libsvm" text/x-libsvm 1 poisson
     paced inline_1row_at80_paced "$(med inline_1row)" "$tmp/one.libsvm" text/x-libsvm 1 paced
+    closed_at80 inline_100row_at80_closed "$(med inline_100row)" "$tmp/hundred.libsvm" text/x-libsvm 100
+    closed_at80 inline_1row_at80_closed "$(med inline_1row)" "$tmp/one.libsvm" text/x-libsvm 1
     open_at80 inline_100row_at80_open_const "$(med inline_100row)" "$tmp/hundred.libsvm" text/x-libsvm 100 const
     open_at80 inline_100row_at80_open_poisson "$(med inline_100row)" "$tmp/hundred.libsvm" text/x-libsvm 100 poisson
     open_at80 inline_1row_at80_open_const "$(med inline_1row)" "$tmp/one.libsvm" text/x-libsvm 1 const
@@ -466,8 +557,30 @@ cat > "$out" <<EOF
             "at80": "p99/p50 at ~80% of the median peak, inline: many connections, each waiting a think time before each request (wrk delay(), whole ms; wrk's latency starts at the write, without the think time): _at80 = exponential think times (poisson: bursty), _at80_paced = the mean think time dithered between whole ms (near-constant rate, as wrk2 -R); calibrated by up to 3 short runs to 0.76-0.84 of peak; the measured run's achieved fraction is recorded. _at80_open_const / _at80_open_poisson: scripts/loadgen.c, open loop at 0.8 x peak, requests sent on a schedule (every 1/rate s, or Poisson), each timed from its scheduled time (a wait for a free connection counts), microsecond timing, 1 s warm-up not counted",
             "note": "$([ "$pinned" = 1 ] && echo "pinned run: the workers and the peers on the same $workers CPUs, wrk on others; headline = nginx rows/s over the $workers peers' rows/s, wall clock, same round" || echo "unpinned: on a machine shared with other work timings are noisy and wrk shares the cores with nginx's workers; quote the per-CPU-second ratios of runs measured side by side")"},
   "seconds_total": $(( $(date +%s) - t_start )),
+  "at80_closed_100": $(cat "$tmp/closed_100.json" 2>/dev/null || echo null),
+  "at80_closed_1": $(cat "$tmp/closed_1.json" 2>/dev/null || echo null),
+  "at80_ideal_queue": $(if [ -s "$tmp/ideal.jsonl" ]; then echo "{\"what\": \"scripts/queue_model.lua beside each open-loop run: an ideal FIFO queue, $workers servers, the run's arrivals at its achieved fraction of the peak (rho), 1M requests, seed 1; det_/exp_: p50 and p99 in units of the mean service time; empirical_us: in us\", \"runs\": ["; paste -sd, "$tmp/ideal.jsonl"; echo "]}"; else echo null; fi),
   "figures": $(cat "$tmp/figures.json")
 }
 EOF
+for rows in 100 1; do
+    [ -s "$tmp/closed_${rows}.json" ] && awk -v r="$rows" '{
+        match($0, /"connections": [0-9]+/); c = substr($0, RSTART + 15, RLENGTH - 15)
+        match($0, /"fraction_of_peak": [0-9.]+/); f = substr($0, RSTART + 20, RLENGTH - 20)
+        match($0, /"p50_us": [0-9]+/); a = substr($0, RSTART + 10, RLENGTH - 10)
+        match($0, /"p99_us": [0-9]+/); b = substr($0, RSTART + 10, RLENGTH - 10)
+        printf "%-26s %s of peak, %s conn, p50 %s us, p99 %s us, p99/p50 %.2f (target <= 3)\n", "inline_" r "row_at80_closed", f, c, a, b, (a > 0 ? b / a : 0) }' "$tmp/closed_${rows}.json" >&2
+done
+# each open-loop ratio beside the ideal queue's (det/exp service, random/shared dispatch, empirical)
+[ -s "$tmp/ideal.jsonl" ] && awk '{
+    match($0, /"name": "[^"]+"/); n = substr($0, RSTART + 9, RLENGTH - 10)
+    match($0, /"rho": [0-9.]+/); rho = substr($0, RSTART + 7, RLENGTH - 7)
+    match($0, /"measured": \{[^}]*\}/); m = substr($0, RSTART, RLENGTH); sub(/.*"p99_over_p50": /, "", m); sub(/\}/, "", m)
+    line = sprintf("%-32s rho %.2f: p99/p50 measured %.2f; ideal queue:", n, rho, m)
+    split("det_random det_shared exp_random exp_shared", ks, " ")
+    for (i = 1; i <= 4; i++)
+        if (match($0, "\"" ks[i] "\": \\{[^}]*\\}")) { x = substr($0, RSTART, RLENGTH); sub(/.*"p99_over_p50": /, "", x); sub(/\}/, "", x); line = line sprintf(" %s %.2f", ks[i], x) }
+    if (match($0, /"empirical_us": \{.*"random": \{[^}]*\}/)) { x = substr($0, RSTART, RLENGTH); sub(/.*"p99_over_p50": /, "", x); sub(/\}/, "", x); line = line sprintf(" empirical_random %.2f", x) }
+    print line }' "$tmp/ideal.jsonl" >&2
 echo "bench_nginx.sh: wrote $out" >&2
 cat "$out"
