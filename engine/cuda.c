@@ -320,7 +320,10 @@ static int get_weights(cuda_ctx *ctx, wisp_model *m, int dev, uint32_t lo, uint3
     uint64_t t0 = wisp_now_ns();
     size_t elt = dtype_size(m->dtype), bytes = (size_t)span * elt;
     void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, bytes < ALIGN ? ALIGN : bytes);
+    /* on dev, whatever device this thread last used (the GPU transform asks for the
+     * weights before it selects its device; on several GPUs that was another one) */
+    cudaError_t e = cudaSetDevice(dev);
+    if (e == cudaSuccess) e = cudaMalloc(&p, bytes < ALIGN ? ALIGN : bytes);
     if (e == cudaSuccess && bytes) e = cudaMemcpy(p, (const char *)m->weights + (size_t)lo * elt, bytes, cudaMemcpyHostToDevice);
     if (e != cudaSuccess) {
         cudaGetLastError();
@@ -919,7 +922,45 @@ static cudaGraphExec_t small_graph(struct job *j, struct unit *u)
     return exec;
 }
 
-/* Enqueue everything unit u does for this batch (see enqueue_unit). */
+/* The compute stream's part of a large batch: chunk c is scored once its ids
+ * have landed, and its answers go back (see enqueue_unit_work). */
+static void enqueue_large_compute(struct job *j, struct unit *u)
+{
+    sess *s = j->s;
+    const size_t rows = u->r1 - u->r0;
+    const struct lay *L = &u->L;
+    const int timing = use_timing(j);
+    char *hout = j->staged ? s->stage + u->soff + L->cnt : s->stage + u->soff;
+    for (int c = 0; c < u->nchunks && j->err == cudaSuccess; c++) {
+        const size_t a = u->cb[c], z = u->cb[c + 1];
+        JOB_CHECK(j, u, cudaStreamWaitEvent(u->comp, u->ready[c], 0), "ordering streams");
+        if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_CHUNK + 3 * c], u->comp), "recording an event");
+        launch_chunk(j, u, c, u->comp);
+        if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_CHUNK + 3 * c + 1], u->comp), "recording an event");
+        if (z > a) {
+            for (int i = 0; i < u->nout; i++) {
+                size_t off = (size_t)i * rows * 4 + a * 4;
+                void *dst = u->direct_out ? (void *)(j->out + u->r0 + a) : (void *)(hout + (L->out - L->cnt) + off);
+                JOB_CHECK(j, u, cudaMemcpyAsync(dst, u->dbuf + L->out + off, (z - a) * 4, cudaMemcpyDeviceToHost, u->comp),
+                          "copying results from the device");
+                j->bytes_d2h += (z - a) * 4;
+            }
+        }
+        if (u->host_out) JOB_CHECK(j, u, cudaEventRecord(u->done[c], u->comp), "recording an event");
+        if (timing && c < u->nchunks - 1)
+            JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_CHUNK + 3 * c + 2], u->comp), "recording an event");
+    }
+    JOB_CHECK(j, u, cudaMemcpyAsync(hout, u->dbuf + L->cnt, 8, cudaMemcpyDeviceToHost, u->comp),
+              "copying results from the device");
+    j->bytes_d2h += 8;
+    if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_END], u->comp), "recording an event");
+    u->launched = timing && j->err == cudaSuccess;
+}
+
+/* Enqueue what unit u does for this batch (see enqueue_unit): everything, or
+ * for a large batch only the copies in (phase 0; enqueue_large_compute is
+ * phase 1), so on several units every unit's copies start before any unit's
+ * kernels are enqueued. */
 static void enqueue_unit_work(struct job *j, struct unit *u)
 {
     sess *s = j->s;
@@ -1067,7 +1108,6 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
      * from an owned batch's arena, the head's neighbours go in one copy when
      * the gaps between them are small (u->mirror). (Two copy streams measured
      * slower: scripts/gpu_notes.md, run 4; each copy start costs ~4 us.) */
-    char *hout = j->staged ? s->stage + u->soff + L->cnt : s->stage + u->soff;
     const uint32_t *rp = b->row_ptr + u->r0;
     if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_START], u->copy), "recording an event");
     JOB_CHECK(j, u, cudaMemsetAsync(u->dbuf + L->cnt, 0, 8, u->copy), "clearing a counter");
@@ -1099,40 +1139,24 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
         JOB_CHECK(j, u, cudaEventRecord(u->ready[c], u->copy), "recording an event");
     }
     if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_H2D], u->copy), "recording an event");
-    for (int c = 0; c < u->nchunks && j->err == cudaSuccess; c++) {
-        const size_t a = u->cb[c], z = u->cb[c + 1];
-        JOB_CHECK(j, u, cudaStreamWaitEvent(u->comp, u->ready[c], 0), "ordering streams");
-        if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_CHUNK + 3 * c], u->comp), "recording an event");
-        launch_chunk(j, u, c, u->comp);
-        if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_CHUNK + 3 * c + 1], u->comp), "recording an event");
-        if (z > a) {
-            for (int i = 0; i < u->nout; i++) {
-                size_t off = (size_t)i * rows * 4 + a * 4;
-                void *dst = u->direct_out ? (void *)(j->out + u->r0 + a) : (void *)(hout + (L->out - L->cnt) + off);
-                JOB_CHECK(j, u, cudaMemcpyAsync(dst, u->dbuf + L->out + off, (z - a) * 4, cudaMemcpyDeviceToHost, u->comp),
-                          "copying results from the device");
-                j->bytes_d2h += (z - a) * 4;
-            }
-        }
-        if (u->host_out) JOB_CHECK(j, u, cudaEventRecord(u->done[c], u->comp), "recording an event");
-        if (timing && c < u->nchunks - 1)
-            JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_CHUNK + 3 * c + 2], u->comp), "recording an event");
-    }
-    JOB_CHECK(j, u, cudaMemcpyAsync(hout, u->dbuf + L->cnt, 8, cudaMemcpyDeviceToHost, u->comp),
-              "copying results from the device");
-    j->bytes_d2h += 8;
-    if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_END], u->comp), "recording an event");
-    u->launched = timing && j->err == cudaSuccess;
 }
 
 /* Enqueue unit u's part of the batch, then mark its end on each stream it
  * used: a wait syncs on these events, not on the streams, which may
  * already hold the next batches (submit/wait). */
-static void enqueue_unit(struct job *j, struct unit *u)
+static void enqueue_unit(struct job *j, struct unit *u, int phase)
 {
-    const uint64_t h2d0 = j->bytes_h2d;
-    enqueue_unit_work(j, u);
-    u->bytes_h2d = j->bytes_h2d - h2d0;
+    const int large = !j->inl && !j->zc && !j->small;
+    if (phase == 0) {
+        const uint64_t h2d0 = j->bytes_h2d;
+        enqueue_unit_work(j, u);
+        u->bytes_h2d = j->bytes_h2d - h2d0;
+        if (large) return;
+    } else {
+        if (!large || j->err != cudaSuccess) return;
+        JOB_CHECK(j, u, cudaSetDevice(u->dev), "selecting the device");
+        if (j->err == cudaSuccess) enqueue_large_compute(j, u);
+    }
     if (j->err != cudaSuccess || j->poll || !j->submitted) return;   /* blocking: the streams hold only this batch */
     JOB_CHECK(j, u, cudaEventRecord(u->fin_comp, u->comp), "recording an event");
     if (!j->small && !j->zc) JOB_CHECK(j, u, cudaEventRecord(u->fin_copy, u->copy), "recording an event");
@@ -1404,6 +1428,20 @@ static int plan(struct job *j)
     return WISP_OK;
 }
 
+/* Broadcast shards: out = sigmoid(bias + the sum of the partial sums), rows [t * per, (t + 1) * per). */
+struct combine { size_t rows, per; float *out; float bias; int nparts; const float *part[MAX_SHARDS]; };
+
+static void combine_task(void *vc, size_t t)
+{
+    const struct combine *c = vc;
+    const size_t a = t * c->per, z = a + c->per < c->rows ? a + c->per : c->rows;
+    for (size_t r = a; r < z; r++) {
+        float x = c->part[0][r];
+        for (int i = 1; i < c->nparts; i++) x += c->part[i][r];
+        c->out[r] = 1.f / (1.f + expf(-(c->bias + x)));
+    }
+}
+
 static int unit_active(const struct job *j, const struct unit *u)
 {
     return j->partial || u->r1 > u->r0;
@@ -1452,7 +1490,9 @@ static int job_start(sess *s, struct job *j, wisp_model *m, const wisp_batch *b,
 
     j->t_enq = wisp_now_ns();
     for (int k = 0; k < s->nunits && j->err == cudaSuccess; k++)
-        if (unit_active(j, &s->u[k])) enqueue_unit(j, &s->u[k]);
+        if (unit_active(j, &s->u[k])) enqueue_unit(j, &s->u[k], 0);
+    for (int k = 0; k < s->nunits && j->err == cudaSuccess; k++)
+        if (unit_active(j, &s->u[k])) enqueue_unit(j, &s->u[k], 1);
     return WISP_OK;
 }
 
@@ -1578,16 +1618,21 @@ static int job_finish(struct job *j, uint64_t *stats, int async)
     }
     if (j->partial) {
         const uint64_t t_comb = wisp_now_ns();
-        const float bias = (float)m->bias;
+        struct combine c = { .rows = rows, .out = out, .bias = (float)m->bias, .nparts = j->nshards };
         for (int sh = 0; sh < j->nshards; sh++) {
             const struct unit *u = &s->u[sh % s->nunits];
             const size_t i = (size_t)(sh / s->nunits);
             const char *hout = (j->staged ? s->stage + u->soff + u->L.cnt : s->stage + u->soff) + (u->L.out - u->L.cnt);
-            const float *part = (const float *)hout + i * rows;
-            if (sh == 0) memcpy(out, part, rows * 4);
-            else for (size_t r = 0; r < rows; r++) out[r] += part[r];
+            c.part[sh] = (const float *)hout + i * rows;
         }
-        for (size_t r = 0; r < rows; r++) out[r] = 1.f / (1.f + expf(-(bias + out[r])));
+        /* over the engine's threads: one core adds 4M rows of 2 shards in ~25 ms (H200 host) */
+        const int th = s->ctx->eng ? wisp_engine_threads(s->ctx->eng) : 1;
+        size_t tasks = rows >> 16;
+        if (tasks > (size_t)th * 2) tasks = (size_t)th * 2;
+        if (tasks < 1 || th <= 1) tasks = 1;
+        c.per = (rows + tasks - 1) / tasks;
+        if (tasks == 1) combine_task(&c, 0);
+        else wisp_pool_run(s->ctx->eng->pool, tasks, combine_task, &c);
         j->ns_combine = wisp_now_ns() - t_comb;
     }
 

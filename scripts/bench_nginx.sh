@@ -512,6 +512,13 @@ if [ "$raw_bodies" = 0 ] && [ "$at80" = 1 ]; then
     open_at80 inline_100row_at80_open_poisson "$(med inline_100row)" "$tmp/hundred.libsvm" text/x-libsvm 100 poisson
     open_at80 inline_1row_at80_open_const "$(med inline_1row)" "$tmp/one.libsvm" text/x-libsvm 1 const
     open_at80 inline_1row_at80_open_poisson "$(med inline_1row)" "$tmp/one.libsvm" text/x-libsvm 1 poisson
+    if want thread; then
+        # the same open-loop points with scoring off the event loop (ngx.run_worker_thread),
+        # at 80% of thread mode's own peak
+        start thread off
+        open_at80 thread_100row_at80_open_poisson "$(med thread_100row)" "$tmp/hundred.libsvm" text/x-libsvm 100 poisson
+        open_at80 thread_1row_at80_open_poisson "$(med thread_1row)" "$tmp/one.libsvm" text/x-libsvm 1 poisson
+    fi
 fi
 if [ "$million" = 1 ]; then
     # wrk stops by time only (a thread that stops itself still leaves wrk sleeping for -d):

@@ -552,8 +552,10 @@ static void test_gpu(wisp_engine *eng, int quick)
      *     sums); two units on one GPU, a shard each; the table over one device's share
      *     (WISP_GPU_TABLE_MB: m is 2^24 fp32 = 64 MB) sharded without WISP_GPU_SHARDS */
     const char *modes[] = { "peer", "broadcast" };
-    wisp_model *edge = make_model(eng, 1001, WISP_F16, -0.2);     /* shard edges off powers of two */
     for (int k = 0; k < 2; k++) {
+        /* shard edges off powers of two; a fresh model per mode: shard copies stay on a device
+         * for the model's life, at most 8 (peer's 2 + 4 and broadcast's 2 + 5 would be 13) */
+        wisp_model *edge = make_model(eng, 1001, WISP_F16, -0.2);
         set_env("WISP_GPU_SHARDING", modes[k]);
         want_mode = k == 0 ? 2 : 1;
         set_env("WISP_GPU_PARTS", "2");
@@ -581,10 +583,10 @@ static void test_gpu(wisp_engine *eng, int quick)
         want_shards = k == 0 ? 4 : 5;
         expect_gpu("5 shards asked, one unit", eng, edge, &se, 0, "gpu");
         set_env("WISP_GPU_SHARDS", NULL);
+        wisp_model_free(edge);
     }
     want_mode = -1;
     set_env("WISP_GPU_SHARDING", NULL);
-    wisp_model_free(edge);
 
     /* 5. zero-copy: small batches (staged and straight from a pinned batch), then every batch */
     set_env("WISP_GPU_ZEROCOPY", "1");
