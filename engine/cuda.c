@@ -1173,24 +1173,24 @@ static float elapsed_ms(cudaEvent_t a, cudaEvent_t b)
 }
 
 /* Chunk row bounds of a large slice: equal shares of about CHUNK_NNZ ids, at
- * most `most` (MAX_CHUNKS_AUTO; MAX_CHUNKS for peer shards, below). Measured
- * on the H200 (scripts/gpu_notes.md) for one GPU: 4 to 8 equal chunks beat 1, 2 and 16, and beat a schedule of halving chunks, whose
+ * most MAX_CHUNKS_AUTO (measured on the H200, scripts/gpu_notes.md: 4 to 8
+ * equal chunks beat 1, 2 and 16, and beat a schedule of halving chunks, whose
  * small kernels are latency-bound and pile up after the last copy).
  * A batch submitted while others are in flight goes in one chunk: the
  * pipeline across batches already overlaps its copy with their kernels, and
  * each copy start costs ~4 us of link time (gpu_notes.md, run 3).
  * WISP_GPU_CHUNKS=n asks for n chunks. */
-static void chunk_bounds(const sess *s, const wisp_batch *b, struct unit *u, int most)
+static void chunk_bounds(const sess *s, const wisp_batch *b, struct unit *u)
 {
     const size_t urows = u->r1 - u->r0;
     int n = s->chunks_env;
     if (!n && s->root->qlen > 0) n = 1;   /* submitted behind other batches: their kernels overlap this copy, so one chunk (fewest copies) */
     if (!n) {
-        /* peer shards: the kernels read half their weights over NVLink and barely keep pace
-         * with the copies (1M rows on 2 GPUs: 1.6 ms of kernels against 2.0 ms of copies), so
-         * a smaller last chunk shortens what runs after the last copy */
+        /* also for peer shards, whose kernels (half their reads over NVLink) barely keep pace
+         * with the copies: 16 chunks there measured slower than 8 on 2 H200s (1M rows, two
+         * runs: 2.94 against 2.63 ms; more, smaller kernels and copies back) */
         uint64_t c = ((uint64_t)u->nnz + CHUNK_NNZ - 1) / CHUNK_NNZ;
-        n = c < 1 ? 1 : c > (uint64_t)most ? most : (int)c;
+        n = c < 1 ? 1 : c > MAX_CHUNKS_AUTO ? MAX_CHUNKS_AUTO : (int)c;
     }
     u->cb[0] = 0;
     int nc = 1;
@@ -1397,7 +1397,7 @@ static int plan(struct job *j)
             u->cb[0] = 0;
             u->cb[1] = urows;
         } else {
-            chunk_bounds(s, b, u, j->peer ? MAX_CHUNKS : MAX_CHUNKS_AUTO);
+            chunk_bounds(s, b, u);
         }
         /* staging: the whole layout when packed, else only the counter and the answers */
         u->soff = stage_need;
