@@ -797,6 +797,9 @@ local TIME_BUCKETS = { 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-
                        0.1, 0.25, 0.5, 1, 2.5 }
 local HIST = {
     wisp_batch_rows = { help = "rows per scored batch", buckets = BATCH_BUCKETS },
+    wisp_event_loop_lag_seconds = { help = "how late each worker's flush timer fires (every flush_s): "
+                                          .. "time its event loop spent on other work or off the CPU",
+                                    buckets = { 1e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.5, 1 } },
     wisp_request_seconds = { help = "request latency inside the handler (body read to answer)", buckets = TIME_BUCKETS },
     wisp_stage_seconds = { help = "time per stage of each scored batch (parse: body to batch; h2d/kernel/d2h/sync/total: the session's profile)", buckets = TIME_BUCKETS },
 }
@@ -968,7 +971,8 @@ function M.metrics_text()
                 local le = H.buckets[i] and fmt("%.6g", H.buckets[i]) or "+Inf"
                 add(fmt('%s_bucket{%s%sle="%s"} %d\n', name, l, sep, le, cum))
             end
-            add(fmt("%s_sum{%s} %.9g\n%s_count{%s} %d\n", name, l, s.sum, name, l, cum))
+            local ls = l ~= "" and "{" .. l .. "}" or ""
+            add(fmt("%s_sum%s %.9g\n%s_count%s %d\n", name, ls, s.sum, name, ls, cum))
         end
     end
     -- gauges: per model, set by the workers (the last writer wins; workers agree)
@@ -1163,7 +1167,17 @@ function M.init_worker()
     end
     if engine then
         ngx.timer.every(cfg.reload_check_s, check_all)
+        -- the flush timer also measures the event loop's lag: how late it fires. A request
+        -- scored inline, a long GC step, or the worker's core taken by another task
+        -- (nginx timers count milliseconds: up to ~1 ms late is their resolution)
+        local lag_sr = series("wisp_event_loop_lag_seconds", "")
+        local due = clock() + cfg.flush_s
         ngx.timer.every(cfg.flush_s, function(premature)
+            if premature then return end
+            local now = clock()
+            local lag = now - due
+            hobserve(lag_sr, lag > 0 and lag or 0)
+            due = now + cfg.flush_s
             for _, name in ipairs(model_names) do set_gauges(models[name]) end
             M.flush()
         end)

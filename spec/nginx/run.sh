@@ -222,6 +222,10 @@ if [ -n "$(m 'wisp_batch_rows_bucket{model="ctr",path="batcher",le="+Inf"}')" ] 
    && [ -n "$(m 'wisp_row_errors_total{model="ctr"}')" ] && grep -q '^# TYPE wisp_stage_seconds histogram' "$tmp/metrics.txt"; then
     ok "metrics: batch sizes, stage and request latency histograms, device, errors (Prometheus text)"
 else bad "metrics content"; sed -n 1,40p "$tmp/metrics.txt"; fi
+lagn=$(m 'wisp_event_loop_lag_seconds_count ')
+if [ -n "$lagn" ] && [ "$lagn" -ge 2 ] && [ -n "$(m 'wisp_event_loop_lag_seconds_bucket{le="+Inf"}')" ]; then
+    ok "metrics: the event loop's lag, measured by each worker's flush timer ($lagn ticks)"
+else bad "event-loop lag histogram: count '$lagn'"; grep -F wisp_event_loop "$tmp/metrics.txt"; fi
 
 # ---- hot reload under load ----------------------------------------------------------------
 if command -v wrk >/dev/null 2>&1; then
