@@ -57,7 +57,6 @@ import ctypes as C
 import datetime
 import json
 import os
-import platform
 import shutil
 import signal
 import socket
@@ -68,6 +67,8 @@ import tempfile
 import time
 
 import numpy as np
+
+import wisp_ctypes  # scripts/wisp_ctypes.py: the one binding of libwisp.so
 
 ST = dict(batches=0, rows=1, nnz=2, out_of_range=3, bad_rows=4, fallbacks=5, ns_parse=6, ns_transform=7,
           ns_h2d=8, ns_kernel=9, ns_d2h=10, ns_sync=11, ns_overhead=12, ns_total=13, bytes_h2d=14, bytes_d2h=15)
@@ -110,38 +111,9 @@ def fmt_rows(n):
 
 class Wisp:
     def __init__(self, path):
-        L = C.CDLL(path)
-        vp, sz, i32, u64 = C.c_void_p, C.c_size_t, C.c_int, C.c_uint64
-        for name, res, args in [
-            ("wisp_errmsg", C.c_char_p, []),
-            ("wisp_engine_new", i32, [i32, C.POINTER(vp)]),
-            ("wisp_engine_free", None, [vp]),
-            ("wisp_engine_gpu_count", i32, [vp]),
-            ("wisp_engine_gpu_status", C.c_char_p, [vp]),
-            ("wisp_engine_gpu_name", C.c_char_p, [vp, i32]),
-            ("wisp_engine_gpu_memory", u64, [vp, i32]),
-            ("wisp_model_write", i32, [C.c_char_p, vp, u64, C.c_double, i32, C.c_char_p, C.c_char_p]),
-            ("wisp_model_load", i32, [vp, C.c_char_p, C.POINTER(vp)]),
-            ("wisp_model_free", None, [vp]),
-            ("wisp_batch_wrap", i32, [vp, sz, vp, vp, vp, vp, C.POINTER(vp)]),
-            ("wisp_batch_free", None, [vp]),
-            ("wisp_session_new", i32, [vp, vp, C.c_char_p, C.POINTER(vp)]),
-            ("wisp_session_free", None, [vp]),
-            ("wisp_session_score", i32, [vp, vp, vp]),
-            ("wisp_session_stat", u64, [vp, i32]),
-            ("wisp_session_reset_stats", None, [vp]),
-            ("wisp_session_last_device", C.c_char_p, [vp]),
-            ("wisp_engine_last_log", sz, [vp, C.c_char_p, sz]),
-        ]:
-            f = getattr(L, name)
-            f.restype, f.argtypes = res, args
-        # the per-unit hook (engine/cuda.c, not in wisp.h); absent from a build without it
-        try:
-            f = L.wisp_cuda_units_read
-            f.restype, f.argtypes = i32, [vp, vp, sz]
-            self.units_read = f
-        except AttributeError:
-            self.units_read = None
+        L = wisp_ctypes.load(path)
+        # the per-unit hook (engine/cuda.c, not in wisp.h); absent from a build without CUDA
+        self.units_read = L.wisp_cuda_units_read if wisp_ctypes.has(L, "wisp_cuda_units_read") else None
         self.L = L
 
     def err(self):
@@ -182,14 +154,7 @@ def env_set(values):
 
 # ---- facts about the machine ------------------------------------------------------------------
 
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
+cpu_model = wisp_ctypes.cpu_model
 
 
 def git_commit():

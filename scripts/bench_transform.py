@@ -36,7 +36,6 @@ import datetime
 import json
 import os
 import platform
-import random
 import statistics
 import subprocess
 import sys
@@ -50,6 +49,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 
 import tf_export  # noqa: E402
+import wisp_ctypes  # noqa: E402
 
 BOUNDS = [0, 1, 2, 4, 8, 16, 32, 64, 256, 1024]
 
@@ -123,28 +123,9 @@ def commit():
 
 class Wisp:
     def __init__(self, spec_text, lib_path=None):
-        if lib_path:
-            lib = ctypes.CDLL(os.path.abspath(lib_path))
-            lib.wisp_errmsg.restype = ctypes.c_char_p
-        else:
-            lib = tf_export.load_lib()
-        vp, sz, u64, ci = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_int
-        P = ctypes.POINTER
-        for name, args, res in [
-                ("wisp_engine_new", [ci, P(vp)], ci), ("wisp_engine_free", [vp], None),
-                ("wisp_columns_parse", [ctypes.c_char_p, sz, P(vp)], ci), ("wisp_columns_free", [vp], None),
-                ("wisp_raw_new", [vp, vp, P(vp)], ci), ("wisp_raw_free", [vp], None), ("wisp_raw_clear", [vp], None),
-                ("wisp_raw_set_schema", [vp, ctypes.c_char_p, ci], ci), ("wisp_raw_rows", [vp], sz),
-                ("wisp_raw_bad_count", [vp], sz),
-                ("wisp_raw_parse_tsv", [vp, ctypes.c_char_p, sz, ci, sz, P(u64), P(sz)], ci),
-                ("wisp_batch_new", [vp, P(vp)], ci), ("wisp_batch_free", [vp], None), ("wisp_batch_clear", [vp], None),
-                ("wisp_batch_rows", [vp], sz), ("wisp_batch_nnz", [vp], sz), ("wisp_batch_bad_count", [vp], sz),
-                ("wisp_batch_row_ptr", [vp], P(ctypes.c_uint32)), ("wisp_batch_ids", [vp], P(ctypes.c_uint32)),
-                ("wisp_batch_val_ptr", [vp], P(ctypes.c_uint32)), ("wisp_batch_vals", [vp], P(ctypes.c_float)),
-                ("wisp_transform", [vp, vp], ci)]:
-            f = getattr(lib, name)
-            f.argtypes, f.restype = args, res
+        lib = wisp_ctypes.load(lib_path)
         self.lib = lib
+        vp = ctypes.c_void_p
         self.eng, self.cols, self.raw, self.batch = vp(), vp(), vp(), vp()
         self._ok(lib.wisp_engine_new(1, ctypes.byref(self.eng)))
         t = spec_text.encode()

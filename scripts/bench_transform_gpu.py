@@ -39,6 +39,8 @@ import time
 
 import numpy as np
 
+import wisp_ctypes  # scripts/wisp_ctypes.py: the one binding of libwisp.so
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 NCAT = 26
@@ -78,30 +80,7 @@ def gen_tsv(rows, seed):
 
 
 def load(path):
-    lib = ctypes.CDLL(path)
-    for name, args, res in [
-            ("wisp_errmsg", [], ctypes.c_char_p), ("wisp_engine_new", [ci, P(vp)], ci), ("wisp_engine_free", [vp], None),
-            ("wisp_engine_gpu_count", [vp], ci), ("wisp_engine_gpu_status", [vp], ctypes.c_char_p),
-            ("wisp_engine_gpu_name", [vp, ci], ctypes.c_char_p),
-            ("wisp_columns_parse", [ctypes.c_char_p, sz, P(vp)], ci), ("wisp_columns_free", [vp], None),
-            ("wisp_raw_new", [vp, vp, P(vp)], ci), ("wisp_raw_free", [vp], None), ("wisp_raw_clear", [vp], None),
-            ("wisp_raw_set_schema", [vp, ctypes.c_char_p, ci], ci), ("wisp_raw_rows", [vp], sz),
-            ("wisp_raw_parse_tsv", [vp, ctypes.c_char_p, sz, ci, sz, P(u64), P(sz)], ci),
-            ("wisp_batch_new", [vp, P(vp)], ci), ("wisp_batch_free", [vp], None), ("wisp_batch_clear", [vp], None),
-            ("wisp_batch_rows", [vp], sz), ("wisp_batch_nnz", [vp], sz),
-            ("wisp_batch_row_ptr", [vp], P(ctypes.c_uint32)), ("wisp_batch_ids", [vp], P(ctypes.c_uint32)),
-            ("wisp_transform", [vp, vp], ci),
-            ("wisp_model_write", [ctypes.c_char_p, P(ctypes.c_float), u64, ctypes.c_double, ci, ctypes.c_char_p,
-                                  ctypes.c_char_p], ci),
-            ("wisp_model_load", [vp, ctypes.c_char_p, P(vp)], ci), ("wisp_model_free", [vp], None),
-            ("wisp_session_new", [vp, vp, ctypes.c_char_p, P(vp)], ci), ("wisp_session_free", [vp], None),
-            ("wisp_session_score", [vp, vp, P(ctypes.c_float)], ci),
-            ("wisp_session_submit", [vp, vp, P(ctypes.c_float)], ci), ("wisp_session_wait", [vp, P(vp)], ci),
-            ("wisp_session_transform", [vp, vp, vp], ci), ("wisp_session_score_raw", [vp, vp, P(ctypes.c_float)], ci),
-            ("wisp_session_stat", [vp, ci], u64), ("wisp_stat_name", [ci], ctypes.c_char_p),
-            ("wisp_session_reset_stats", [vp], None), ("wisp_session_last_device", [vp], ctypes.c_char_p)]:
-        f = getattr(lib, name)
-        f.argtypes, f.restype = args, res
+    lib = wisp_ctypes.load(path)
     return lib
 
 

@@ -47,6 +47,8 @@ import sys
 
 import numpy as np
 
+import wisp_ctypes  # scripts/wisp_ctypes.py: the one binding of libwisp.so
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -188,17 +190,7 @@ def tf_features(spec, rows):
 # ---- writing .wisp through libwisp -------------------------------------------------
 
 def load_lib():
-    cands = [os.environ.get("WISP_LIB"), os.path.join(ROOT, "build", "libwisp.so")]
-    for c in cands:
-        if c and os.path.exists(c):
-            lib = ctypes.CDLL(c)
-            lib.wisp_model_write.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_float), ctypes.c_uint64,
-                                             ctypes.c_double, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p]
-            lib.wisp_errmsg.restype = ctypes.c_char_p
-            lib.wisp_columns_parse.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)]
-            lib.wisp_columns_free.argtypes = [ctypes.c_void_p]
-            return lib
-    raise SystemExit("tf_export: libwisp.so not found (run make, or set WISP_LIB)")
+    return wisp_ctypes.load()
 
 
 def write_wisp(path, weights, bias, columns_text, meta="", dtype="f32", lib=None):
