@@ -4,6 +4,7 @@
 #   scripts/bench_nginx.sh [--label NAME] [--device cpu|gpu] [--duration S] [--quick] [--million] [--workers N]
 #                          [--modes inline,async,thread,auto,batching] [--rounds N] [--serve-opts "..."]
 #                          [--raw-bodies] [--pin] [--wrk-threads N] [--wrk-batch] [--no-at80] [--plan]
+#                          [--peer-seconds S]
 #   -> scripts/results/bench_nginx-<label>.json
 #
 # On the GPU machine (16 cores), each about 3 minutes (all five mode groups, 3 rounds of 5 s: ~5-6):
@@ -17,7 +18,14 @@
 # serve.sh --cpu-affinity), wrk runs under taskset on the other cores, and the in-process
 # peer runs as W processes at once, each pinned to one of the workers' cores. The headline
 # is then nginx's rows/s over the W peers' rows/s (both wall clock, on the same W cores, in
-# the same round), next to the per-CPU-second ratio. The workers' Cpus_allowed_list is read
+# the same round), next to the per-CPU-second ratio. The W-process peer brackets each round's
+# inline_100row run: it runs immediately before it and immediately after it (--peer-seconds
+# each, default --duration / 2, so the two cost what one run of --duration did), and each
+# round's ratio is nginx's rows/s over the mean of the two; the headline is the median of the
+# rounds' ratios (with their min, max and list). Where the two brackets of a round differ by
+# more than 15% (max/min), the summary warns "peer unstable: ..." and the JSON records it:
+# a ratio is then only as good as the peer's steadiness. The 1-process peer still runs once a
+# round (its figures are kept) but does not decide the headline. The workers' Cpus_allowed_list is read
 # back from /proc and recorded. On fewer cores --pin says so and runs unpinned (as without
 # it): wrk shares the cores with the workers, and the per-CPU-second ratio is the fairer
 # figure. --plan prints the pinning plan (cores, the worker_cpu_affinity line, the taskset
@@ -28,7 +36,9 @@
 # /proc/PID/status), which a client on another machine never does; recorded in the JSON.
 # The workers' involuntary context switches per request are recorded for every run.
 # --no-at80: skip the runs at ~80% of peak (paced, open and closed loop, the ideal queue, and
-# the 1-row peer): for quick A/B rounds.
+# the 1-row peer): for quick A/B rounds. --quick: --duration 2 and one round (unless --rounds
+# is given). --peer-seconds S: the W-process peer's seconds at each bracket (default
+# --duration / 2; the peer runs its parse+score loop S seconds, then scores alone S seconds).
 #
 # Model and rows: build/demo (make demo) when present, else examples/demo.lua --rows 2000 in a
 # temporary folder: 13 numeric + 26 categorical columns of 2^18 buckets (6.8M fp32 weights),
@@ -37,12 +47,14 @@
 #
 # Measured, in this order, each a wrk run of --duration seconds (2 threads, 16 connections):
 #   inline mode (the default), batching off (the default): 1-row, 100-row
-#   libsvm, 100-row JSON at peak; the same 1-row and 100-row requests at ~80% of their peak
+#   libsvm (bracketed by the W-process peer: run just before and just after it), 100-row JSON
+#   at peak, the 1-process peer; the same 1-row and 100-row requests at ~80% of their peak
 #   rate (below); 1-row requests with batching on (16 and 64 connections); mode=thread (ngx.run_worker_thread): 1-row and 100-row; mode=async
 #   (submit + ngx.sleep(0) + wait): 1-row and 100-row; mode=auto (thread above 16 KB): 100-row;
 #   the in-process peer in the same run: scripts/bench_nginx_peer.lua parses and scores the
-#   same 100-row body in a loop (one process, one thread; and W processes at once, since
-#   nginx runs W workers; with --pin each on one of the workers' cores), on the same device.
+#   same 100-row body in a loop (one process, one thread, --duration s; and W processes at
+#   once, since nginx runs W workers, --peer-seconds s before and after inline_100row; with
+#   --pin each on one of the workers' cores), on the same device.
 # p99/p50 at ~80% of peak (inline, 100-row and 1-row): wrk2 (constant rate) is not packaged,
 # so many connections each wait a think time before each request (wrk's delay(), whole
 # milliseconds; the latency wrk records starts when the request is written, so it holds no
@@ -84,14 +96,15 @@ set -u
 cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
 label=dev-2core; device=cpu; duration=5; quick=0; million=0; workers=2; modes=inline,async,thread,auto,batching
-rounds=3; serve_opts=""; raw_bodies=0; pin=0; plan=0; wrk_threads=""; wrk_batch=0; at80=1
+rounds=3; serve_opts=""; raw_bodies=0; pin=0; plan=0; wrk_threads=""; wrk_batch=0; at80=1; peer_secs=""; rounds_given=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --label) label=$2; shift 2;; --device) device=$2; shift 2;; --duration) duration=$2; shift 2;;
         --quick) quick=1; duration=2; shift;; --million) million=1; shift;; --workers) workers=$2; shift 2;;
-        --modes) modes=$2; shift 2;; --rounds) rounds=$2; shift 2;; --serve-opts) serve_opts=$2; shift 2;;
+        --modes) modes=$2; shift 2;; --rounds) rounds=$2; rounds_given=1; shift 2;; --serve-opts) serve_opts=$2; shift 2;;
         --raw-bodies) raw_bodies=1; shift;; --pin) pin=1; shift;; --plan) plan=1; shift;;
         --wrk-threads) wrk_threads=$2; shift 2;; --wrk-batch) wrk_batch=1; shift;; --no-at80) at80=0; shift;;
+        --peer-seconds) peer_secs=$2; shift 2;;
         -h|--help) sed -n '2,/^\[ -z "\$BASH_VERSION"/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0;;
         *) echo "bench_nginx.sh: unknown option '$1' (try --help)" >&2; exit 2;;
     esac
@@ -159,7 +172,7 @@ if [ "$plan" = 1 ] || [ "$pin" = 1 ]; then
     if [ "$pinned" = 1 ]; then
         echo "  nginx: worker_cpu_affinity $affinity;   (serve.sh --cpu-affinity '$affinity': workers on CPUs $(csv "$worker_cores"))" >&2
         echo "  wrk:   $WRK -t$wrk_threads ...   (CPUs $(csv "$wrk_cores"))" >&2
-        for k in $(seq 1 "$workers"); do echo "  peer $k: $(peer_core "$k") build/wisp run scripts/bench_nginx_peer.lua ...   (with the other $((workers - 1)) at once)" >&2; done
+        for k in $(seq 1 "$workers"); do echo "  peer $k: $(peer_core "$k") build/wisp run scripts/bench_nginx_peer.lua ...   (with the other $((workers - 1)) at once, before and after each round's inline_100row)" >&2; done
     else
         echo "  nginx: no worker_cpu_affinity; wrk: wrk -t$wrk_threads ... ; peers: unpinned" >&2
     fi
@@ -286,24 +299,34 @@ wrkrun() {  # wrkrun NAME ROUND CONNS SECONDS BODY CTYPE ROWS [THINK_MS] [MAX_PE
     printf '%-34s %s\n' "$name#$round" "$(echo "$line" | sed -E 's/.*"rows_per_s": ([0-9.]+).*"rps": ([0-9.]+).*"p50_us": ([0-9]+).*"p99_us": ([0-9]+).*/rows\/s \1  req\/s \2  p50 \3 us  p99 \4 us/')" >&2
     echo "$line"
 }
-peer() {    # peer ROUND BODY ROWS: the in-process peer, one process (and, for 100 rows, W at once)
-    local line k pids="" cores
+peer() {    # peer ROUND BODY ROWS: the in-process peer, one process, --duration seconds
+    local line
     line=$($(peer_core 1) "$W" run scripts/bench_nginx_peer.lua "$model" "$2" "$pdev" "$duration" | sed -n 's/^PEER //p')
     echo "{\"name\": \"peer_${3}row_1proc\", \"round\": $1, \"cpu\": \"$(peer_core 1 | sed 's/.* //')\", ${line#\{}" >> "$runs"
     printf '%-34s %s\n' "peer_${3}row_1proc#$1" "$line" >&2
-    if [ "$3" = 100 ]; then
-        # W processes at once, as nginx runs W workers (with --pin: each on one worker's core)
-        for k in $(seq 1 "$workers"); do
-            $(peer_core "$k") "$W" run scripts/bench_nginx_peer.lua "$model" "$2" "$pdev" "$duration" > "$tmp/peer_$k.txt" &
-            pids="$pids $!"
-        done
-        wait $pids
-        for k in $(seq 1 "$workers"); do
-            line=$(sed -n 's/^PEER //p' "$tmp/peer_$k.txt")
-            [ -z "$line" ] && line='{"error": "the peer printed nothing"}'
-            echo "{\"name\": \"peer_${3}row_wproc\", \"round\": $1, \"proc\": $k, \"procs\": $workers, \"cpu\": \"$(peer_core "$k" | sed 's/.* //')\", ${line#\{}" >> "$runs"
-        done
-        printf '%-34s %s\n' "peer_${3}row_${workers}proc#$1" "$(grep "\"peer_${3}row_wproc\", \"round\": $1," "$runs" | sed -E 's/.*"parse_score_rows_per_s": ([0-9.]+).*/\1/' | tr '\n' ' ')rows/s" >&2
+}
+peer_wproc() {   # peer_wproc ROUND BODY ROWS BRACKET(before|after): W peer processes at once, --peer-seconds
+    # as nginx runs W workers (with --pin each on one worker's core); run immediately before
+    # and immediately after the round's inline_100row (the report takes the mean of the two)
+    local k pids="" line
+    for k in $(seq 1 "$workers"); do
+        $(peer_core "$k") "$W" run scripts/bench_nginx_peer.lua "$model" "$2" "$pdev" "$peer_secs" > "$tmp/peer_$k.txt" &
+        pids="$pids $!"
+    done
+    wait $pids
+    for k in $(seq 1 "$workers"); do
+        line=$(sed -n 's/^PEER //p' "$tmp/peer_$k.txt")
+        [ -z "$line" ] && line='{"error": "the peer printed nothing"}'
+        echo "{\"name\": \"peer_${3}row_wproc\", \"round\": $1, \"bracket\": \"$4\", \"seconds\": $peer_secs, \"proc\": $k, \"procs\": $workers, \"cpu\": \"$(peer_core "$k" | sed 's/.* //')\", ${line#\{}" >> "$runs"
+    done
+    printf '%-34s %s\n' "peer_${3}row_${workers}proc#$1 $4" "$(grep "\"peer_${3}row_wproc\", \"round\": $1, \"bracket\": \"$4\"," "$runs" | sed -E 's/.*"parse_score_rows_per_s": ([0-9.]+).*/\1/; t; s/.*/error/' | tr '\n' ' ')rows/s" >&2
+    if [ "$4" = after ]; then   # the bracket at a glance (the report warns where it is unsteady)
+        grep "\"peer_${3}row_wproc\", \"round\": $1, \"bracket\": " "$runs" | awk -v r="$1" -v w="$workers" '
+            /"bracket": "before"/ && match($0, /"parse_score_rows_per_s": [0-9.]+/) { b += substr($0, RSTART + 25, RLENGTH - 25) }
+            /"bracket": "after"/ && match($0, /"parse_score_rows_per_s": [0-9.]+/) { a += substr($0, RSTART + 25, RLENGTH - 25) }
+            END { if (a > 0 && b > 0) { hi = a > b ? a : b; lo = a > b ? b : a
+                  printf "%-34s before %.0f, after %.0f rows/s (after/before %.3f%s)\n", "peer_" w "proc#" r " bracket", b, a, a / b,
+                         (hi / lo - 1 > 0.15 ? "; differ by more than 15%" : "") } }' >&2
     fi
 }
 # wrk script for the "paced" arrivals: spec/nginx/wrk_post.lua with a near-constant think
@@ -457,7 +480,11 @@ closed_at80() {   # closed_at80 NAME PEAK_RPS BODY CTYPE ROWS -> $tmp/closed_ROW
 
 pdev=$device; [ "$pdev" = gpu ] && pdev=gpu:0
 other=on
-[ "$quick" = 1 ] && rounds=1
+[ "$quick" = 1 ] && [ "$rounds_given" = 0 ] && rounds=1     # --quick: one round, unless --rounds says otherwise
+# the W-process peer's seconds, each bracket (its parse+score loop, then as long scoring alone):
+# by default half of --duration, so that the two brackets of a round take what one W-process
+# run of --duration took before they were bracketed
+[ -z "$peer_secs" ] && peer_secs=$(awk -v d="$duration" 'BEGIN { printf "%g", d / 2 }')
 want() { case ",$modes," in *",$1,"*) return 0;; esac; return 1; }
 t_start=$(date +%s)
 uptime0=$(uptime | sed 's/^ *//')
@@ -474,7 +501,10 @@ for r in $(seq 1 "$rounds"); do
     fi
     start inline off
     wrkrun inline_1row "$r" 16 "$duration" "$tmp/one.libsvm" text/x-libsvm 1 >/dev/null
+    # the headline's pair, side by side: the W-process peer immediately before and after
+    peer_wproc "$r" "$tmp/hundred.libsvm" 100 before
     wrkrun inline_100row "$r" 16 "$duration" "$tmp/hundred.libsvm" text/x-libsvm 100 >/dev/null
+    peer_wproc "$r" "$tmp/hundred.libsvm" 100 after
     wrkrun inline_100row_json "$r" 16 "$duration" "$tmp/hundred.json" application/json 100 >/dev/null
     peer "$r" "$tmp/hundred.libsvm" 100
     if want async; then
@@ -552,7 +582,7 @@ cat > "$out" <<EOF
   "machine": {"cpu": "$cpu", "cores": $(nproc), "gpu": "${gpu:-none}", "host": "$(hostname)"},
   "commit": "$commit",
   "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
-  "command": "scripts/bench_nginx.sh --label $label --device $device --workers $workers --duration $duration --rounds $rounds --modes $modes$([ "$pin" = 1 ] && echo ' --pin')$([ "$at80" = 0 ] && echo ' --no-at80')$([ "$wrk_batch" = 1 ] && echo ' --wrk-batch')$([ "$raw_bodies" = 1 ] && echo ' --raw-bodies')$([ -n "$serve_opts" ] && echo " --serve-opts '$serve_opts'")$([ "$quick" = 1 ] && echo ' --quick')$([ "$million" = 1 ] && echo ' --million')",
+  "command": "scripts/bench_nginx.sh --label $label --device $device --workers $workers --duration $duration --rounds $rounds --modes $modes$([ "$pin" = 1 ] && echo ' --pin')$([ "$at80" = 0 ] && echo ' --no-at80')$([ "$wrk_batch" = 1 ] && echo ' --wrk-batch')$([ "$raw_bodies" = 1 ] && echo ' --raw-bodies')$([ -n "$serve_opts" ] && echo " --serve-opts '$serve_opts'")$([ "$quick" = 1 ] && echo ' --quick') --peer-seconds $peer_secs$([ "$million" = 1 ] && echo ' --million')",
   "pin": {"requested": $([ "$pin" = 1 ] && echo true || echo false), "in_force": $([ "$pinned" = 1 ] && [ "$pin_mismatch" = 0 ] && echo true || echo false), "nproc": $(nproc), "allowed_cpus": "$(csv "$allowed")",
           "worker_cores": "$(csv "$worker_cores")", "worker_cpu_affinity": "$affinity", "workers_cpus_allowed_seen": "$workers_seen",
           "wrk_cores": "$(csv "$wrk_cores")", "peer_cores": "$(csv "$worker_cores")", "wrk_threads": $wrk_threads, "why_not": "$pin_why",
@@ -560,9 +590,10 @@ cat > "$out" <<EOF
   "setup": {"nginx": "$nginx_v", "workers": $workers, "serve_opts": "$serve_opts", "uptime_at_start": "$uptime0", "device": "$device", "rounds": $rounds,
             "model": "$([ "$raw_bodies" = 1 ] && echo 'feature columns: 13 numeric I1..I13 (default 0, 10% missing) + 26 hash_bucket C1..C26 of 2^18 (Zipf strings), fp32 (6.8M weights), 39 features a row' || echo 'demo: 13 numeric + 26 x 2^18 hashed buckets, fp32 (6.8M weights), 39 features a row, Zipf ids')",
             "load": "wrk -t$wrk_threads -c16 (and -c64) on loopback, on the same machine$([ "$pinned" = 1 ] && echo ", pinned to CPUs $(csv "$wrk_cores") (the workers: $(csv "$worker_cores"))" || echo ", unpinned: it shares the cores with the workers"); bodies: $([ "$raw_bodies" = 1 ] && echo '100 raw rows as {instances} JSON (application/json; json_cjson: plus a key, decoded by cjson), as JSON lines (application/x-ndjson), and transformed as libsvm lines (text/x-libsvm), inline mode, interleaved round by round' || echo '1 and 100 libsvm rows (text/x-libsvm), 100 JSON {ids, vals} rows')",
-            "peer": "scripts/bench_nginx_peer.lua: the same 100-row body parsed (batch:parse_libsvm) and scored in a loop, one process with one thread, and $workers processes at once (peer_100row_wproc)$([ "$pinned" = 1 ] && echo ", each pinned to one of the workers' CPUs ($(csv "$worker_cores"))"); same device",
+            "peer": "scripts/bench_nginx_peer.lua: the same 100-row body parsed (batch:parse_libsvm) and scored in a loop, one process with one thread (--duration s, after inline_100row_json), and $workers processes at once (peer_100row_wproc, $peer_secs s each: immediately before and immediately after each round's inline_100row, bracket before/after)$([ "$pinned" = 1 ] && echo ", each pinned to one of the workers' CPUs ($(csv "$worker_cores"))"); same device",
+            "peer_seconds": $peer_secs,
             "at80": "p99/p50 at ~80% of the median peak, inline: many connections, each waiting a think time before each request (wrk delay(), whole ms; wrk's latency starts at the write, without the think time): _at80 = exponential think times (poisson: bursty), _at80_paced = the mean think time dithered between whole ms (near-constant rate, as wrk2 -R); calibrated by up to 3 short runs to 0.76-0.84 of peak; the measured run's achieved fraction is recorded. _at80_open_const / _at80_open_poisson: scripts/loadgen.c, open loop at 0.8 x peak, requests sent on a schedule (every 1/rate s, or Poisson), each timed from its scheduled time (a wait for a free connection counts), microsecond timing, 1 s warm-up not counted",
-            "note": "$([ "$pinned" = 1 ] && echo "pinned run: the workers and the peers on the same $workers CPUs, wrk on others; headline = nginx rows/s over the $workers peers' rows/s, wall clock, same round" || echo "unpinned: on a machine shared with other work timings are noisy and wrk shares the cores with nginx's workers; quote the per-CPU-second ratios of runs measured side by side")"},
+            "note": "$([ "$pinned" = 1 ] && echo "pinned run: the workers and the peers on the same $workers CPUs, wrk on others; headline = median over rounds of nginx rows/s over the mean of the $workers peers' rows/s run immediately before and after it, wall clock" || echo "unpinned: on a machine shared with other work timings are noisy and wrk shares the cores with nginx's workers; quote the per-CPU-second ratios of runs measured side by side (headline: nginx rows per worker CPU-second over the $workers peers' rows per CPU-second, mean of the brackets before and after, median of rounds)")"},
   "seconds_total": $(( $(date +%s) - t_start )),
   "at80_closed_100": $(cat "$tmp/closed_100.json" 2>/dev/null || echo null),
   "at80_closed_1": $(cat "$tmp/closed_1.json" 2>/dev/null || echo null),

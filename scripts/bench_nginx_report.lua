@@ -39,43 +39,114 @@ for _, name in ipairs(order) do
                     wrk_cpu_s_median = stat(g, "wrk_cpu_s"), worker_cpu_s_median = stat(g, "worker_cpu_s") }
     end
 end
--- nginx 100-row rows/s over the peer, per round (side by side) and of the medians
+-- the median of a list (the mean of the two middle values for an even count), not sorting it
+local function median(v)
+    if not v or #v == 0 then return nil end
+    local s = {}
+    for i, x in ipairs(v) do s[i] = x end
+    table.sort(s)
+    local n = #s
+    if n % 2 == 1 then return s[(n + 1) / 2] end
+    return (s[n / 2] + s[n / 2 + 1]) / 2
+end
+local function minmax(v)
+    local lo, hi
+    for _, x in ipairs(v or {}) do
+        if not lo or x < lo then lo = x end
+        if not hi or x > hi then hi = x end
+    end
+    return lo, hi
+end
+-- The W-process peer brackets each round's inline_100row: W processes at once immediately
+-- before it and immediately after it ("bracket"; runs without one, from before the brackets,
+-- count as "before"). Per bracket: the W processes' summed rows/s (wall clock) and their mean
+-- rows per CPU-second; a bracket where a process printed nothing is left out.
+local UNSTABLE = 0.15
+local brackets, bracket_rounds = {}, {}
+for _, p in ipairs(groups.peer_100row_wproc or {}) do
+    local b = brackets[p.round]
+    if not b then b = {}; brackets[p.round] = b; bracket_rounds[#bracket_rounds + 1] = p.round end
+    local side = p.bracket or "before"
+    local x = b[side] or { rows_per_s = 0, cps = 0, k = 0, bad = 0, procs = p.procs, per_proc = {} }
+    b[side] = x
+    if type(p.parse_score_rows_per_s) == "number" then
+        x.rows_per_s = x.rows_per_s + p.parse_score_rows_per_s
+        x.cps = x.cps + (p.parse_score_rows_per_cpu_s or 0); x.k = x.k + 1
+        x.per_proc[#x.per_proc + 1] = p.parse_score_rows_per_s
+    else
+        x.bad = x.bad + 1
+    end
+end
+table.sort(bracket_rounds)
+local function side_ok(x) return x and x.k > 0 and x.bad == 0 and (not x.procs or x.k >= x.procs) end
+-- the peer of a round: the mean of its brackets' rows/s, and of their rows per CPU-second
+local function peer_w(round)
+    local b = brackets[round]
+    if not b then return nil end
+    local n, rps, cps = 0, 0, 0
+    for _, side in ipairs { "before", "after" } do
+        local x = b[side]
+        if side_ok(x) then n = n + 1; rps = rps + x.rows_per_s; cps = cps + x.cps / x.k end
+    end
+    if n == 0 then return nil end
+    return rps / n, cps / n, n
+end
+local bracket_list, unstable = {}, {}
+for _, round in ipairs(bracket_rounds) do
+    local b = brackets[round]
+    local e = { round = round }
+    for _, side in ipairs { "before", "after" } do
+        local x = b[side]
+        if x then
+            e[side .. "_rows_per_s"] = side_ok(x) and x.rows_per_s or nil
+            e[side .. "_rows_per_cpu_s"] = side_ok(x) and x.cps / x.k or nil
+            e[side .. "_per_process_rows_per_s"] = x.per_proc
+            if not side_ok(x) then e[side .. "_error"] = "a peer process printed nothing" end
+        end
+    end
+    local a, bf = e.after_rows_per_s, e.before_rows_per_s
+    e.mean_rows_per_s = peer_w(round)
+    if a and bf and a > 0 and bf > 0 then
+        e.after_over_before = a / bf
+        e.difference = math.max(a, bf) / math.min(a, bf) - 1      -- max/min - 1
+        e.unstable = e.difference > UNSTABLE
+        if e.unstable then unstable[#unstable + 1] = e end
+    end
+    bracket_list[#bracket_list + 1] = e
+end
+if #bracket_list > 0 then
+    S.peer_100row_wproc_brackets = { rounds = bracket_list, threshold = UNSTABLE, unstable_rounds = #unstable,
+        what = "the W peer processes at once, immediately before (before_) and immediately after (after_) each round's inline_100row: "
+            .. "summed rows/s (wall clock) and mean rows per CPU-second; difference = max/min - 1 of the two rows/s; unstable above the threshold" }
+end
+-- nginx 100-row rows/s over the peer, per round (side by side; lists in round order) and their medians
 local function ratios(nginx_name)
     local ng, p1 = groups[nginx_name], groups.peer_100row_1proc
-    if not ng or not p1 then return nil end
-    local per = {}
+    if not ng then return nil end
+    local per, cpu, two, wcpu, rr, rr1 = {}, {}, {}, {}, {}, {}
     for _, t in ipairs(ng) do
-        for _, p in ipairs(p1) do
-            if p.round == t.round then per[#per + 1] = t.rows_per_s / p.parse_score_rows_per_s end
-        end
-    end
-    -- the W peer processes run at once (as nginx's W workers; with --pin on the same cores):
-    -- nginx's rows/s over their sum, wall clock, round by round
-    local two, wcpu = {}, {}
-    for _, t in ipairs(ng) do
-        local sum, cps, k = 0, 0, 0
-        for _, p in ipairs(groups.peer_100row_wproc or {}) do
+        for _, p in ipairs(p1 or {}) do
             if p.round == t.round and p.parse_score_rows_per_s then
-                sum = sum + p.parse_score_rows_per_s; cps = cps + (p.parse_score_rows_per_cpu_s or 0); k = k + 1
+                per[#per + 1] = t.rows_per_s / p.parse_score_rows_per_s; rr1[#rr1 + 1] = t.round
+                if t.rows_per_worker_cpu_s and p.parse_score_rows_per_cpu_s then
+                    cpu[#cpu + 1] = t.rows_per_worker_cpu_s / p.parse_score_rows_per_cpu_s
+                end
             end
         end
-        if sum > 0 then two[#two + 1] = t.rows_per_s / sum end
-        if k > 0 and cps > 0 and t.rows_per_worker_cpu_s then wcpu[#wcpu + 1] = t.rows_per_worker_cpu_s / (cps / k) end
-    end
-    local cpu = {}
-    for _, t in ipairs(ng) do
-        for _, p in ipairs(p1) do
-            if p.round == t.round and t.rows_per_worker_cpu_s and p.parse_score_rows_per_cpu_s then
-                cpu[#cpu + 1] = t.rows_per_worker_cpu_s / p.parse_score_rows_per_cpu_s
-            end
+        -- the W peer processes at once (as nginx's W workers; with --pin on the same cores):
+        -- nginx's rows/s over their summed rows/s, the mean of the brackets before and after
+        local rps, cps = peer_w(t.round)
+        if rps and rps > 0 then
+            two[#two + 1] = t.rows_per_s / rps; rr[#rr + 1] = t.round
+            if cps and cps > 0 and t.rows_per_worker_cpu_s then wcpu[#wcpu + 1] = t.rows_per_worker_cpu_s / cps end
         end
     end
-    table.sort(per); table.sort(two); table.sort(cpu); table.sort(wcpu)
-    local function mid(v) return v[math.floor((#v + 1) / 2)] end
-    return { over_peer_1proc_per_round = per, over_peer_1proc_median = mid(per),
-             over_peer_wproc_per_round = two, over_peer_wproc_median = mid(two),
-             per_cpu_second_per_round = cpu, per_cpu_second_median = mid(cpu),
-             per_cpu_second_wproc_per_round = wcpu, per_cpu_second_wproc_median = mid(wcpu),
+    if #per == 0 and #two == 0 then return nil end
+    return { over_peer_1proc_per_round = per, over_peer_1proc_median = median(per),
+             over_peer_wproc_per_round = two, over_peer_wproc_median = median(two), wproc_rounds = rr,
+             per_cpu_second_per_round = cpu, per_cpu_second_median = median(cpu), peer_1proc_rounds = rr1,
+             per_cpu_second_wproc_per_round = wcpu, per_cpu_second_wproc_median = median(wcpu),
+             peer = "wproc: the mean of the W-process peer's brackets before and after inline_100row, same round; 1proc: the one-process peer of the round",
              target = ">= 0.70" }
 end
 S.ratio_inline_100row = ratios("inline_100row")
@@ -95,16 +166,27 @@ for _, name in ipairs { "inline_100row_at80", "inline_100row_at80_paced", "inlin
                     connections = t.connections, think_ms = t.think_ms, target = "p99/p50 <= 3" }
     end
 end
--- the headline: with the peers pinned to the workers' cores (--pin), nginx's rows/s over the
--- W peers' rows/s (wall clock, same cores, same rounds); else the per-CPU-second ratio
+-- the headline: per round, nginx's 100-row rows/s over the mean of the W-process peer's
+-- brackets (immediately before and after that round's inline_100row); the median of the
+-- rounds, with min, max and the list. With the peers pinned to the workers' cores (--pin):
+-- wall clock rows/s; unpinned (wrk shares the cores): rows per worker CPU-second over the
+-- peer's rows per CPU-second. The 1-process peer's ratios are kept beside, not decisive.
 local r = S.ratio_inline_100row
 if r then
     local pinned = arg[2] == "pinned"
+    local list = pinned and r.over_peer_wproc_per_round or r.per_cpu_second_wproc_per_round
+    local lo, hi = minmax(list)
+    local un = {}
+    for _, e in ipairs(unstable) do un[#un + 1] = e.round end
     S.headline_100row = { pinned = pinned,
-        ratio = pinned and r.over_peer_wproc_median or r.per_cpu_second_median,
-        basis = pinned and "nginx rows/s over the W pinned peer processes' rows/s, wall clock, on the same W cores, median of rounds"
-            or "nginx rows per worker CPU-second over the peer's rows per CPU-second (unpinned: wrk shares the cores), median of rounds",
-        wall_over_wproc = r.over_peer_wproc_median, per_cpu_second = r.per_cpu_second_median, target = ">= 0.70" }
+        ratio = median(list), min = lo, max = hi, per_round = list, rounds = r.wproc_rounds,
+        basis = pinned and "per round: nginx rows/s over the W pinned peer processes' rows/s (the mean of the runs immediately before and after it), wall clock, on the same W cores; median of rounds"
+            or "per round: nginx rows per worker CPU-second over the W peer processes' rows per CPU-second (the mean of the runs immediately before and after it; unpinned: wrk shares the cores); median of rounds",
+        wall_over_wproc = r.over_peer_wproc_median, wall_over_wproc_per_round = r.over_peer_wproc_per_round,
+        per_cpu_second = r.per_cpu_second_wproc_median, per_cpu_second_per_round = r.per_cpu_second_wproc_per_round,
+        per_cpu_second_over_1proc = r.per_cpu_second_median, wall_over_1proc = r.over_peer_1proc_median,
+        peer_unstable = #un > 0, peer_unstable_rounds = #un > 0 and un or nil, peer_unstable_threshold = UNSTABLE,
+        target = ">= 0.70" }
 end
 if groups.million_1row then
     local m = { requests = 0, non2xx = 0, socket_errors = 0, seconds = 0, runs = #groups.million_1row,
@@ -119,10 +201,24 @@ if groups.million_1row then
 end
 -- a short summary on stderr
 local function f(x, d) return x and string.format("%." .. (d or 2) .. "f", x) or "-" end
+local function list_str(v, d)
+    local t = {}
+    for i, x in ipairs(v or {}) do t[i] = f(x, d) end
+    return "[" .. table.concat(t, " ") .. "]"
+end
 if S.headline_100row then
     local h = S.headline_100row
-    io.stderr:write(string.format("headline 100-row: %s (%s; wall/W peers %s, per CPU-second %s; target >= 0.70)\n",
-        f(h.ratio), h.pinned and "pinned" or "unpinned", f(h.wall_over_wproc), f(h.per_cpu_second)))
+    io.stderr:write(string.format("headline 100-row: %s %s min %s max %s (%s, median of %d rounds, peer = mean of the %s brackets before/after; "
+        .. "wall/W peers %s, per CPU-second %s %s, per CPU-second over 1 peer %s; target >= 0.70)\n",
+        f(h.ratio), list_str(h.per_round), f(h.min), f(h.max), h.pinned and "pinned: wall clock" or "unpinned: per CPU-second",
+        #(h.per_round or {}), "W-process", f(h.wall_over_wproc), f(h.per_cpu_second), list_str(h.per_cpu_second_per_round),
+        f(h.per_cpu_second_over_1proc)))
+end
+for _, e in ipairs(S.peer_100row_wproc_brackets and S.peer_100row_wproc_brackets.rounds or {}) do
+    io.stderr:write(string.format("%s: round %d: the W-process peer before %s, after %s rows/s (after/before %s, difference %s%%%s)\n",
+        e.unstable and "peer unstable" or "peer bracket", e.round, f(e.before_rows_per_s, 0), f(e.after_rows_per_s, 0),
+        f(e.after_over_before, 3), e.difference and f(100 * e.difference, 1) or "-",
+        e.unstable and string.format(" > %d%%: this round's ratio is uncertain by as much", UNSTABLE * 100) or ""))
 end
 if S.inline_100row then
     io.stderr:write(string.format("inline_100row: %s rows/s, worker CPU %s us/request (median)\n",
