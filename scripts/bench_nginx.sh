@@ -68,7 +68,10 @@
 # same two points are also measured open loop by scripts/loadgen.c (compiled here with cc):
 # requests on a schedule at 0.8 x the median peak, constant rate or Poisson, each timed from
 # its scheduled time (queueing for a connection included), microsecond timing (_open_const,
-# _open_poisson; with --pin on wrk's cores, 2 threads). Beside each open-loop run, the floor:
+# _open_poisson; with --pin on wrk's cores, 2 threads; each records the workers' run delay, the time
+# they waited for a CPU (/proc/PID/schedstat), and how often their event loop lagged over 5 and
+# 20 ms (wisp_event_loop_lag_seconds): a stall that is not the worker's own shows in the first).
+# Beside each open-loop run, the floor:
 # scripts/queue_model.lua's ideal FIFO queue (W servers, the same arrivals at the run's
 # achieved fraction of the peak; det and exp service, random and shared dispatch; and the
 # 1-connection latency quantiles as an empirical service shape) -> "at80_ideal_queue".
@@ -277,6 +280,17 @@ workers_cpu() {   # CPU seconds used so far by nginx's worker processes, and the
     done
     awk -v t="$t" -v k="$clk" -v cs="$cs" 'BEGIN { printf "%.2f %d", t / k, cs }'
 }
+stall_marks() {   # the workers' run delay so far (ms waiting for a CPU, /proc/PID/schedstat) and the event-loop
+                  # lag ticks so far (/metrics, wisp_event_loop_lag_seconds): all, over 5 ms, over 20 ms
+    local m p rd=0
+    m=$(cat "$prefix/logs/nginx.pid" 2>/dev/null) || { echo "0 0 0 0"; return; }
+    for p in $(pgrep -P "$m"); do rd=$((rd + $(awk '{ print $2 }' "/proc/$p/schedstat" 2>/dev/null || echo 0))); done
+    curl -s "$base/metrics" | awk -v rd="$rd" '
+        /^wisp_event_loop_lag_seconds_count/ { n = $2 }
+        /^wisp_event_loop_lag_seconds_bucket\{le="0.005"\}/ { b5 = $2 }
+        /^wisp_event_loop_lag_seconds_bucket\{le="0.02"\}/ { b20 = $2 }
+        END { printf "%.3f %d %d %d", rd / 1e6, n, n - b5, n - b20 }'
+}
 wrkrun() {  # wrkrun NAME ROUND CONNS SECONDS BODY CTYPE ROWS [THINK_MS] [MAX_PER_THREAD] [WRK_SCRIPT] -> prints the run's JSON
     local name=$1 round=$2 c=$3 d=$4 body=$5 ct=$6 rows=$7 think=${8:-0} maxn=${9:-0} script=${10:-spec/nginx/wrk_post.lua}
     local line cpu0 cpu1 wcpu cs0 cs1
@@ -374,7 +388,7 @@ build_loadgen() {
     cc -O2 -pthread -o "$tmp/loadgen" scripts/loadgen.c -lm 2> "$tmp/loadgen.err" && LG="$tmp/loadgen"
 }
 open_at80() {   # open_at80 NAME PEAK_RPS BODY CTYPE ROWS ARRIVALS(const|poisson)
-    local name=$1 peak=$2 body=$3 ct=$4 rows=$5 arr=$6 target c line cpu0 cs0 cpu1 cs1 lgt=1 pre=""
+    local name=$1 peak=$2 body=$3 ct=$4 rows=$5 arr=$6 target c line cpu0 cs0 cpu1 cs1 lgt=1 pre="" s0 s1
     build_loadgen || { echo "bench_nginx.sh: scripts/loadgen.c does not build: $(head -c 300 "$tmp/loadgen.err")" >&2; return 0; }
     target=$(awk -v p="$peak" 'BEGIN { printf "%.1f", 0.8 * p }')
     # connections for ~5 ms of answers in flight (a request waiting for one counts the wait)
@@ -383,19 +397,23 @@ open_at80() {   # open_at80 NAME PEAK_RPS BODY CTYPE ROWS ARRIVALS(const|poisson
         lgt=$(echo "$wrk_cores" | wc -w); [ "$lgt" -gt 2 ] && lgt=2
         pre="taskset -c $(csv "$wrk_cores")"
     fi
+    s0=$(stall_marks)
     read -r cpu0 cs0 <<< "$(workers_cpu)"
     line=$($pre "$LG" --port "$port" --path /v1/models/m:predict --body "$body" --ctype "$ct" --rate "$target" \
            --duration "$duration" --warmup 1 --connections "$c" --threads "$lgt" --arrivals "$arr")
     read -r cpu1 cs1 <<< "$(workers_cpu)"
+    s1=$(stall_marks)
     [ -z "$line" ] && line='{"error": "loadgen printed nothing", "achieved_rps": 0, "measured": 0, "p50_us": 0, "p99_us": 0}'
-    line=$(echo "$line" | awk -v n="$name" -v r="$rows" -v cw="$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')" '{
+    line=$(echo "$line" | awk -v n="$name" -v r="$rows" -v cw="$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')" \
+                              -v s0="$s0" -v s1="$s1" '{
         match($0, /"achieved_rps":[0-9.]+/); rps = substr($0, RSTART + 15, RLENGTH - 15);
         match($0, /"sent":[0-9]+/); nreq = substr($0, RSTART + 7, RLENGTH - 7);
-        sub(/^\{/, sprintf("{\"name\": \"%s\", \"round\": 1, \"rows_per_request\": %d, \"rps\": %.1f, \"rows_per_s\": %.1f, \"worker_cpu_us_per_request\": %.1f, ",
-                           n, r, rps, rps * r, nreq > 0 ? cw * 1e6 / nreq : 0)); print }')
+        split(s0, a, " "); split(s1, b, " ");
+        sub(/^\{/, sprintf("{\"name\": \"%s\", \"round\": 1, \"rows_per_request\": %d, \"rps\": %.1f, \"rows_per_s\": %.1f, \"worker_cpu_us_per_request\": %.1f, \"worker_run_delay_ms\": %.3f, \"loop_lag_ticks\": %d, \"loop_lag_over_5ms\": %d, \"loop_lag_over_20ms\": %d, ",
+                           n, r, rps, rps * r, nreq > 0 ? cw * 1e6 / nreq : 0, b[1] - a[1], b[2] - a[2], b[3] - a[3], b[4] - a[4])); print }')
     echo "$line" >> "$runs"
     echo "{\"name\": \"${name}_target\", \"round\": 1, \"peak_rps\": $peak, \"target_rps\": $target, \"arrivals\": \"open_$arr\", \"calibration_runs\": 0}" >> "$runs"
-    printf '%-34s %s\n' "$name" "$(echo "$line" | sed -E 's/.*"rps": ([0-9.]+).*"p50_us":([0-9.]+),"p90_us":[0-9.]+,"p99_us":([0-9.]+).*/req\/s \1  p50 \2 us  p99 \3 us/')" >&2
+    printf '%-34s %s\n' "$name" "$(echo "$line" | sed -E 's/.*"rps": ([0-9.]+).*"worker_run_delay_ms": ([0-9.-]+), "loop_lag_ticks": ([0-9-]+), "loop_lag_over_5ms": ([0-9-]+), "loop_lag_over_20ms": ([0-9-]+).*"p50_us":([0-9.]+),"p90_us":[0-9.]+,"p99_us":([0-9.]+).*/req\/s \1  p50 \6 us  p99 \7 us  workers waited for a CPU \2 ms; event-loop lag over 5 ms in \4 and over 20 ms in \5 of \3 ticks/')" >&2
     ideal_queue "$name" "$arr" "$peak" "$rows" "$line"
 }
 

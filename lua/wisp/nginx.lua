@@ -172,7 +172,7 @@ local DEFAULTS = {
     models = nil, device = "auto", mode = "inline", thread_pool = "wisp",
     batching = false, batch_max_rows = 64, batch_max_delay_us = 500, batch_queue = 4096,
     max_rows_per_request = 10000, reload_check_s = 1, shm = "wisp", engine_threads = 1,
-    flush_s = 0.2, thread_min_bytes = 16384, thread_slots = 2,
+    flush_s = 0.2, lag_check_s = 0.01, thread_min_bytes = 16384, thread_slots = 2,
 }
 
 ---------------------------------------------------------------------------
@@ -797,7 +797,7 @@ local TIME_BUCKETS = { 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-
                        0.1, 0.25, 0.5, 1, 2.5 }
 local HIST = {
     wisp_batch_rows = { help = "rows per scored batch", buckets = BATCH_BUCKETS },
-    wisp_event_loop_lag_seconds = { help = "how late each worker's flush timer fires (every flush_s): "
+    wisp_event_loop_lag_seconds = { help = "how late each worker's lag timer fires (every lag_check_s): "
                                           .. "time its event loop spent on other work or off the CPU",
                                     buckets = { 1e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.5, 1 } },
     wisp_request_seconds = { help = "request latency inside the handler (body read to answer)", buckets = TIME_BUCKETS },
@@ -1018,7 +1018,7 @@ function M.configure(opts)
     if c.batching == "on" or c.batching == "1" then c.batching = true
     elseif c.batching == "off" or c.batching == "0" then c.batching = false end
     for _, k in ipairs { "max_rows_per_request", "batch_max_rows", "batch_max_delay_us", "batch_queue",
-                         "reload_check_s", "engine_threads", "flush_s", "thread_min_bytes", "thread_slots" } do
+                         "reload_check_s", "engine_threads", "flush_s", "lag_check_s", "thread_min_bytes", "thread_slots" } do
         c[k] = tonumber(c[k]) or error("wisp.nginx.configure: " .. k .. ": number expected", 2)
     end
     cfg = c
@@ -1167,20 +1167,26 @@ function M.init_worker()
     end
     if engine then
         ngx.timer.every(cfg.reload_check_s, check_all)
-        -- the flush timer also measures the event loop's lag: how late it fires. A request
-        -- scored inline, a long GC step, or the worker's core taken by another task
-        -- (nginx timers count milliseconds: up to ~1 ms late is their resolution)
-        local lag_sr = series("wisp_event_loop_lag_seconds", "")
-        local due = clock() + cfg.flush_s
         ngx.timer.every(cfg.flush_s, function(premature)
-            if premature then return end
-            local now = clock()
-            local lag = now - due
-            hobserve(lag_sr, lag > 0 and lag or 0)
-            due = now + cfg.flush_s
             for _, name in ipairs(model_names) do set_gauges(models[name]) end
             M.flush()
         end)
+        if cfg.lag_check_s > 0 then
+            -- the event loop's lag: how late a timer every lag_check_s fires. A request scored
+            -- inline, a long GC step, or the worker's core taken by another task; a stall of d
+            -- is seen when a tick falls in it (at 10 ms, every stall over 10 ms is). nginx
+            -- timers count milliseconds: up to ~1 ms late is their resolution. Each tick costs
+            -- a few µs (lua-nginx-module runs a timer in a coroutine of its own).
+            local lag_sr = series("wisp_event_loop_lag_seconds", "")
+            local due = clock() + cfg.lag_check_s
+            ngx.timer.every(cfg.lag_check_s, function(premature)
+                if premature then return end
+                local now = clock()
+                local lag = now - due
+                hobserve(lag_sr, lag > 0 and lag or 0)
+                due = now + cfg.lag_check_s
+            end)
+        end
     end
 end
 
