@@ -74,11 +74,11 @@ deps-test: deps-build
 deps: deps-test
 
 # ---- objects -----------------------------------------------------------------
-$(BUILD)/obj/%.o: engine/%.c engine/include/wisp.h engine/internal.h engine/farmhash.h | $(BUILD)/obj
+$(BUILD)/obj/%.o: engine/%.c engine/include/wisp.h engine/internal.h engine/farmhash.h engine/bucketize.h | $(BUILD)/obj
 	$(CC) $(XCFLAGS) $(CFLAGS) $(CUDA_CFLAGS) -c $< -o $@
-$(BUILD)/obj/cli%.o: engine/cli%.c engine/include/wisp.h engine/internal.h engine/farmhash.h | $(BUILD)/obj
+$(BUILD)/obj/cli%.o: engine/cli%.c engine/include/wisp.h engine/internal.h engine/farmhash.h engine/bucketize.h | $(BUILD)/obj
 	$(CC) $(XCFLAGS) $(CFLAGS) $(LUAJIT_CFLAGS) -c $< -o $@
-$(BUILD)/obj/kernels/%.o: kernels/%.cu engine/include/wisp.h engine/internal.h engine/farmhash.h $(wildcard kernels/*.cuh) | $(BUILD)/obj
+$(BUILD)/obj/kernels/%.o: kernels/%.cu engine/include/wisp.h engine/internal.h engine/farmhash.h engine/bucketize.h $(wildcard kernels/*.cuh) | $(BUILD)/obj
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 $(BUILD)/obj:

@@ -88,6 +88,7 @@
  * chunk loops are also compiled for x86-64-v4 and picked at load time.
  */
 #include "internal.h"
+#include "bucketize.h"
 
 #include <errno.h>
 #include <math.h>
@@ -1753,19 +1754,6 @@ static inline float numeric_value(tctx *t, const struct wisp_node *nd)
     return x;
 }
 
-/* std::upper_bound: the first boundary greater than x (NaN: none, the last bucket).
- * (The column path counts instead: boundaries increase, so that index is the
- * number of boundaries b with !(x < b), all of them for NaN.) */
-static inline uint64_t bucketize(const float *b, uint32_t n, float x)
-{
-    uint32_t lo = 0, len = n;
-    while (len > 0) {
-        uint32_t half = len >> 1;
-        if (!(x < b[lo + half])) { lo += half + 1; len -= half + 1; }
-        else len = half;
-    }
-    return lo;
-}
 
 static inline int64_t vocab_lookup(const struct wisp_node *nd, bool str, const char *s, uint32_t len, uint64_t h, int64_t iv)
 {
@@ -1875,7 +1863,7 @@ static int eval_ids(tctx *t, const struct wisp_node *nd)
         int st = stk_reserve(t, 1);
         if (st) return st;
         float x = numeric_value(t, &c->nodes[nd->source]);
-        t->stk[t->top++] = bucketize(nd->bounds, nd->nbounds, x);
+        t->stk[t->top++] = wisp__bucketize(nd->bounds, nd->nbounds, x);   /* bucketize.h, as on the GPU */
         return WISP_OK;
     }
     if (nd->kind == WISP_NODE_CROSSED) return eval_crossed(t, nd);
@@ -2142,7 +2130,7 @@ WISP_HOT_CLONES static void chunk_fingerprints(cctx *x)
     }
 }
 
-/* bucketize() four boundaries at a time: !(x < b) for each, NaN pads subtracted. */
+/* wisp__bucketize (bucketize.h) four boundaries at a time: !(x < b) for each, NaN pads subtracted. */
 static inline uint64_t bucketize_sse(const float *b, uint32_t n, float x)
 {
     const __m128 xv = _mm_set1_ps(x);

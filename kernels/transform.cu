@@ -11,6 +11,7 @@
 // exactly when it is bad there. Float arithmetic is float32 with explicit
 // round-to-nearest intrinsics (no FMA contraction), as the CPU computes it.
 #include "farmhash.h" // Fingerprint64 (wisp__fingerprint64) and FingerprintCat64 (wisp__cat64), as on the CPU
+#include "bucketize.h" // bucketized columns' upper_bound (wisp__bucketize), as on the CPU
 #include "transform.cuh"
 #include "wisp.h"
 
@@ -88,17 +89,6 @@ __device__ float numeric_value(const Row &R, const wisp_tnode &nd)
     return x;
 }
 
-// std::upper_bound: the number of boundaries b with !(x < b) (they increase; NaN: all of them)
-__device__ uint64_t bucketize(const float *b, uint32_t n, float x)
-{
-    uint32_t lo = 0, len = n;
-    while (len > 0) {
-        uint32_t half = len >> 1;
-        if (!(x < b[lo + half])) { lo += half + 1; len -= half + 1; }
-        else len = half;
-    }
-    return lo;
-}
 
 __device__ int64_t vocab_lookup(const wisp_tplan &P, const wisp_tnode &nd, bool str, const char *s, uint32_t len,
                                 uint64_t h, int64_t iv)
@@ -213,7 +203,7 @@ __device__ uint64_t key_value(const Row &R, const Key &k, uint32_t i)
     const wisp_tnode &nd = R.P.nodes[idx];
     if (nd.kind == NODE_BUCKETIZED) {
         const wisp_tnode &src = R.P.nodes[nd.source];
-        return bucketize(R.P.bounds + nd.bounds_off, nd.nbounds, numeric_value(R, src));
+        return wisp__bucketize(R.P.bounds + nd.bounds_off, nd.nbounds, numeric_value(R, src));
     }
     bool bad = false;
     return static_cast<uint64_t>(cat_id(R, nd, k.a + i, bad));
@@ -234,7 +224,7 @@ __device__ bool eval_column(const Row &R, const wisp_tcol &col, V &v)
     }
     case NODE_BUCKETIZED: {
         const wisp_tnode &src = R.P.nodes[nd.source];
-        v.binary(col.offset + bucketize(R.P.bounds + nd.bounds_off, nd.nbounds, numeric_value(R, src)));
+        v.binary(col.offset + wisp__bucketize(R.P.bounds + nd.bounds_off, nd.nbounds, numeric_value(R, src)));
         return true;
     }
     case NODE_HASH: case NODE_VOCAB: case NODE_IDENTITY: {
