@@ -228,11 +228,8 @@ if [ "$raw_bodies" = 1 ]; then
     chmod 644 "$model"
 fi
 
-port=""
-for _ in $(seq 1 50); do
-    p=$((20000 + RANDOM % 40000))
-    if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then port=$p; break; fi
-done
+. spec/nginx/free_port.sh
+port=$(free_port)
 base="http://127.0.0.1:$port"
 url="$base/v1/models/m:predict"
 

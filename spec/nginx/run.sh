@@ -67,12 +67,9 @@ chk() { "$W" run spec/nginx/check.lua "$@"; }
 
 # a free loopback port: probe, then retry the start on another port when the bind still
 # fails (a port can be taken between the probe and the start, or be in use without a listener)
+. "$root/spec/nginx/free_port.sh"
 pick_port() {
-    port=""
-    for _ in $(seq 1 50); do
-        p=$((20000 + RANDOM % 40000))
-        if ! (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null; then port=$p; break; fi
-    done
+    port=$(free_port)
     base="http://127.0.0.1:$port"
 }
 
