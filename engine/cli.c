@@ -46,7 +46,22 @@ static const char usage_main[] =
     "\n"
     "`wisp COMMAND --help` describes each command. `wisp --version` prints the version.\n"
     "Exit status: 0 on success, 1 on errors (a message names the file and line),\n"
-    "2 on a usage error.\n";
+    "2 on a usage error.\n"
+    "\n"
+    "environment:\n"
+    "  WISP_LOG=debug|info|warn|error|off  what the engine logs on stderr (default warn)\n"
+    "  WISP_NO_GPU=1                       never use a GPU\n"
+    "  WISP_PINNED_MAX_MB=N                pinned host memory wisp may hold (default: a quarter of RAM)\n"
+    "  WISP_GPU_TABLE_MB=N                 one GPU's share of a model's weights; a larger table is split\n"
+    "                                      by id range over the GPUs of --device gpus (default: 80% of memory)\n"
+    "  WISP_GPU_SHARDING=peer|broadcast    peer: the rows are split and each GPU reads the other shards\n"
+    "                                      over NVLink (the default where the GPUs have peer access);\n"
+    "                                      broadcast: every GPU scores every row, partial sums added on the host\n"
+    "  WISP_GPU_ZEROCOPY=1|all             small (or all) batches read from host memory by the kernel\n"
+    "  WISP_IN_FLIGHT=1..3                 batches a session keeps on the device (submit/wait)\n"
+    "  WISP_GPU_SHARDS, _PARTS, _CHUNKS, _LANES, _GRAPHS, _INLINE, _TIMING, _XF_DIRECT\n"
+    "                                      tuning and A/B switches (engine/cuda.c's first comment)\n"
+    "  WISP_LUA_PATH                       where `wisp run` and `wisp repl` find the Lua modules\n";
 
 static const char usage_score[] =
     "usage: wisp score -m MODEL [--format auto|libsvm|vw|tsv|csv|jsonl] [--schema SCHEMA]\n"

@@ -33,6 +33,11 @@ describe("wisp CLI", function()
       assert.equal(0, rc, cmd .. ": " .. out)
       assert.truthy(out:find("usage: wisp", 1, true), cmd)
     end
+    -- the main help lists the environment variables the engine reads
+    local help = sh(WISP .. " --help")
+    for _, var in ipairs { "WISP_LOG", "WISP_NO_GPU", "WISP_PINNED_MAX_MB", "WISP_GPU_TABLE_MB", "WISP_GPU_SHARDING" } do
+      assert.truthy(help:find(var, 1, true), var)
+    end
     local out, rc = sh(WISP .. " --version")
     assert.equal(0, rc)
     assert.truthy(out:find(wisp.version(), 1, true))
