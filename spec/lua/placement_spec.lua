@@ -70,6 +70,9 @@ describe("wisp.placement", function()
         assert.is_nil(ok)
         assert.matches("chose 'tpu:0', not a device", err, 1, true)
         assert.has_error(function() wisp.pipeline { model = m, placement = { score = "fpga" } } end)
+        -- the device names the engine takes, gpus:N (the first N GPUs) among them
+        for _, d in ipairs { "cpu", "gpu", "gpu:3", "gpus", "gpus:2", "auto" } do assert.is_true(placement.is_device(d), d) end
+        for _, d in ipairs { "gpus:", "gpus:x", "gpu:-1", "GPU", "tpu:0" } do assert.is_false(placement.is_device(d), d) end
         assert.has_error(function() wisp.pipeline { model = m, placement = { scorer = "cpu" } } end)
     end)
 
