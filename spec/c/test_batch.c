@@ -11,7 +11,6 @@
 
 /* ---- small tools --------------------------------------------------------------- */
 
-static size_t rndn(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
 static double rndu(void) { return rnd01(); }
 /* Zipf-like: log-uniform over [1, n], so small ids are hot */
 static uint64_t rnd_zipf(uint64_t n) { return (uint64_t)exp(rndu() * log((double)n)); }

@@ -3,6 +3,7 @@
 #include "check.h"
 #include "testutil.h"
 #include "testrand.h"
+#include "testcols.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -12,7 +13,6 @@
 
 /* ---- small tools --------------------------------------------------------------- */
 
-static size_t rndn(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
 static double rndu(void) { return rnd01(); }
 static uint64_t rnd_zipf(uint64_t n) { return (uint64_t)exp(rndu() * log((double)n)); }
 
@@ -522,103 +522,13 @@ static void test_text(wisp_engine *eng)
 
 /* ---- 5b. the column-major transform against the row-wise reference, random descriptions ---- */
 
-static char *random_spec(void)
-{
-    static char buf[16384];
-    size_t n = 0;
-#define OUT(...) (n += (size_t)snprintf(buf + n, sizeof buf - n, __VA_ARGS__))
-    OUT("{\"format\":\"wisp-columns\",\"version\":1,\"inputs\":["
-        "{\"name\":\"f\",\"dtype\":\"float32\",\"default\":%s},"
-        "{\"name\":\"g\",\"dtype\":\"float32\"},"
-        "{\"name\":\"i\",\"dtype\":\"int64\"},"
-        "{\"name\":\"s\",\"dtype\":\"string\",\"default\":\"%s\"},"
-        "{\"name\":\"u\",\"dtype\":\"string\"},"
-        "{\"name\":\"t\",\"dtype\":\"string\",\"sparse\":%s},"
-        "{\"name\":\"j\",\"dtype\":\"int64\",\"sparse\":%s}],\"columns\":[",
-        rndn(2) ? "1.5" : "null", rndn(2) ? "" : "dflt", rndn(2) ? "true" : "false", rndn(2) ? "true" : "false");
-    static const uint64_t buckets[] = { 1, 2, 3, 7, 64, 1000, 1000003, 1u << 20, 4294967291u / 64 };
-    uint64_t off = 0;
-    int ncols = 3 + (int)rndn(8);
-    const char *bk = "{\"type\":\"bucketized\",\"source\":{\"type\":\"numeric\",\"key\":\"f\"},\"boundaries\":[-1,0,0.5,2,1e9]}";
-    const char *voc = "{\"type\":\"vocabulary_list\",\"key\":\"u\",\"vocabulary\":[\"a\",\"b\",\"c\"],\"num_oov_buckets\":2}";
-    const char *ident = "{\"type\":\"identity\",\"key\":\"i\",\"buckets\":10,\"default_value\":3}";
-    for (int c = 0; c < ncols; c++) {
-        uint64_t b = buckets[rndn(sizeof buckets / sizeof *buckets)], size = b;
-        OUT("%s{\"name\":\"c%d\",\"offset\":%llu,", c ? "," : "", c, (unsigned long long)off);
-        switch (rndn(9)) {
-        case 0: OUT("\"type\":\"numeric\",\"key\":\"%s\"}", rndn(2) ? "f" : "g"); size = 1; break;
-        case 1: OUT("\"type\":\"bucketized\",\"source\":{\"type\":\"numeric\",\"key\":\"g\",\"normalizer\":{\"type\":\"standard\",\"mean\":1,\"std\":3}},\"boundaries\":[-2,0,1]}"); size = 4; break;
-        case 2: OUT("\"type\":\"hash_bucket\",\"key\":\"%s\",\"buckets\":%llu}", rndn(2) ? "s" : "t", (unsigned long long)b); break;
-        case 3: OUT("\"type\":\"hash_bucket\",\"key\":\"%s\",\"buckets\":%llu}", rndn(2) ? "i" : "j", (unsigned long long)b); break;
-        case 4: OUT("\"type\":\"vocabulary_list\",\"key\":\"u\",\"vocabulary\":[\"a\",\"b\",\"c\"]%s}", rndn(2) ? ",\"num_oov_buckets\":3" : ""); size = 6; break;
-        case 5: OUT("\"type\":\"identity\",\"key\":\"i\",\"buckets\":10%s}", rndn(2) ? ",\"default_value\":0" : ""); size = 10; break;
-        default: {
-            static const char *keys[] = { "\"s\"", "\"u\"", "\"i\"", "\"g\"", "\"t\"", "\"j\"", NULL, NULL, NULL };
-            int nk = 2 + (int)rndn(2);
-            OUT("\"type\":\"crossed\",\"buckets\":%llu,%s\"keys\":[", (unsigned long long)b, rndn(3) ? "" : "\"hash_key\":77,");
-            for (int k = 0; k < nk; k++) {
-                size_t w = rndn(9);
-                OUT("%s%s", k ? "," : "", keys[w] ? keys[w] : w == 6 ? bk : w == 7 ? voc : ident);
-            }
-            OUT("]}");
-        }
-        }
-        off += size;
-    }
-    OUT("]}");
-#undef OUT
-    return buf;
-}
-
-static void random_value_row(wisp_raw *raw)
-{
-    static const char *strs[] = { "a", "b", "c", "d", "", "Zürich", "0123456789abcdef", "0123456789abcdefg", "\xff" };
-    wisp_raw_row_begin(raw, rndn(3) ? 0 : 1 + rndn(100));
-    if (rndn(5)) {
-        static const float fs[] = { -1, 0, 0.5f, 2, 3.5f, 1e9f, -1e30f, 7.25f };
-        float v = rndn(40) == 0 ? NAN : rndn(40) == 0 ? INFINITY : fs[rndn(8)];
-        wisp_raw_add_float(raw, 0, v);
-    }
-    if (rndn(8)) wisp_raw_add_float(raw, 1, rndn(30) == 0 ? NAN : rndn(30) == 0 ? 9.5e18 : (double)((int)rndn(21) - 10) * 0.75);
-    if (rndn(5)) wisp_raw_add_int(raw, 2, rndn(10) == 0 ? -1 : rndn(10) == 0 ? INT64_MIN : (int64_t)rndn(15) - 2);
-    if (rndn(5)) { const char *x = strs[rndn(9)]; wisp_raw_add_string(raw, 3, x, strlen(x)); }
-    if (rndn(5)) { const char *x = strs[rndn(9)]; wisp_raw_add_string(raw, 4, x, strlen(x)); }
-    int nt = (int)rndn(4);
-    for (int k = 0; k < nt; k++) { const char *x = strs[rndn(9)]; wisp_raw_add_string(raw, 5, x, strlen(x)); }
-    int nj = (int)rndn(3);
-    for (int k = 0; k < nj; k++) wisp_raw_add_int(raw, 6, (int64_t)rndn(7) - 1);
-    if (rndn(100) == 0) wisp_raw_row_reject(raw, "rejected by the test");
-    wisp_raw_row_end(raw);
-}
-
-static bool same_batches(const wisp_batch *a, const wisp_batch *b)
-{
-    size_t rows = wisp_batch_rows(a);
-    if (rows != wisp_batch_rows(b) || wisp_batch_nnz(a) != wisp_batch_nnz(b) || wisp_batch_nvals(a) != wisp_batch_nvals(b) ||
-        wisp_batch_bad_count(a) != wisp_batch_bad_count(b))
-        return false;
-    if (memcmp(wisp_batch_row_ptr(a), wisp_batch_row_ptr(b), (rows + 1) * 4)) return false;
-    if (wisp_batch_nnz(a) && memcmp(wisp_batch_ids(a), wisp_batch_ids(b), wisp_batch_nnz(a) * 4)) return false;
-    if ((wisp_batch_val_ptr(a) == NULL) != (wisp_batch_val_ptr(b) == NULL)) return false;
-    if (wisp_batch_val_ptr(a) && memcmp(wisp_batch_val_ptr(a), wisp_batch_val_ptr(b), (rows + 1) * 4)) return false;
-    if (wisp_batch_nvals(a) && memcmp(wisp_batch_vals(a), wisp_batch_vals(b), wisp_batch_nvals(a) * 4)) return false;
-    for (size_t i = 0; i < wisp_batch_bad_count(a); i++) {
-        size_t ra, rb;
-        uint64_t la, lb;
-        const char *ma, *mb;
-        wisp_batch_bad_row(a, i, &ra, &la, &ma);
-        wisp_batch_bad_row(b, i, &rb, &lb, &mb);
-        if (ra != rb || la != lb || strcmp(ma, mb)) return false;
-    }
-    return true;
-}
-
 static void test_paths_agree(wisp_engine *eng)
 {
     int specs = 0, differ = 0;
     size_t rows_total = 0, bad_total = 0;
-    for (int round = 0; round < 60; round++) {
-        const char *text = random_spec();
+    char *sbuf = malloc(WISP_MAX_STRING_BYTES + 16), why[128] = "";
+    for (int round = 0; round < 60 && sbuf; round++) {
+        const char *text = testcols_spec(round % 10 == 9);   /* testcols.h: every column kind; one round in ten wide */
         wisp_columns *c = NULL;
         if (wisp_columns_parse(text, strlen(text), &c) != WISP_OK) {
             CHECK_MSG(0, "random description refused: %s\n%s", wisp_errmsg(), text);
@@ -631,11 +541,11 @@ static void test_paths_agree(wisp_engine *eng)
         CHECK_OK(wisp_batch_new(eng, &b1));
         CHECK_OK(wisp_batch_new(eng, &b2));
         size_t n = 1 + rndn(700);
-        for (size_t i = 0; i < n; i++) random_value_row(raw);
+        for (size_t i = 0; i < n; i++) testcols_row(raw, 0, sbuf);
         CHECK_OK(wisp_transform(raw, b1));
         CHECK_OK(wisp_transform__rowwise(raw, b2));
-        if (!same_batches(b1, b2) && differ++ < 3)
-            fprintf(stderr, "the two transforms differ for\n%s\n", text);
+        if (!testcols_same_batches(b1, b2, why, sizeof why) && differ++ < 3)
+            fprintf(stderr, "the two transforms differ (%s) for\n%s\n", why, text);
         rows_total += wisp_batch_rows(b1);
         bad_total += wisp_batch_bad_count(b1);
         wisp_batch_free(b1);
@@ -643,6 +553,7 @@ static void test_paths_agree(wisp_engine *eng)
         wisp_raw_free(raw);
         wisp_columns_free(c);
     }
+    free(sbuf);
     CHECK_MSG(differ == 0, "%d of %d random descriptions transform differently by column and by row", differ, specs);
     CHECK_MSG(bad_total > 0 && bad_total < rows_total, "%zu bad rows of %zu: the inputs should exercise both", bad_total, rows_total);
     /* the inline short fingerprint is Fingerprint64 */

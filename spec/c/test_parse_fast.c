@@ -16,7 +16,6 @@ int wisp_libsvm__fast_path(int on);
 /* tsv.c: the same for its per-call field plan (the common fields' fast path) */
 int wisp_tsv__plan(int on);
 
-static size_t rndn(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
 
 
 /* ---- random tokens: mostly the fast path's forms, often near its edges, sometimes not ---- */

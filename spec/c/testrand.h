@@ -19,6 +19,8 @@ static inline uint64_t rnd(void)
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
+/* uniform in [0, n); 0 for n = 0 */
+static inline size_t rndn(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
 /* Seed from WISP_TEST_SEED, or from the clock and the pid; print it, so a failure
  * on a random seed can be repeated (a GPU crash was found and fixed that way). */
 static inline void testrand_seed(const char *test)
