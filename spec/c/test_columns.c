@@ -544,7 +544,7 @@ static void test_paths_agree(wisp_engine *eng)
         for (size_t i = 0; i < n; i++) testcols_row(raw, 0, sbuf);
         CHECK_OK(wisp_transform(raw, b1));
         CHECK_OK(wisp_transform__rowwise(raw, b2));
-        if (!testcols_same_batches(b1, b2, why, sizeof why) && differ++ < 3)
+        if (!same_batches(b1, b2, why, sizeof why) && differ++ < 3)
             fprintf(stderr, "the two transforms differ (%s) for\n%s\n", why, text);
         rows_total += wisp_batch_rows(b1);
         bad_total += wisp_batch_bad_count(b1);

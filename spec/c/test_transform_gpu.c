@@ -23,6 +23,18 @@ static wisp_model *model_for(wisp_engine *eng, const wisp_columns *c, int dtype,
     return m;
 }
 
+/* An fp32 model of the weights w[0..n), written to a temporary file (removed once mapped). */
+static wisp_model *model_of(wisp_engine *eng, const float *w, uint64_t n)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/wisp_xf_w_%d.wisp", (int)getpid());
+    wisp_model *m = NULL;
+    CHECK_OK(wisp_model_write(path, w, n, 0, WISP_F32, NULL, NULL));
+    CHECK_OK(wisp_model_load(eng, path, &m));
+    unlink(path);
+    return m;
+}
+
 static void run(wisp_engine *eng, int gpu, int quick)
 {
     char path[64];
@@ -62,7 +74,7 @@ static void run(wisp_engine *eng, int gpu, int quick)
         CHECK_OK(wisp_session_transform(sg, raw, got));
         if (wisp_session_stat(sg, WISP_STAT_BYTES_D2H) > d2h0) gpu_batches++;      /* ids came back from the device */
         char why[128] = "";
-        if (!testcols_same_batches(ref, got, why, sizeof why) && differ++ < 3)
+        if (!same_batches(ref, got, why, sizeof why) && differ++ < 3)
             fprintf(stderr, "GPU and CPU transforms differ (%s) for\n%s\n", why, text);
         /* appending: a second transform into the same batch gives the rows twice */
         if (round == 0) {
@@ -127,12 +139,7 @@ static void test_misuse(wisp_engine *eng)
     wisp_columns *c = NULL;
     CHECK_OK(wisp_columns_parse(spec, strlen(spec), &c));
     float w[8] = { 0 };
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/wisp_xf_m_%d.wisp", (int)getpid());
-    CHECK_OK(wisp_model_write(path, w, 8, 0, WISP_F32, NULL, NULL));
-    wisp_model *m = NULL;
-    CHECK_OK(wisp_model_load(eng, path, &m));
-    unlink(path);
+    wisp_model *m = model_of(eng, w, 8);
     wisp_session *s = NULL;
     wisp_raw *r = NULL;
     wisp_batch *b = NULL;
@@ -173,12 +180,7 @@ static void test_empty_sparse(wisp_engine *eng, const char *dev)
     CHECK_OK(wisp_columns_parse(spec, strlen(spec), &c));
     float w[24];
     for (int i = 0; i < 24; i++) w[i] = 0.01f * (float)(i + 1);
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/wisp_xf_e_%d.wisp", (int)getpid());
-    CHECK_OK(wisp_model_write(path, w, 24, 0, WISP_F32, NULL, NULL));
-    wisp_model *m = NULL;
-    CHECK_OK(wisp_model_load(eng, path, &m));
-    unlink(path);
+    wisp_model *m = model_of(eng, w, 24);
     wisp_session *s = NULL, *sc = NULL;
     wisp_raw *r = NULL;
     wisp_batch *ref = NULL, *got = NULL;
@@ -206,7 +208,7 @@ static void test_empty_sparse(wisp_engine *eng, const char *dev)
         CHECK_OK(wisp_transform(r, ref));
         CHECK_OK(wisp_session_transform(s, r, got));
         char why[128] = "";
-        CHECK_MSG(testcols_same_batches(ref, got, why, sizeof why), "empty sparse inputs transform differently on %s (%s)", dev, why);
+        CHECK_MSG(same_batches(ref, got, why, sizeof why), "empty sparse inputs transform differently on %s (%s)", dev, why);
     }
     unsetenv("WISP_GPU_XF_CHUNK_ROWS");
 done:

@@ -1,9 +1,10 @@
-/* testcols.h — random feature-column descriptions and raw rows for the C tests (test_columns: column-major against row-wise transforms; test_transform_gpu: the GPU against the CPU), and a byte-for-byte batch comparison. */
+/* testcols.h — random feature-column descriptions and raw rows for the C tests (test_columns: column-major against row-wise transforms; test_transform_gpu: the GPU against the CPU), with testbatch.h's batch comparison. */
 #ifndef WISP_TESTCOLS_H
 #define WISP_TESTCOLS_H
 
 #include "internal.h"
 #include "testrand.h"
+#include "testbatch.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -109,31 +110,5 @@ static void testcols_row(wisp_raw *raw, int clean, char *sbuf)
     if (rndn(60) == 0) wisp_raw_row_reject(raw, "rejected by the test");
     wisp_raw_row_end(raw);
 }
-
-static bool testcols_same_batches(const wisp_batch *a, const wisp_batch *b, char *why, size_t wl)
-{
-    size_t rows = wisp_batch_rows(a);
-    if (rows != wisp_batch_rows(b) || wisp_batch_nnz(a) != wisp_batch_nnz(b) || wisp_batch_nvals(a) != wisp_batch_nvals(b) ||
-        wisp_batch_bad_count(a) != wisp_batch_bad_count(b)) {
-        snprintf(why, wl, "rows %zu/%zu nnz %zu/%zu nvals %zu/%zu bad %zu/%zu", rows, wisp_batch_rows(b), wisp_batch_nnz(a),
-                 wisp_batch_nnz(b), wisp_batch_nvals(a), wisp_batch_nvals(b), wisp_batch_bad_count(a), wisp_batch_bad_count(b));
-        return false;
-    }
-    if (memcmp(wisp_batch_row_ptr(a), wisp_batch_row_ptr(b), (rows + 1) * 4)) { snprintf(why, wl, "row_ptr"); return false; }
-    if (wisp_batch_nnz(a) && memcmp(wisp_batch_ids(a), wisp_batch_ids(b), wisp_batch_nnz(a) * 4)) { snprintf(why, wl, "ids"); return false; }
-    if ((wisp_batch_val_ptr(a) == NULL) != (wisp_batch_val_ptr(b) == NULL)) { snprintf(why, wl, "val_ptr presence"); return false; }
-    if (wisp_batch_val_ptr(a) && memcmp(wisp_batch_val_ptr(a), wisp_batch_val_ptr(b), (rows + 1) * 4)) { snprintf(why, wl, "val_ptr"); return false; }
-    if (wisp_batch_nvals(a) && memcmp(wisp_batch_vals(a), wisp_batch_vals(b), wisp_batch_nvals(a) * 4)) { snprintf(why, wl, "vals"); return false; }
-    for (size_t i = 0; i < wisp_batch_bad_count(a); i++) {
-        size_t ra, rb;
-        uint64_t la, lb;
-        const char *ma, *mb;
-        wisp_batch_bad_row(a, i, &ra, &la, &ma);
-        wisp_batch_bad_row(b, i, &rb, &lb, &mb);
-        if (ra != rb || la != lb || strcmp(ma, mb)) { snprintf(why, wl, "bad row %zu", i); return false; }
-    }
-    return true;
-}
-
 
 #endif
