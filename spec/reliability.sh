@@ -30,6 +30,7 @@ mkdir -p "$res" || exit 2
 results="$res/results.txt"        # key=value lines for the JSON
 [ "$stages" = json ] || { : >"$results"; echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)" >>"$results"; }
 passed=0 failed=0
+[ "$stages" = json ] || { : >"$res/failures.txt"; rm -f "$res"/failed.*.log; }
 log=$(mktemp) || exit 2
 trap 'rm -f "$log"' EXIT
 
@@ -57,6 +58,13 @@ record() {
     printf '%-10s %-22s %-7s (%ds)%s\n' "$stage" "$name" "$verdict" "$secs_taken" "${line:+  $line}"
     note "run.$stage.$name" "$verdict $secs_taken"
     if [ $ok -eq 0 ]; then
+        # kept for the recap printed last (a CI log shows its tail) and the whole output for reading
+        cp "$log" "$res/failed.$stage.$name.log" 2>/dev/null
+        {
+            printf '%-10s %-22s FAILED%s\n' "$stage" "$name" "${line:+  $line}"
+            grep -m 4 -E "WISP_TEST_SEED|$REPORTS|CHECK failed|fuzz property failed|^not ok|SUMMARY:|deadly signal" "$log" | cut -c1-200 | sed 's/^/    | /'
+            grep -m 1 -E '^Base64: ' "$log" | cut -c1-600 | sed 's/^/    | /'   # libFuzzer's input, to recreate it
+        } >>"$res/failures.txt"
         if grep -qE "$REPORTS" "$log"; then          # the first report with its stack
             awk -v re="$REPORTS" '$0 ~ re { on = 1 } on && n < 45 { print "    | " $0; n++ }' "$log"
         elif grep -qE "CHECK failed|fuzz property failed|^not ok" "$log"; then
@@ -169,7 +177,7 @@ if has asan; then
         note asan.busted "$p passed, $f failed"
         record asan "busted(spec/lua)" $(( $(now) - start )) $rc
     else
-        echo "asan       busted(spec/lua)       FAILED: luajit, $rt or $build/asan/libwisp.so missing"
+        echo "asan       busted(spec/lua)       FAILED: luajit, $rt or $build/asan/libwisp.so missing" | tee -a "$res/failures.txt"
         failed=$((failed + 1))
     fi
     unset ASAN_OPTIONS UBSAN_OPTIONS
@@ -276,5 +284,9 @@ if [ -n "$WISP_RELIABILITY_JSON" ]; then
     write_json >"$WISP_RELIABILITY_JSON" && echo "reliability: wrote $WISP_RELIABILITY_JSON"
 fi
 
+if [ "$failed" -gt 0 ] && [ -s "$res/failures.txt" ]; then
+    echo "reliability: what failed (whole outputs: $res/failed.<stage>.<program>.log):"
+    head -n 40 "$res/failures.txt"
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -7,7 +7,13 @@ case "$build" in /*) ;; *) build="$PWD/$build" ;; esac
 export WISP_BUILD="$build"
 passed=0 failed=0
 log=$(mktemp) || exit 2
-trap 'rm -f "$log"' EXIT
+recap=$(mktemp) || exit 2           # one line per failing part, printed again last (CI shows the tail)
+trap 'rm -f "$log" "$recap"' EXIT
+# $1 what failed; the first lines of $log that say why
+fail_recap() {
+    echo "  $1" >>"$recap"
+    grep -m 4 -E "WISP_TEST_SEED|CHECK failed|FAIL|not ok|ERROR|error|Assertion|Segmentation|Aborted" "$log" | cut -c1-200 | sed 's/^/    | /' >>"$recap"
+}
 
 for t in "$build"/test/test_*; do
     [ -x "$t" ] || continue
@@ -22,7 +28,7 @@ for t in "$build"/test/test_*; do
     if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # non-zero exit counts as a failure
     passed=$((passed + p)); failed=$((failed + f))
     printf '%-24s %5d passed, %d failed  (%ds)\n' "$name" "$p" "$f" $(( $(date +%s) - start ))
-    if [ "$f" -ne 0 ]; then sed 's/^/    /' "$log" | tail -n 40; fi
+    if [ "$f" -ne 0 ]; then sed 's/^/    /' "$log" | tail -n 40; fail_recap "$name: $f failed"; fi
 done
 
 # busted specs under LuaJIT, TAP output: count "ok" / "not ok" lines
@@ -33,9 +39,9 @@ if command -v luajit >/dev/null 2>&1 && [ -d spec/lua ]; then
     if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
     passed=$((passed + p)); failed=$((failed + f))
     printf '%-24s %5d passed, %d failed\n' "busted (spec/lua)" "$p" "$f"
-    if [ "$f" -ne 0 ]; then grep -v '^ok ' "$log" | sed 's/^/    /' | tail -n 80; fi
+    if [ "$f" -ne 0 ]; then grep -v '^ok ' "$log" | sed 's/^/    /' | tail -n 80; fail_recap "busted (spec/lua): $f failed"; fi
 else
-    echo "busted specs: luajit or spec/lua missing"; failed=$((failed + 1))
+    echo "busted specs: luajit or spec/lua missing"; failed=$((failed + 1)); echo "  busted specs: luajit or spec/lua missing" >>"$recap"
 fi
 
 # the OpenResty service against a real nginx (spec/nginx/run.sh prints "nginx: N passed, N failed" last)
@@ -49,7 +55,7 @@ if [ -f spec/nginx/run.sh ] && [ "${WISP_NGINX:-1}" != 0 ]; then
     if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
     passed=$((passed + p)); failed=$((failed + f))
     printf '%-24s %5d passed, %d failed\n' "nginx (spec/nginx)" "$p" "$f"
-    if [ "$f" -ne 0 ]; then sed 's/^/    /' "$log" | tail -n 60; fi
+    if [ "$f" -ne 0 ]; then sed 's/^/    /' "$log" | tail -n 60; fail_recap "nginx (spec/nginx): $f failed"; fi
 fi
 
 # libwisp.so exports exactly the functions of wisp.h (+ the test hooks of the Makefile): each one defined
@@ -62,6 +68,7 @@ if [ -f "$build/libwisp.map" ] && command -v nm >/dev/null 2>&1; then
         passed=$((passed + 1)); printf '%-24s %5d passed, %d failed\n' "exports (libwisp.so)" 1 0
     else
         failed=$((failed + 1)); printf '%-24s %5d passed, %d failed\n' "exports (libwisp.so)" 0 1
+        echo "  exports (libwisp.so): missing: $missing; extra: $extra" >>"$recap"
         [ -n "$missing" ] && echo "    declared in wisp.h but not defined in libwisp.so:" $missing
         [ -n "$extra" ] && echo "    exported but not in wisp.h:" $extra
     fi
@@ -79,6 +86,7 @@ if make -s install BUILD="$build" PREFIX=/usr DESTDIR="$stage" >"$log" 2>&1 &&
     passed=$((passed + 1)); printf '%-24s %5d passed, %d failed\n' "install+quickstart" 1 0
 else
     failed=$((failed + 1)); printf '%-24s %5d passed, %d failed\n' "install+quickstart" 0 1; sed 's/^/    /' "$log" | tail -n 20
+    fail_recap "install+quickstart"
 fi
 rm -rf "$stage"
 
@@ -90,7 +98,12 @@ if [ "${WISP_RELIABILITY:-$([ -n "$WISP_TEST_GPU" ] && echo 0 || echo 1)}" != 0 
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1)
     if [ -n "$line" ]; then p=${line%% passed*}; f=${line#*passed, }; f=${f%% failed*}; else p=0; f=1; fi
     passed=$((passed + p)); failed=$((failed + f))
+    [ "$f" -eq 0 ] || echo "  reliability: $f failed (its recap is above)" >>"$recap"
 fi
 
+if [ -s "$recap" ]; then
+    echo "what failed:"
+    head -n 30 "$recap"
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
