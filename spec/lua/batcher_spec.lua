@@ -11,6 +11,13 @@ local function generic_runtime(sched)
     local rt = sched.runtime
     return { name = "generic", now_us = rt.now_us, sleep_us = rt.sleep_us, wait = rt.wait, wake = rt.wake }
 end
+-- A virtual clock for the scheduler: time moves only when every coroutine waits, by
+-- exactly what the next timer needs, so the tests below time the batcher to the
+-- microsecond on any machine, however loaded (a sanitizer build, a busy CI box).
+local function virtual_clock()
+    local t = 0
+    return { now_us = function() return t end, os_sleep_us = function(us) if us > 0 then t = t + us end end }
+end
 local RUNTIMES = {
     { "scheduler", function(sched) return sched.runtime end },
     { "generic", generic_runtime },
@@ -57,7 +64,7 @@ describe("wisp.batcher", function()
         it("in a closed loop, fills every batch and answers each round right (" .. rname .. " runtime)", function()
             local rows = H.random_rows(NF, { rows = 64 * 5, out_of_range = false })
             local want = H.ref_scores(w, NF, bias, rows)
-            local sched = batcher.scheduler()
+            local sched = batcher.scheduler(virtual_clock())
             local b = assert(batcher.new { session = sess, runtime = make_rt(sched), max_rows = 64, max_delay_us = 1e6 })
             local got = {}
             for c = 1, 64 do
@@ -68,20 +75,19 @@ describe("wisp.batcher", function()
                     end
                 end)
             end
-            local t0 = batcher.now_us()
             sched:run()
             H.assert_scores(got, want, #rows, 1e-5, true, "closed loop")
             local st = b:stats()
             assert.equal(5, st.by_full)
             assert.equal(0, st.by_delay)
             assert.equal(64, st.mean_batch)
-            -- full batches never wait for the (1 s) delay
-            assert.is_true(batcher.now_us() - t0 < 0.5e6, "a closed loop of full batches took " .. (batcher.now_us() - t0) .. " us")
+            -- full batches never wait for the (1 s) delay: no time passed on the virtual clock
+            assert.equal(0, sched.now_us(), "a closed loop of full batches waited")
         end)
     end
 
     it("never sends a batch larger than max_rows, and respects the delay bound", function()
-        local sched = batcher.scheduler()
+        local sched = batcher.scheduler(virtual_clock())
         local sizes = {}
         local probe = { score = function(_, batch, out)
             sizes[#sizes + 1] = batch:rows()
@@ -104,15 +110,10 @@ describe("wisp.batcher", function()
         end
         sched:run()
         assert.same({ 4 }, sizes)
-        for _, wt in ipairs(waits) do
-            -- the bound plus what a loaded shared machine may add to a wake-up
-            assert.is_true(wt <= delay + 5000, "waited " .. wt .. " us for a max_delay of " .. delay)
-        end
-        -- the oldest row waited about the delay: it left because of it, not earlier; the
-        -- late one (timing = true: its own arrival) about 500 µs less
+        -- the oldest rows waited the delay exactly (they left because of it, not earlier
+        -- or later); the late one (timing = true: its own arrival) 500 µs less
         table.sort(waits)
-        assert.is_true(waits[#waits] >= delay * 0.9, "the oldest row left after " .. waits[#waits] .. " us")
-        assert.is_true(waits[1] <= waits[#waits] - 400, "the late row's own wait: " .. waits[1] .. " us")
+        assert.same({ delay - 500, delay, delay, delay }, waits)
         assert.equal(1, b:stats().by_delay)
         -- 20 at once with max_rows 8: 8, 8, then 4
         sizes = {}
@@ -123,7 +124,7 @@ describe("wisp.batcher", function()
     end)
 
     it("with max_delay 0, sends the callers that arrived together as one batch, at once", function()
-        local sched = batcher.scheduler()
+        local sched = batcher.scheduler(virtual_clock())
         local sizes = {}
         local probe = { score = function(_, batch, out) sizes[#sizes + 1] = batch:rows(); return sess:score(batch, out) end }
         local b = assert(batcher.new { session = probe, runtime = sched.runtime, max_rows = 64, max_delay_us = 0 })
@@ -138,14 +139,15 @@ describe("wisp.batcher", function()
         end
         sched:run()
         assert.same({ 10, 1 }, sizes)
-        for _, wt in ipairs(waits) do assert.is_true(wt < 2000, "waited " .. wt .. " us with max_delay 0") end
+        for _, wt in ipairs(waits) do assert.equal(0, wt, "waited with max_delay 0") end
+        assert.equal(3000, sched.now_us())             -- the late one's sleep, and no other wait
         assert.equal(2, b:stats().by_delay)
     end)
 
     it("sends the largest preferred size that the waiting rows fill, without waiting for the delay", function()
         for _, rt_case in ipairs(RUNTIMES) do
             local make_rt = rt_case[2]
-            local sched = batcher.scheduler()
+            local sched = batcher.scheduler(virtual_clock())
             local sizes = {}
             local probe = { score = function(_, batch, out) sizes[#sizes + 1] = batch:rows(); return sess:score(batch, out) end }
             local b = assert(batcher.new { session = probe, runtime = make_rt(sched), max_rows = 64,
@@ -153,20 +155,19 @@ describe("wisp.batcher", function()
             local rows = {}
             for i = 1, 21 do rows[i] = { ids = { i } } end
             local want = H.ref_scores(w, NF, bias, rows)
-            local t0 = batcher.now_us()
             local got = run_callers(b, sched, rows)
             H.assert_scores(got, want, #rows, 1e-5, true, "preferred")
             assert.same({ 16, 4, 1 }, sizes)
             local st = b:stats()
             assert.equal(2, st.by_preferred)
             assert.equal(1, st.by_delay)
-            -- the last single row waited for the delay (1 s)
-            assert.is_true(batcher.now_us() - t0 >= 1e6 * 0.9)
+            -- the last single row waited for the delay (1 s), and nothing else waited
+            assert.equal(1e6, sched.now_us())
         end
     end)
 
     it("sends the rows left waiting in batches of a lowered max_rows", function()
-        local sched = batcher.scheduler()
+        local sched = batcher.scheduler(virtual_clock())   -- the 12 rows wait 1e5 µs; the 13th comes at 1000
         local sizes = {}
         local probe = { score = function(_, batch, out) sizes[#sizes + 1] = batch:rows(); return sess:score(batch, out) end }
         local b = assert(batcher.new { session = probe, runtime = sched.runtime, max_rows = 64, max_delay_us = 1e5 })
@@ -272,9 +273,9 @@ describe("wisp.batcher", function()
     end)
 
     it("replaces a flusher that never comes back, on a runtime whose threads can be killed", function()
-        local sched = batcher.scheduler()
+        local sched = batcher.scheduler(virtual_clock())
         local base = sched.runtime
-        local doomed, t0 = true, batcher.now_us()
+        local doomed, t0 = true, 0
         local rt = { name = "killable", now_us = base.now_us, sleep_us = base.sleep_us, wake = base.wake,
                      waiter_timeout_us = true,
                      wait = function(tk, t)
@@ -291,13 +292,16 @@ describe("wisp.batcher", function()
         for i = 1, 5 do rows[i] = { ids = { i } } end
         local want = H.ref_scores(w, NF, bias, rows)
         local got = {}
-        for i = 1, 5 do sched:spawn(function() got[i] = b:score(rows[i].ids) end) end
-        t0 = batcher.now_us()
+        local answered = {}
+        for i = 1, 5 do sched:spawn(function() got[i] = b:score(rows[i].ids); answered[i] = sched.now_us() end) end
         assert.has_error(function() sched:run() end, "scheduler: 1 coroutine(s) wait for an event nobody will post")
         assert.is_nil(got[1])
         for i = 2, 5 do assert.is_true(math.abs(got[i] - want[i]) < 1e-5, "row " .. i) end
-        assert.is_true(b:stats().takeovers >= 1)
-        assert.is_true(batcher.now_us() - t0 < 1e6)
+        assert.equal(1, b:stats().takeovers)
+        -- a waiter takes over once the batch is over 10 ms past its deadline (100 µs): its
+        -- second timed wait of max_delay + 10 ms ends at 20200 µs (virtual), the first
+        -- after 10100; every row is answered then
+        for i = 2, 5 do assert.equal(2 * (100 + 10000), answered[i], "row " .. i .. " answered at") end
     end)
 
     it("allocates nothing per row", function()
