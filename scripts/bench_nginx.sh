@@ -35,6 +35,9 @@
 # 2-core machine: 0.5-0.8 involuntary context switches of a worker per 100-row request,
 # /proc/PID/status), which a client on another machine never does; recorded in the JSON.
 # The workers' involuntary context switches per request are recorded for every run.
+# --at80-modes LIST: the modes whose 100-row (and 1-row, where that mode's peak was measured)
+# requests also run the wrk think-time and open-loop points at ~80% of their own peak (default:
+# inline; with --device gpu: inline,auto, the mode a GPU service runs; a mode must be in --modes).
 # --no-at80: skip the runs at ~80% of peak (paced, open and closed loop, the ideal queue, and
 # the 1-row peer): for quick A/B rounds. --quick: --duration 2 and one round (unless --rounds
 # is given). --peer-seconds S: the W-process peer's seconds at each bracket (default
@@ -100,6 +103,7 @@ cd "$(dirname "$0")/.." || exit 1
 root=$(pwd)
 label=dev-2core; device=cpu; duration=5; quick=0; million=0; workers=2; modes=inline,async,thread,auto,batching
 rounds=3; serve_opts=""; raw_bodies=0; pin=0; plan=0; wrk_threads=""; wrk_batch=0; at80=1; peer_secs=""; rounds_given=0
+at80_modes=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --label) label=$2; shift 2;; --device) device=$2; shift 2;; --duration) duration=$2; shift 2;;
@@ -107,10 +111,14 @@ while [ $# -gt 0 ]; do
         --modes) modes=$2; shift 2;; --rounds) rounds=$2; rounds_given=1; shift 2;; --serve-opts) serve_opts=$2; shift 2;;
         --raw-bodies) raw_bodies=1; shift;; --pin) pin=1; shift;; --plan) plan=1; shift;;
         --wrk-threads) wrk_threads=$2; shift 2;; --wrk-batch) wrk_batch=1; shift;; --no-at80) at80=0; shift;;
-        --peer-seconds) peer_secs=$2; shift 2;;
+        --peer-seconds) peer_secs=$2; shift 2;; --at80-modes) at80_modes=$2; shift 2;;
         -h|--help) sed -n '2,/^\[ -z "\$BASH_VERSION"/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0;;
         *) echo "bench_nginx.sh: unknown option '$1' (try --help)" >&2; exit 2;;
     esac
+done
+if [ -z "$at80_modes" ]; then case "$device" in gpu*) at80_modes=inline,auto;; *) at80_modes=inline;; esac; fi
+for m in $(echo "$at80_modes" | tr ',' ' '); do
+    case "$m" in inline|thread|async|auto) ;; *) echo "bench_nginx.sh: --at80-modes: inline, thread, async or auto expected, got '$m'" >&2; exit 2;; esac
 done
 build=${WISP_BUILD:-build}
 case "$build" in /*) ;; *) build="$root/$build";; esac
@@ -557,6 +565,21 @@ if [ "$raw_bodies" = 0 ] && [ "$at80" = 1 ]; then
     open_at80 inline_100row_at80_open_poisson "$(med inline_100row)" "$tmp/hundred.libsvm" text/x-libsvm 100 poisson
     open_at80 inline_1row_at80_open_const "$(med inline_1row)" "$tmp/one.libsvm" text/x-libsvm 1 const
     open_at80 inline_1row_at80_open_poisson "$(med inline_1row)" "$tmp/one.libsvm" text/x-libsvm 1 poisson
+    # the same think-time and open-loop points in the other --at80-modes, at 80% of each mode's own peak
+    for m in $(echo "$at80_modes" | tr ',' ' '); do
+        [ "$m" = inline ] && continue
+        if ! want "$m" || [ -z "$(med "${m}_100row")" ]; then
+            echo "bench_nginx.sh: --at80-modes $m: no ${m}_100row peak measured (add $m to --modes); skipped" >&2; continue
+        fi
+        start "$m" off
+        paced "${m}_100row_at80" "$(med "${m}_100row")" "$tmp/hundred.libsvm" text/x-libsvm 100 poisson
+        paced "${m}_100row_at80_paced" "$(med "${m}_100row")" "$tmp/hundred.libsvm" text/x-libsvm 100 paced
+        open_at80 "${m}_100row_at80_open_const" "$(med "${m}_100row")" "$tmp/hundred.libsvm" text/x-libsvm 100 const
+        if [ -n "$(med "${m}_1row")" ]; then
+            paced "${m}_1row_at80" "$(med "${m}_1row")" "$tmp/one.libsvm" text/x-libsvm 1 poisson
+            paced "${m}_1row_at80_paced" "$(med "${m}_1row")" "$tmp/one.libsvm" text/x-libsvm 1 paced
+        fi
+    done
     if want thread; then
         # the same open-loop points with scoring off the event loop (ngx.run_worker_thread),
         # at 80% of thread mode's own peak
@@ -597,7 +620,7 @@ cat > "$out" <<EOF
   "machine": {"cpu": "$cpu", "cores": $(nproc), "gpu": "${gpu:-none}", "host": "$(hostname)"},
   "commit": "$commit",
   "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
-  "command": "scripts/bench_nginx.sh --label $label --device $device --workers $workers --duration $duration --rounds $rounds --modes $modes$([ "$pin" = 1 ] && echo ' --pin')$([ "$at80" = 0 ] && echo ' --no-at80')$([ "$wrk_batch" = 1 ] && echo ' --wrk-batch')$([ "$raw_bodies" = 1 ] && echo ' --raw-bodies')$([ -n "$serve_opts" ] && echo " --serve-opts '$serve_opts'")$([ "$quick" = 1 ] && echo ' --quick') --peer-seconds $peer_secs$([ "$million" = 1 ] && echo ' --million')",
+  "command": "scripts/bench_nginx.sh --label $label --device $device --workers $workers --duration $duration --rounds $rounds --modes $modes$([ "$pin" = 1 ] && echo ' --pin')$([ "$at80" = 0 ] && echo ' --no-at80')$([ "$wrk_batch" = 1 ] && echo ' --wrk-batch')$([ "$raw_bodies" = 1 ] && echo ' --raw-bodies')$([ -n "$serve_opts" ] && echo " --serve-opts '$serve_opts'")$([ "$quick" = 1 ] && echo ' --quick') --peer-seconds $peer_secs --at80-modes $at80_modes$([ "$million" = 1 ] && echo ' --million')",
   "pin": {"requested": $([ "$pin" = 1 ] && echo true || echo false), "in_force": $([ "$pinned" = 1 ] && [ "$pin_mismatch" = 0 ] && echo true || echo false), "nproc": $(nproc), "allowed_cpus": "$(csv "$allowed")",
           "worker_cores": "$(csv "$worker_cores")", "worker_cpu_affinity": "$affinity", "workers_cpus_allowed_seen": "$workers_seen",
           "wrk_cores": "$(csv "$wrk_cores")", "peer_cores": "$(csv "$worker_cores")", "wrk_threads": $wrk_threads, "why_not": "$pin_why",

@@ -153,9 +153,20 @@ S.ratio_inline_100row = ratios("inline_100row")
 S.ratio_async_100row = ratios("async_100row")
 S.ratio_thread_100row = ratios("thread_100row")
 S.ratio_auto_100row = ratios("auto_100row")
-for _, name in ipairs { "inline_100row_at80", "inline_100row_at80_paced", "inline_1row_at80", "inline_1row_at80_paced",
-                          "inline_100row_at80_open_const", "inline_100row_at80_open_poisson",
-                          "inline_1row_at80_open_const", "inline_1row_at80_open_poisson" } do
+-- the runs at ~80% of a peak, every mode (--at80-modes): MODE_NROW_at80[_paced|_open_const|_open_poisson],
+-- each with its _target record; inline first, then by name
+local at80_names = {}
+for name in pairs(groups) do
+    if name:match("^%a+_%d+row_at80$") or name:match("^%a+_%d+row_at80_paced$") or name:match("^%a+_%d+row_at80_open_%a+$") then
+        at80_names[#at80_names + 1] = name
+    end
+end
+table.sort(at80_names, function(a, b)
+    local ia, ib = a:match("^inline_") ~= nil, b:match("^inline_") ~= nil
+    if ia ~= ib then return ia end
+    return a < b
+end)
+for _, name in ipairs(at80_names) do
     local g, tg = groups[name], groups[name .. "_target"]
     if g and tg then
         local t = g[1]
@@ -224,9 +235,7 @@ if S.inline_100row then
     io.stderr:write(string.format("inline_100row: %s rows/s, worker CPU %s us/request (median)\n",
         f(S.inline_100row.rows_per_s_median, 0), f(S.inline_100row.worker_cpu_us_per_request_median, 1)))
 end
-for _, name in ipairs { "inline_100row_at80", "inline_100row_at80_paced", "inline_1row_at80", "inline_1row_at80_paced",
-                          "inline_100row_at80_open_const", "inline_100row_at80_open_poisson",
-                          "inline_1row_at80_open_const", "inline_1row_at80_open_poisson" } do
+for _, name in ipairs(at80_names) do
     local t = S[name]
     if t then
         io.stderr:write(string.format("%-26s %s of peak, p50 %d us, p99 %d us, p99/p50 %s (target <= 3)\n",
