@@ -59,7 +59,7 @@ record() {
     note "run.$stage.$name" "$verdict $secs_taken"
     if [ $ok -eq 0 ]; then
         # kept for the recap printed last (a CI log shows its tail) and the whole output for reading
-        cp "$log" "$res/failed.$stage.$name.log" 2>/dev/null
+        cp "$log" "$res/failed.$stage.$(echo "$name" | tr -c 'A-Za-z0-9_.\n-' '_').log" 2>/dev/null
         {
             printf '%-10s %-22s FAILED%s\n' "$stage" "$name" "${line:+  $line}"
             grep -m 4 -E "WISP_TEST_SEED|$REPORTS|CHECK failed|fuzz property failed|^not ok|SUMMARY:|deadly signal" "$log" | cut -c1-200 | sed 's/^/    | /'
