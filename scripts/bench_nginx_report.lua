@@ -246,7 +246,7 @@ if S.inline_100row then
 end
 for _, name in ipairs(at80_names) do
     local t = S[name]
-    if t then
+    if t and t.p99_over_p50 then                   -- a point with its target record (its peak)
         io.stderr:write(string.format("%-26s %s of peak, p50 %d us, p99 %d us, p99/p50 %s (target <= 3)%s\n",
             name, f(t.fraction_of_peak), t.p50_us, t.p99_us, f(t.p99_over_p50),
             t.saturated and string.format("; SATURATED: %.0f%% of requests waited for a connection, not a point at 80%%",
