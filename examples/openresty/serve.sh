@@ -7,7 +7,8 @@
 #
 # Options: --prefix DIR (default build/openresty), --port N (8080), --models name=path[,...]
 # (default demo=build/demo/model.wisp), --workers N (2), --device auto|cpu|gpu|gpu:N (auto),
-# --mode inline|thread|async|auto (inline), --batching off|on|auto (off), --threads N (thread pool, 2),
+# --mode device|inline|thread|async|auto (device: inline on a CPU, auto on a GPU),
+# --batching off|on|auto (off), --threads N (thread pool, 2),
 # --max-body SIZE (8m), --max-rows N (10000), --build DIR ($WISP_BUILD or build),
 # --header-buffer SIZE (client_header_buffer_size, 64k: a request up to that size is read at once),
 # --cpu-affinity auto|off|"MASK ..." (worker_cpu_affinity: auto = one worker per core, in
@@ -19,7 +20,7 @@
 # Works with Debian's nginx and with the same packages unpacked under /opt/devdeps.
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
-prefix="$root/build/openresty"; port=8080; models=""; workers=2; device=auto; mode=inline
+prefix="$root/build/openresty"; port=8080; models=""; workers=2; device=auto; mode=device
 batching=off; threads=2; user=auto; max_body=8m; max_rows=10000; header_buffer=64k; affinity=off; build="${WISP_BUILD:-build}"; render_only=0
 while [ $# -gt 0 ]; do
     case "$1" in

@@ -18,6 +18,7 @@ pass=0; fail=0
 device=${WISP_NGINX_DEVICE:-cpu}
 [ "${WISP_TEST_GPU:-0}" = 1 ] && [ -z "${WISP_NGINX_DEVICE:-}" ] && device=gpu
 want_dev=cpu; [ "$device" != cpu ] && want_dev=gpu:0
+want_mode=inline; [ "$want_dev" != cpu ] && want_mode=auto     # serve.sh's default: mode = device
 ok()  { pass=$((pass + 1)); echo "ok   $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
 finish() { echo "nginx: $pass passed, $fail failed"; }
@@ -201,6 +202,8 @@ if req meta 200 "$base/v1/models/ctr" && chk field "$tmp/meta.json" name ctr && 
    && chk field "$tmp/meta.json" columns.5.name age_bucketized_X_city && chk field "$tmp/meta.json" inputs.1.name \
    && chk field "$tmp/meta.json" device.in_use "$want_dev"; then
     ok "GET /v1/models/ctr: name, version (checksum, mtime), features, dtype, columns, inputs, device"; else bad "metadata"; fi
+if chk field "$tmp/meta.json" mode "$want_mode" && chk field "$tmp/meta.json" mode_chosen_by device; then
+    ok "no mode configured: $want_mode, the default on $want_dev (mode_chosen_by: device)"; else bad "the device's default mode ($want_mode)"; fi
 if req list 200 "$base/v1/models" && chk field "$tmp/list.json" models.3.name plain; then ok "GET /v1/models lists the models"; else bad "model list"; fi
 
 # ---- metrics, summed over both workers ----------------------------------------------------
@@ -302,7 +305,8 @@ for mode in thread async auto; do
     okm=0
     for _ in $(seq 1 40); do
         sleep 0.15
-        req "mode_$mode" 200 "$base/v1/models/ctr" 2>/dev/null >/dev/null && chk field "$tmp/mode_$mode.json" mode "$mode" >/dev/null 2>&1 && { okm=1; break; }
+        req "mode_$mode" 200 "$base/v1/models/ctr" 2>/dev/null >/dev/null && chk field "$tmp/mode_$mode.json" mode "$mode" >/dev/null 2>&1 \
+            && chk field "$tmp/mode_$mode.json" mode_chosen_by configuration >/dev/null 2>&1 && { okm=1; break; }
     done
     sleep 0.3     # old workers drain
     if [ "$okm" = 1 ] && req "pm_$mode" 200 "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict" \
@@ -314,6 +318,26 @@ for mode in thread async auto; do
         ok "mode=$mode after nginx -s reload: JSON, libsvm and JSON lines (with bad lines) equal the CLI"
     else bad "mode=$mode"; fi
 done
+
+# ---- a device default that needs a thread pool nginx.conf does not have: mode = "device"
+# picks cpu_mode / gpu_mode (here "thread"); with no `thread_pool` line the worker says so in
+# the error log and scores inline, and the request still gets its answer
+render && sed -i -e '/^thread_pool /d' -e 's/^\( *\)mode = "device",/\1mode = "device", cpu_mode = "thread", gpu_mode = "thread",/' \
+    "$prefix/conf/nginx.conf" && "$nginx_bin" -p "$prefix" -c conf/nginx.conf -s reload 2>/dev/null
+okm=0
+for _ in $(seq 1 40); do
+    sleep 0.15
+    req mode_dev 200 "$base/v1/models/ctr" 2>/dev/null >/dev/null && chk field "$tmp/mode_dev.json" mode thread >/dev/null 2>&1 \
+        && chk field "$tmp/mode_dev.json" mode_chosen_by device >/dev/null 2>&1 && { okm=1; break; }
+done
+sleep 0.3
+if [ "$okm" = 1 ] && req pl_nopool 200 "${L[@]}" --data-binary @"$d/rows.libsvm" "$base/v1/models/ctr:predict" \
+   && chk preds "$tmp/pl_nopool.json" "$d/ctr_v1.txt" \
+   && req pl_nopool2 200 "${L[@]}" --data-binary @"$d/rows.libsvm" "$base/v1/models/ctr:predict" \
+   && chk preds "$tmp/pl_nopool2.json" "$d/ctr_v1.txt" \
+   && grep -q 'mode thread (the default on this device) needs `thread_pool wisp threads=2;`' "$prefix/logs/error.log"; then
+    ok "a default mode without its thread pool: answered inline, and the error log says what to add"
+else bad "default mode without a thread pool (mode thread seen: $okm; log: $(grep -c 'needs `thread_pool' "$prefix/logs/error.log"))"; fi
 
 # ---- inline again, with a 1 KB header buffer: the body no longer arrives with the headers in
 # one buffer (wisp.nginx reads libsvm / JSON lines bodies from nginx's memory through
