@@ -72,7 +72,7 @@
 -- with other engineers' builds, so throughput swings 2x between rounds; the CPU time the
 -- workers spent per request (/proc utime+stime over the run) is the steadier figure:
 --   (medians of 3 rounds)  100-row libsvm request               1-row request
---   inline   worker CPU 160 µs/request, 755k rows/s       16 µs, 50k req/s    <- the default
+--   inline   worker CPU 160 µs/request, 755k rows/s       16 µs, 50k req/s    <- the default on a CPU
 --   async    208 µs, 470k rows/s                          27 µs, 30k req/s
 --   thread   206 µs, 488k rows/s                          46 µs, 22k req/s
 --   auto     185 µs, 556k rows/s (thread: body >= 16 KB)
