@@ -184,20 +184,14 @@ function M.simulate(o)
 end
 
 -- the standard cases of --table (c = 1: dispatch does not matter)
-M.CASES = {
-    { servers = 1, dispatch = "shared", service = "det", arrivals = "const" },
-    { servers = 1, dispatch = "shared", service = "det", arrivals = "poisson" },
-    { servers = 1, dispatch = "shared", service = "exp", arrivals = "const" },
-    { servers = 1, dispatch = "shared", service = "exp", arrivals = "poisson" },
-    { servers = 2, dispatch = "shared", service = "det", arrivals = "const" },
-    { servers = 2, dispatch = "shared", service = "det", arrivals = "poisson" },
-    { servers = 2, dispatch = "shared", service = "exp", arrivals = "const" },
-    { servers = 2, dispatch = "shared", service = "exp", arrivals = "poisson" },
-    { servers = 2, dispatch = "random", service = "det", arrivals = "const" },
-    { servers = 2, dispatch = "random", service = "det", arrivals = "poisson" },
-    { servers = 2, dispatch = "random", service = "exp", arrivals = "const" },
-    { servers = 2, dispatch = "random", service = "exp", arrivals = "poisson" },
-}
+M.CASES = {}
+for _, sd in ipairs { { 1, "shared" }, { 2, "shared" }, { 2, "random" } } do
+    for _, service in ipairs { "det", "exp" } do
+        for _, arrivals in ipairs { "const", "poisson" } do
+            M.CASES[#M.CASES + 1] = { servers = sd[1], dispatch = sd[2], service = service, arrivals = arrivals }
+        end
+    end
+end
 M.RHOS = { 0.5, 0.6, 0.7, 0.8, 0.9 }
 
 -- the notation of each case: A/S/c (D = deterministic, M = Markov), and the dispatch
