@@ -809,6 +809,31 @@ static int weight_line(const char *ln, uint64_t *index, double *wt)
 static const char *const vw_refuse_hint =
     "wisp imports linear models (gd, the default learner) with quadratic interactions";
 
+/* The header is complete: parse its options with bits: first, check that an
+ * option -b (if any) says the same as bits: (bits: sizes the table; a model whose
+ * options disagree would hash into a smaller table than it has), and allocate
+ * the zeroed table of 2^bits weights. */
+static int vw_header_table(const char *vw_path, long bits, const char *options, unsigned long long opt_line,
+                           wisp_vw **v, float **w)
+{
+    char vopts[4200];
+    snprintf(vopts, sizeof vopts, "-b %ld %s", bits, options);
+    int rc = wisp_vw_new(vopts, v);
+    if (rc != WISP_OK) {
+        const char *m = wisp_errmsg();
+        if (!strncmp(m, "wisp_vw_new: ", 13)) m += 13;
+        char copy[512];
+        snprintf(copy, sizeof copy, "%s", m);
+        return wisp_fail(rc, "%s:%llu: %s; %s", vw_path, opt_line, copy, vw_refuse_hint);
+    }
+    if (wisp_vw_bits(*v) != bits)
+        return wisp_fail(WISP_EFORMAT, "%s:%llu: the options say -b %d but the header says bits:%ld", vw_path,
+                         opt_line, wisp_vw_bits(*v), bits);
+    *w = wisp_calloc((size_t)1 << bits, sizeof **w);
+    if (!*w) return wisp_fail(WISP_ENOMEM, "%s: out of memory for 2^%ld weights", vw_path, bits);
+    return WISP_OK;
+}
+
 int wisp_import_vw(const char *vw_path, const char *out_path, int dtype)
 {
     if (!vw_path || !out_path)
@@ -849,18 +874,7 @@ int wisp_import_vw(const char *vw_path, const char *out_path, int dtype)
                                    !have_version ? "'Version'" : "'bits:'");
                     goto out;
                 }
-                char vopts[4200];
-                snprintf(vopts, sizeof vopts, "-b %ld %s", bits, options);
-                if ((rc = wisp_vw_new(vopts, &v)) != WISP_OK) {
-                    const char *m = wisp_errmsg();
-                    if (!strncmp(m, "wisp_vw_new: ", 13)) m += 13;
-                    char copy[512];
-                    snprintf(copy, sizeof copy, "%s", m);
-                    rc = wisp_fail(rc, "%s:%llu: %s; %s", vw_path, opt_line, copy, vw_refuse_hint);
-                    goto out;
-                }
-                w = wisp_calloc((size_t)1 << bits, sizeof *w);
-                if (!w) { rc = wisp_fail(WISP_ENOMEM, "%s: out of memory for 2^%ld weights", vw_path, bits); goto out; }
+                if ((rc = vw_header_table(vw_path, bits, options, opt_line, &v, &w)) != WISP_OK) goto out;
                 in_weights = true;
             }
             if (index >> bits) {
@@ -932,14 +946,7 @@ int wisp_import_vw(const char *vw_path, const char *out_path, int dtype)
                            !have_version ? "'Version'" : "'bits:'");
         else {
             /* a model whose weights are all 0: still a model */
-            char vopts[4200];
-            snprintf(vopts, sizeof vopts, "-b %ld %s", bits, options);
-            if ((rc = wisp_vw_new(vopts, &v)) != WISP_OK) {
-                rc = wisp_fail_context(rc, "%s:%llu", vw_path, opt_line);
-                goto out;
-            }
-            w = wisp_calloc((size_t)1 << bits, sizeof *w);
-            if (!w) rc = wisp_fail(WISP_ENOMEM, "%s: out of memory for 2^%ld weights", vw_path, bits);
+            rc = vw_header_table(vw_path, bits, options, opt_line, &v, &w);
         }
         if (rc) goto out;
     }

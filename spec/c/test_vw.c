@@ -602,6 +602,8 @@ static void test_import(void)
         { 10, "", "1:nan\n", WISP_EPARSE, "not a finite 32-bit float" },
         { 10, "", "1:1e39\n", WISP_EPARSE, "not a finite 32-bit float" },
         { 32, "", "1:1\n", WISP_ELIMIT, "1 to 31 bits" },
+        { 10, " -b1", "1:1\n", WISP_EFORMAT, "the options say -b 1 but the header says bits:10" },
+        { 10, " --bit_precision 12", "", WISP_EFORMAT, "the options say -b 12 but the header says bits:10" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         k = snprintf(text, sizeof text, HEADER, bad[i].bits, bad[i].opts);
@@ -611,6 +613,11 @@ static void test_import(void)
         CHECK_MSG(st == bad[i].code && strstr(wisp_errmsg(), bad[i].msg) && strstr(wisp_errmsg(), src),
                   "case %zu: %d '%s', wanted %d '%s'", i, st, wisp_errmsg(), bad[i].code, bad[i].msg);
     }
+    /* an option -b that agrees with bits: is fine */
+    k = snprintf(text, sizeof text, HEADER, 10, " --bit_precision 10 --noconstant");
+    snprintf(text + k, sizeof text - (size_t)k, "5:0.25\n");
+    CHECK(write_text(src, text) == 0);
+    CHECK_MSG(wisp_import_vw(src, dst, WISP_F32) == WISP_OK, "%s", wisp_errmsg());
     CHECK(write_text(src, "Version 9\nId \nbits:10\nlda:2\n") == 0);
     CHECK_FAILS(wisp_import_vw(src, dst, WISP_F32), WISP_EPARSE, "LDA");
     CHECK(write_text(src, "Version 9\nbits:10\n2 ngram:a2\n0 skip:\n") == 0);
