@@ -1754,7 +1754,6 @@ static inline float numeric_value(tctx *t, const struct wisp_node *nd)
     return x;
 }
 
-
 static inline int64_t vocab_lookup(const struct wisp_node *nd, bool str, const char *s, uint32_t len, uint64_t h, int64_t iv)
 {
     uint32_t slot = (uint32_t)h & nd->vocab_mask;

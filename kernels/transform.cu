@@ -89,7 +89,6 @@ __device__ float numeric_value(const Row &R, const wisp_tnode &nd)
     return x;
 }
 
-
 __device__ int64_t vocab_lookup(const wisp_tplan &P, const wisp_tnode &nd, bool str, const char *s, uint32_t len,
                                 uint64_t h, int64_t iv)
 {
