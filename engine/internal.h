@@ -161,9 +161,10 @@ struct wisp_model {
     atomic_int refs;
     wisp_engine *eng;
     char *path;
-    void *map;                   /* the whole file, mapped read-only */
-    size_t map_size;
-    void *private_weights;       /* WISP_LOAD_HUGEPAGES copy, or NULL */
+    void *map;                   /* a private read-only copy of the whole verified file (model.c) */
+    size_t map_size;             /* the verified file size */
+    size_t map_len;              /* the copy's mapping length (map_size rounded up) */
+    struct { uint64_t dev, ino, size; int64_t mtime_s, mtime_ns, ctime_s, ctime_ns; } file_id;  /* at load */
     const void *weights;         /* num_features elements of dtype */
     uint64_t num_features;
     double bias;
@@ -178,6 +179,9 @@ struct wisp_model {
 };
 
 void wisp_model_retain(wisp_model *m);
+/* Test hook (spec/c/test_model.c): called by the loader between its first fstat
+ * and its read of the file, to change the file under the loader. NULL normally. */
+extern void (*wisp_model_read_hook)(const char *path);
 
 /* fp16 <-> fp32 (round to nearest even). */
 float    wisp_half_to_float(uint16_t h);

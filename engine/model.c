@@ -1,4 +1,4 @@
-/* model.c — the .wisp model file: validated mmap loading, accessors, fp16/int8 codecs, atomic writing and conversion. */
+/* model.c — the .wisp model file: validated loading into a private read-only copy, accessors, fp16/int8 codecs, atomic writing and conversion. */
 
 /*
  * On-disk layout of a .wisp file (format version 1). Every integer is
@@ -50,15 +50,35 @@
  * text, columns text, finite weights. A model file is untrusted input:
  * nothing is used before all of that passed.
  *
- * The file is mapped MAP_SHARED read-only, so processes loading one model
- * share the page cache. Files are replaced by rename (wisp_model_write), never
- * rewritten in place: a mapping keeps its inode. Truncating a mapped model
- * file in place would SIGBUS its readers (no file format can prevent that;
- * WISP_LOAD_HUGEPAGES copies the weights and avoids it for scoring).
+ * What a model serves is exactly the bytes it verified. The loader reads the
+ * whole file with pread() into private anonymous memory (2 MiB aligned and
+ * advised for transparent huge pages when the file is at least 2 MiB), checks
+ * fstat before and after the read (device, inode, size, mtime, ctime) and
+ * refuses a file that changed meanwhile ("changed while loading"; a short
+ * read says "truncated", a byte past the size "grew"), validates that copy and
+ * makes it read-only with mprotect. Nothing reads the file afterwards, so a
+ * file rewritten, truncated or corrupted in place under a live process can
+ * neither SIGBUS it nor mix two versions: the loaded model keeps answering
+ * with the verified bytes, and wisp_model_file_changed() tells the caller the
+ * path now holds something else (renamed over, rewritten, truncated, removed),
+ * so that a reload can pick it up or refuse it. The cost: a model of N bytes
+ * takes N bytes of private memory in every process that loads it (no
+ * page-cache sharing), and a load copies the file once where a mapping read
+ * it in place.
  *
- * MADV_RANDOM is not applied: loading reads every byte once (the checksums),
- * so the pages are resident afterwards and read-ahead no longer matters;
- * during the load itself sequential read-ahead is what we want.
+ * Page-cache sharing (MAP_SHARED) was the old default and is not kept on any
+ * path: a shared mapping is only safe when the file cannot change under the
+ * process, and neither test wisp could make proves that. A read-only mount
+ * (ST_RDONLY) is often a read-only bind of a writable file system (a container
+ * volume) that the host still writes; FS_IMMUTABLE_FL can be cleared by root
+ * and the file then truncated. Catching SIGBUS inside a library that runs in
+ * nginx workers (siglongjmp out of a scoring loop) is worse than the memory.
+ * WISP_LOAD_HUGEPAGES is still accepted: it now only asks for huge pages for
+ * models below 2 MiB too (the copy is always private).
+ *
+ * The stat comparison cannot see a rewrite that keeps the size within the
+ * file system's timestamp granularity and lands between the two fstat calls
+ * without changing ctime: the checksums then refuse any bytes that differ.
  */
 
 #include "internal.h"
@@ -496,42 +516,91 @@ static char *copy_text(const unsigned char *p, uint64_t n)
     return s;
 }
 
-static size_t huge_copy_size(const wisp_model *m)
+void (*wisp_model_read_hook)(const char *path);
+
+static void file_id_of(const struct stat *sb, wisp_model *m)
 {
-    return (size_t)align_up(m->num_features * dtype_size(m->dtype), HUGE_PAGE);
+    m->file_id.dev = (uint64_t)sb->st_dev;
+    m->file_id.ino = (uint64_t)sb->st_ino;
+    m->file_id.size = (uint64_t)sb->st_size;
+    m->file_id.mtime_s = (int64_t)sb->st_mtim.tv_sec;
+    m->file_id.mtime_ns = (int64_t)sb->st_mtim.tv_nsec;
+    m->file_id.ctime_s = (int64_t)sb->st_ctim.tv_sec;
+    m->file_id.ctime_ns = (int64_t)sb->st_ctim.tv_nsec;
 }
 
-/* The huge-page copy of the weights: 2 MiB aligned anonymous memory. */
-static int copy_to_hugepages(wisp_model *m)
+/* Which of size, mtime, ctime, inode and device differ between two stats of
+ * one file; NULL when none does. */
+static const char *stat_change(const struct stat *a, const struct stat *b)
 {
-    size_t bytes = (size_t)(m->num_features * dtype_size(m->dtype));
-    size_t len = huge_copy_size(m);
-    char buf[128];
-    unsigned char *raw = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE,
+    if (a->st_dev != b->st_dev || a->st_ino != b->st_ino) return "replaced (another inode)";
+    if (a->st_size > b->st_size) return "truncated";
+    if (a->st_size < b->st_size) return "grown";
+    if (a->st_mtim.tv_sec != b->st_mtim.tv_sec || a->st_mtim.tv_nsec != b->st_mtim.tv_nsec)
+        return "rewritten in place (mtime)";
+    if (a->st_ctim.tv_sec != b->st_ctim.tv_sec || a->st_ctim.tv_nsec != b->st_ctim.tv_nsec)
+        return "changed in place (ctime)";
+    return NULL;
+}
+
+/* The private region for a file image of `size` bytes: anonymous memory,
+ * 2 MiB aligned and advised for transparent huge pages when the file is at
+ * least a huge page (or `huge`), page aligned otherwise. */
+static unsigned char *private_region(size_t size, bool huge, size_t *len_out)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t page = pg > 0 ? (size_t)pg : 4096u;
+    bool use_huge = huge || size >= HUGE_PAGE;
+    size_t len = (size_t)align_up(size, use_huge ? HUGE_PAGE : page);
+    size_t extra = use_huge ? HUGE_PAGE : 0;
+    unsigned char *raw = mmap(NULL, len + extra, PROT_READ | PROT_WRITE,
                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (raw == MAP_FAILED)
-        return wisp_fail(WISP_ENOMEM, "%s: cannot map %zu bytes for the huge-page copy of the weights: %s",
-                         m->path, len, errstr(errno, buf, sizeof buf));
-    unsigned char *al = (unsigned char *)(uintptr_t)align_up((uintptr_t)raw, HUGE_PAGE);
-    if (al > raw) munmap(raw, (size_t)(al - raw));
-    size_t tail = (size_t)((raw + len + HUGE_PAGE) - (al + len));
-    if (tail) munmap(al + len, tail);
+    if (raw == MAP_FAILED) return NULL;
+    unsigned char *al = raw;
+    if (use_huge) {
+        al = (unsigned char *)(uintptr_t)align_up((uintptr_t)raw, HUGE_PAGE);
+        if (al > raw) munmap(raw, (size_t)(al - raw));
+        size_t tail = (size_t)((raw + len + extra) - (al + len));
+        if (tail) munmap(al + len, tail);
 #ifdef MADV_HUGEPAGE
-    if (madvise(al, len, MADV_HUGEPAGE) != 0 && m->eng)
-        wisp_log(m->eng, WISP_LOG_DEBUG, "%s: madvise(MADV_HUGEPAGE) failed: %s (transparent huge pages "
-                 "disabled?)", m->path, errstr(errno, buf, sizeof buf));
+        madvise(al, len, MADV_HUGEPAGE);   /* best effort: THP may be disabled */
 #endif
-    memcpy(al, m->weights, bytes);
-    mprotect(al, len, PROT_READ);
-    m->private_weights = al;
-    m->weights = al;
+    }
+    *len_out = len;
+    return al;
+}
+
+/* Read the whole file (size bytes, as fstat said) into p with pread. A short
+ * read, or a byte past `size`, means the file changed while being read. */
+static int read_image(int fd, const char *path, unsigned char *p, size_t size)
+{
+    char buf[128];
+    size_t got = 0;
+    while (got < size) {
+        size_t want = size - got < (8u << 20) ? size - got : (8u << 20);
+        ssize_t n = pread(fd, p + got, want, (off_t)got);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return wisp_fail(WISP_EIO, "%s: read error at byte %zu: %s", path, got, errstr(errno, buf, sizeof buf));
+        }
+        if (n == 0)
+            return wisp_fail(WISP_EIO, "%s: the file changed while being read (truncated: %zu of the %zu bytes "
+                             "it had when opened); replace a served model by rename, never in place", path, got, size);
+        got += (size_t)n;
+    }
+    unsigned char more;
+    ssize_t n;
+    do n = pread(fd, &more, 1, (off_t)size);
+    while (n < 0 && errno == EINTR);
+    if (n > 0)
+        return wisp_fail(WISP_EIO, "%s: the file changed while being read (it grew past the %zu bytes it had "
+                         "when opened); replace a served model by rename, never in place", path, size);
     return WISP_OK;
 }
 
 static void model_destroy(wisp_model *m)
 {
-    if (m->private_weights) munmap(m->private_weights, huge_copy_size(m));
-    if (m->map) munmap(m->map, m->map_size);
+    if (m->map) munmap(m->map, m->map_len);
     wisp_free(m->meta);
     wisp_free(m->columns);
     wisp_free(m->meta_kv);
@@ -550,7 +619,7 @@ int wisp_model_load_ex(wisp_engine *eng, const char *path, unsigned flags, wisp_
     char buf[128];
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return wisp_fail(WISP_EIO, "%s: cannot open: %s", path, errstr(errno, buf, sizeof buf));
-    struct stat sb;
+    struct stat sb, sb2;
     if (fstat(fd, &sb) != 0) {
         int e = errno;
         close(fd);
@@ -559,25 +628,50 @@ int wisp_model_load_ex(wisp_engine *eng, const char *path, unsigned flags, wisp_
     if (S_ISDIR(sb.st_mode)) { close(fd); return wisp_fail(WISP_EIO, "%s: is a directory, not a model file", path); }
     if (!S_ISREG(sb.st_mode)) { close(fd); return wisp_fail(WISP_EIO, "%s: not a regular file", path); }
     if (sb.st_size == 0) { close(fd); return wisp_fail(WISP_EFORMAT, "%s: empty file (0 bytes), not a wisp model", path); }
-    size_t size = (size_t)sb.st_size;
-    void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
-    int map_errno = errno;
+    if ((uint64_t)sb.st_size > (uint64_t)SIZE_MAX / 2) {
+        close(fd);
+        return wisp_fail(WISP_ELIMIT, "%s: %llu bytes is too large for this address space", path, (ull)sb.st_size);
+    }
+    size_t size = (size_t)sb.st_size, len = 0;
+    unsigned char *img = private_region(size, (flags & WISP_LOAD_HUGEPAGES) != 0, &len);
+    if (!img) {
+        int e = errno;
+        close(fd);
+        return wisp_fail(WISP_ENOMEM, "%s: cannot allocate %zu bytes for the model's private copy: %s", path,
+                         size, errstr(e, buf, sizeof buf));
+    }
+    if (wisp_model_read_hook) wisp_model_read_hook(path);
+    int rc = read_image(fd, path, img, size);
+    if (rc == WISP_OK) {
+        const char *how;
+        if (fstat(fd, &sb2) != 0)
+            rc = wisp_fail(WISP_EIO, "%s: cannot stat: %s", path, errstr(errno, buf, sizeof buf));
+        else if ((how = stat_change(&sb, &sb2)) != NULL)
+            rc = wisp_fail(WISP_EIO, "%s: the file changed while loading (%s between the open and the end of the "
+                           "read); replace a served model by rename, never in place", path, how);
+    }
     close(fd);
-    if (map == MAP_FAILED)
-        return wisp_fail(WISP_EIO, "%s: cannot map %zu bytes: %s", path, size, errstr(map_errno, buf, sizeof buf));
+    if (rc) { munmap(img, len); return rc; }
+    /* from here on only the private copy is read: the file may change, the model cannot */
+    if (mprotect(img, len, PROT_READ) != 0) {
+        munmap(img, len);
+        return wisp_fail(WISP_EIO, "%s: cannot make the model's copy read-only: %s", path, errstr(errno, buf, sizeof buf));
+    }
 
     struct layout *L = wisp_malloc(sizeof *L);
-    if (!L) { munmap(map, size); return wisp_fail(WISP_ENOMEM, "%s: out of memory", path); }
-    int rc = parse_file(map, size, path, L);
-    if (rc) { wisp_free(L); munmap(map, size); return rc; }
+    if (!L) { munmap(img, len); return wisp_fail(WISP_ENOMEM, "%s: out of memory", path); }
+    rc = parse_file(img, size, path, L);
+    if (rc) { wisp_free(L); munmap(img, len); return rc; }
 
     wisp_model *m = wisp_calloc(1, sizeof *m);
-    if (!m) { wisp_free(L); munmap(map, size); return wisp_fail(WISP_ENOMEM, "%s: out of memory", path); }
+    if (!m) { wisp_free(L); munmap(img, len); return wisp_fail(WISP_ENOMEM, "%s: out of memory", path); }
     atomic_init(&m->refs, 1);
     pthread_mutex_init(&m->dev_lock, NULL);
-    m->map = map;
+    m->map = img;
     m->map_size = size;
-    const unsigned char *p = map;
+    m->map_len = len;
+    file_id_of(&sb, m);
+    const unsigned char *p = img;
     m->num_features = L->num_features;
     m->bias = L->bias;
     m->dtype = (int)L->weights->dtype;
@@ -594,11 +688,44 @@ int wisp_model_load_ex(wisp_engine *eng, const char *path, unsigned flags, wisp_
     }
     rc = parse_meta(m->meta, (size_t)L->meta->size, WISP_EFORMAT, path, &m->meta_kv);
     wisp_free(L);
-    if (rc == WISP_OK && (flags & WISP_LOAD_HUGEPAGES)) rc = copy_to_hugepages(m);
     if (rc) { model_destroy(m); return rc; }
     wisp_engine_retain(eng);
     *out = m;
     return WISP_OK;
+}
+
+int wisp_model_file_changed(const wisp_model *m, char *why, size_t why_len)
+{
+    if (why && why_len) why[0] = '\0';
+    if (!m) return wisp_fail(WISP_EINVAL, "wisp_model_file_changed: model is NULL");
+    struct stat sb;
+    char buf[128];
+    const char *how = NULL;
+    char detail[160] = "";
+    if (stat(m->path, &sb) != 0) {
+        if (errno != ENOENT && errno != ENOTDIR)
+            return wisp_fail(WISP_EIO, "%s: cannot stat: %s", m->path, errstr(errno, buf, sizeof buf));
+        how = "removed (no file at the path now)";
+    } else if ((uint64_t)sb.st_dev != m->file_id.dev || (uint64_t)sb.st_ino != m->file_id.ino) {
+        how = "replaced (another file, e.g. renamed over it)";
+    } else if ((uint64_t)sb.st_size < m->file_id.size) {
+        how = "truncated in place";
+        snprintf(detail, sizeof detail, " (%llu -> %llu bytes)", (ull)m->file_id.size, (ull)sb.st_size);
+    } else if ((uint64_t)sb.st_size > m->file_id.size) {
+        how = "rewritten in place";
+        snprintf(detail, sizeof detail, " (grew %llu -> %llu bytes)", (ull)m->file_id.size, (ull)sb.st_size);
+    } else if ((int64_t)sb.st_mtim.tv_sec != m->file_id.mtime_s || (int64_t)sb.st_mtim.tv_nsec != m->file_id.mtime_ns) {
+        how = "rewritten in place";
+        snprintf(detail, sizeof detail, " (same size, new modification time)");
+    } else if ((int64_t)sb.st_ctim.tv_sec != m->file_id.ctime_s || (int64_t)sb.st_ctim.tv_nsec != m->file_id.ctime_ns) {
+        how = "changed in place";
+        snprintf(detail, sizeof detail, " (new inode change time: permissions, links or contents)");
+    }
+    if (!how) return 0;
+    if (why && why_len)
+        snprintf(why, why_len, "%s: %s%s since it was loaded; the loaded model still serves the bytes it verified",
+                 m->path, how, detail);
+    return 1;
 }
 
 int wisp_model_load(wisp_engine *eng, const char *path, wisp_model **out)

@@ -160,15 +160,21 @@ typedef enum { WISP_F32 = 0, WISP_F16 = 1, WISP_I8 = 2 } wisp_dtype;
 const char *wisp_dtype_name(int dtype);
 int         wisp_dtype_parse(const char *name);
 
-/* Map and validate a .wisp file. Thread-safe. On failure *out is NULL and
- * wisp_errmsg() names the file and what is wrong with it. */
+/* Read and validate a .wisp file. Thread-safe. The whole file is read into
+ * private read-only memory and validated there; the model serves only that
+ * copy, never the file again, so changing the file afterwards (rename over it,
+ * cp over it in place, truncate, corrupt) cannot change or crash what a loaded
+ * model answers. A file that changes while it is being read is refused
+ * ("changed while being read" / "changed while loading"). Memory: one private
+ * copy of the file per process (no page-cache sharing). On failure *out is
+ * NULL and wisp_errmsg() names the file and what is wrong with it. */
 int  wisp_model_load(wisp_engine *eng, const char *path, wisp_model **out);
 
 /* Flags for wisp_model_load_ex. */
 enum {
-    /* Copy the weights into private memory backed by transparent huge
-     * pages (fewer TLB misses on CPU gathers, at the cost of one private
-     * copy per process instead of the shared page cache). */
+    /* Ask for transparent huge pages for the private copy even below
+     * 2 MiB (at 2 MiB and above they are always asked for). Kept for
+     * compatibility: every load is private now. */
     WISP_LOAD_HUGEPAGES = 1u << 0
 };
 int  wisp_model_load_ex(wisp_engine *eng, const char *path, unsigned flags, wisp_model **out);
@@ -182,7 +188,17 @@ double      wisp_model_bias(const wisp_model *m);
 int         wisp_model_dtype(const wisp_model *m);
 float       wisp_model_scale(const wisp_model *m);        /* int8 scale; 1 otherwise */
 const char *wisp_model_path(const wisp_model *m);
-uint64_t    wisp_model_file_size(const wisp_model *m);
+uint64_t    wisp_model_file_size(const wisp_model *m);   /* bytes read and verified */
+
+/* Whether the file at the model's path is still the one loaded (same device,
+ * inode, size, mtime and ctime as at the load). Returns 0 when it is, 1 when
+ * it changed, with `why` (may be NULL; truncated to why_len) saying how: the
+ * path, then "replaced (another file, e.g. renamed over it)", "rewritten in
+ * place", "truncated in place", "changed in place" or "removed". The model
+ * itself is unaffected either way (it holds the bytes it verified). A
+ * negative status when the path cannot be examined (wisp_errmsg() says why).
+ * Thread-safe; one stat() call. */
+int         wisp_model_file_changed(const wisp_model *m, char *why, size_t why_len);
 /* Weight of feature id, dequantized; 0 for ids out of range. */
 float       wisp_model_weight(const wisp_model *m, uint64_t id);
 /* The value of a "meta" key (e.g. "source", "labels", "solver"), or NULL.

@@ -54,6 +54,7 @@ int         wisp_model_dtype(const wisp_model *m);
 float       wisp_model_scale(const wisp_model *m);
 const char *wisp_model_path(const wisp_model *m);
 uint64_t    wisp_model_file_size(const wisp_model *m);
+int         wisp_model_file_changed(const wisp_model *m, char *why, size_t why_len);
 float       wisp_model_weight(const wisp_model *m, uint64_t id);
 const char *wisp_model_meta(const wisp_model *m, const char *key);
 const char *wisp_model_meta_text(const wisp_model *m);

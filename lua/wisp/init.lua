@@ -356,6 +356,18 @@ function Model:info()
     }
 end
 
+-- Whether the file at the model's path changed since the load: false, or true and
+-- how ("replaced", "rewritten in place", "truncated in place", "removed", ...);
+-- nil, err when the path cannot be examined. The model keeps its verified bytes.
+local why_buf = ffi.new("char[512]")
+function Model:file_changed()
+    local h = handle(self, Model, "model", "file_changed")
+    local rc = C.wisp_model_file_changed(h, why_buf, 512)
+    if rc < 0 then return nil, last_error(rc, "file_changed") end
+    if rc == 0 then return false end
+    return true, ffi_str(why_buf)
+end
+
 function Model:num_features()
     return tonumber(C.wisp_model_num_features(handle(self, Model, "model", "num_features")))
 end
@@ -573,11 +585,22 @@ local function fill_vals(depth, argn, fname, where, dst, vals, n)
     end
 end
 
+-- A batch submitted to a session and not yet returned by its wait belongs
+-- to wisp (wisp.h): changing or freeing it is a caller mistake (on a GPU the
+-- device may still be reading it: a use after free).
+local function not_in_flight(self, fname)
+    if self._inflight then
+        error(fmt("calling '%s' on a batch that is submitted and not yet waited for (call session:wait() first)",
+                  fname), 3)
+    end
+end
+
 local function growable(self, fname)
     local h = handle(self, Batch, "batch", fname)
     if self._wrapped then
         error(fmt("calling '%s' on a zero-copy batch (it cannot grow)", fname), 3)
     end
+    if self._inflight then not_in_flight(self, fname) end
     return h
 end
 
@@ -752,6 +775,7 @@ function Batch:close()
     if getmetatable(self) ~= Batch then handle(self, Batch, "batch", "close") end
     local h = self._h
     if h == nil then return end
+    if self._inflight then not_in_flight(self, "close") end
     self._h = nil
     ffi_gc(h, nil)
     C.wisp_batch_free(h)
@@ -854,9 +878,31 @@ local function new_session(fname, model, device, ndev)
     if e._h == nil then error(fmt("calling '%s' on a model whose engine is closed", fname), 3) end
     local rc = C.wisp_session_new(e._h, model._h, device, session_box)
     if rc ~= 0 then return nil, last_error(rc, "session") end
-    local h = ffi_gc(session_box[0], C.wisp_session_free)
+    -- The handles of batches in flight on this session (submitted, not yet
+    -- waited for): their own finalizers are detached while they are in
+    -- flight, so the collector can never free one under the device; the
+    -- session's finalizer finishes them (wisp_session_free does) and then
+    -- gives each handle its finalizer back. This table is the finalizer's
+    -- upvalue, never the session's cdata: the handle stays collectable.
+    local inflight = {}
+    local h = ffi_gc(session_box[0], function(sh)
+        C.wisp_session_free(sh)
+        for bh in pairs(inflight) do ffi_gc(bh, C.wisp_batch_free) end
+    end)
     session_box[0] = nil
-    return setmetatable({ _h = h, model = model, engine = e, _out = nil, _outcap = 0 }, Session)
+    return setmetatable({ _h = h, model = model, engine = e, _out = nil, _outcap = 0, _inflight = inflight },
+                        Session)
+end
+
+-- The batch of a submit is done (its wait returned, or the session was
+-- closed): it is the caller's again, with its finalizer back.
+local function batch_landed(self, batch)
+    local bh = batch._h
+    batch._inflight = nil
+    if bh ~= nil then
+        self._inflight[bh] = nil
+        ffi_gc(bh, C.wisp_batch_free)
+    end
 end
 
 -- model:session([device]) -> session or nil, err. device: "cpu", "gpu",
@@ -929,13 +975,23 @@ function Session:submit(batch, out)
     local h = handle(self, Session, "session", "submit")
     if getmetatable(batch) ~= Batch then expected(1, 1, "submit", "batch", batch) end
     if batch._h == nil then argerror(1, 1, "submit", "batch is closed") end
+    if batch._inflight then
+        argerror(1, 1, "submit", "batch is already submitted and not yet waited for (call session:wait() first)")
+    end
     if type(out) ~= "cdata" then expected(1, 2, "submit", "float array", out) end
     local rows = tonumber(C.wisp_batch_rows(batch._h))
     if ffi_istype(float_vla, out) and vla_floats(out) < rows then
         argerror(1, 2, "submit", fmt("out holds %d floats, the batch has %d rows", vla_floats(out), rows))
     end
-    local rc = C.wisp_session_submit(h, batch._h, out)
+    local bh = batch._h
+    local rc = C.wisp_session_submit(h, bh, out)
     if rc ~= 0 then return nil, last_error(rc, "submit") end
+    -- in flight until its wait: refused by close/clear/add and a second
+    -- submit, and out of the collector's reach (the session's finalizer
+    -- owns the handle until then; see new_session)
+    batch._inflight = self
+    self._inflight[bh] = true
+    ffi_gc(bh, nil)
     local q = self._pending
     if not q then q = { first = 1, last = 0 }; self._pending = q end
     q.last = q.last + 1
@@ -953,6 +1009,7 @@ function Session:wait()
     local e = q[q.first]
     q[q.first] = nil
     q.first = q.first + 1
+    batch_landed(self, e[1])
     if rc ~= 0 then return nil, last_error(rc, "wait") end
     return e[1], e[2]
 end
@@ -1078,7 +1135,12 @@ function Session:close()
     if h == nil then return end
     self._h = nil
     ffi_gc(h, nil)
-    C.wisp_session_free(h)
+    C.wisp_session_free(h)                 -- finishes every batch in flight (wisp.h)
+    local q = self._pending
+    if q then
+        for i = q.first, q.last do batch_landed(self, q[i][1]) end
+        self._pending = nil
+    end
     self._out, self._outcap = nil, 0
 end
 
