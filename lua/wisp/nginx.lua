@@ -249,7 +249,7 @@ local function file_stamp(path)
         if ffi.C.wisp_ngx_stat_fn(path, stbuf) ~= 0 then return nil end
         return fmt("%d:%d:%d.%09d", tonumber(stbuf.ino), tonumber(stbuf.size), tonumber(stbuf.mtime),
                    tonumber(stbuf.mtime_ns)), {
-            inode = tonumber(stbuf.ino), size = tonumber(stbuf.size),
+            inode = tonumber(stbuf.ino), dev = tonumber(stbuf.dev), size = tonumber(stbuf.size),
             mtime = tonumber(stbuf.mtime) + tonumber(stbuf.mtime_ns) / 1e9 }
     end
     local c = header_checksum(path)
@@ -295,10 +295,17 @@ local function float_buf(n) return ffi.new("float[?]", n) end
 local function open_entry(name, path, device, opts)
     local stamp, fileinfo = file_stamp(path)
     if not stamp then return nil, path .. ": cannot stat (missing file?)" end
+    local checksum = header_checksum(path)
     local model, err = wisp.load(path, { engine = engine })
     if not model then return nil, err end
+    -- the identity recorded is the one of the bytes loaded: the same before and after
+    -- the load, or the load is refused (a file written while it was read)
+    if file_stamp(path) ~= stamp or header_checksum(path) ~= checksum then
+        model:close()
+        return nil, path .. ": the file changed while it was being loaded (replace a model by rename)"
+    end
     local e = setmetatable({ name = name, path = path, device_asked = device, model = model, stamp = stamp,
-                             file = fileinfo, checksum = header_checksum(path), inflight = 0,
+                             file = fileinfo, checksum = checksum, inflight = 0,
                              retired = false, pending = nil }, Entry)
     e.info = model:info()
     e.version = e.checksum and e.checksum:sub(1, 12) or stamp
@@ -385,53 +392,231 @@ local function batch_bad_rows(b, with_line)
     return errs, bad
 end
 
--- {"instances": [{...}, ...]} for a model with columns, without cjson: the body is copied
--- into a reused buffer where the commas between the instances become newlines and the
--- newlines inside them spaces (JSON strings hold no raw newline), so that the span between
--- [ and ] is JSON lines for wisp_raw_parse_jsonl. Only the plain shape is taken: the one
--- key "instances", a non-empty list of objects, nothing after it; anything else returns nil
--- (the caller then decodes with cjson, which reports what is wrong). -> pointer, length.
+-- {"instances": [...]} for a model with columns, without cjson's numbers: the body is
+-- copied into a reused buffer where the commas between the instances become newlines and
+-- the newlines inside them spaces (JSON strings hold no raw newline), so that the span
+-- between [ and ] is JSON lines for wisp_raw_parse_jsonl, which reads every number from
+-- its text (an int64 input above 2^53 stays exact; cjson would round it through a double).
+-- Every body for a model with columns takes this one path: other top-level keys
+-- ("signature_name", ...) are skipped, an instance that is not an object becomes a line
+-- the C parser refuses (a bad row, named below), and a body with such keys or a bad row is
+-- also decoded by cjson only to check that it is valid JSON (else 400, as before).
+-- -> pointer, length, instances, extra (a key other than "instances" was seen), the
+-- elements' first bytes (uint8 array) and the body offsets of their lines (uint32 array); or nil
+-- when the body is not an object with one "instances" list (the caller asks cjson why).
 local lines_buf, lines_cap = nil, 0
 local lines_arr = ffi.typeof("uint8_t[?]")
-local function instances_as_lines(body)
-    local _, e = body:find('^%s*{%s*"instances"%s*:%s*%[')
-    if not e then return nil end
-    local len = #body
+local starts_buf, starts_cap, firsts_buf = nil, 0, nil
+local function is_ws(c) return c == 32 or c == 9 or c == 10 or c == 13 end
+
+-- the index after the JSON string that starts at p[i] == '"' (nil when it does not end),
+-- and whether it holds an escape
+local function skip_string(p, i, len)
+    local has_esc = false
+    i = i + 1
+    while i < len do
+        local c = p[i]
+        if c == 92 then has_esc = true; i = i + 2
+        elseif c == 34 then return i + 1, has_esc
+        elseif c < 32 then return nil
+        else i = i + 1 end
+    end
+    return nil
+end
+
+-- the index after the JSON value at p[i] (structure only: cjson checks the rest), or nil
+local function skip_value(p, i, len)
+    local c = p[i]
+    if c == 34 then return (skip_string(p, i, len)) end
+    if c == 123 or c == 91 then
+        local depth = 0
+        while i < len do
+            c = p[i]
+            if c == 34 then
+                i = skip_string(p, i, len)
+                if not i then return nil end
+            else
+                if c == 123 or c == 91 then depth = depth + 1
+                elseif c == 125 or c == 93 then
+                    depth = depth - 1
+                    if depth == 0 then return i + 1 end
+                end
+                i = i + 1
+            end
+        end
+        return nil
+    end
+    while i < len do                                  -- a number or a literal
+        c = p[i]
+        if c == 44 or c == 125 or c == 93 or is_ws(c) then break end
+        i = i + 1
+    end
+    return i
+end
+
+local function instances_as_lines(body, blen)
+    local len = blen or #body
     if len > lines_cap then
         lines_cap = len > 2 * lines_cap and len or 2 * lines_cap
         lines_buf = lines_arr(lines_cap)
     end
     local p = lines_buf
     ffi.copy(p, body, len)
-    local depth, instr, esc, want_obj, nobj, close = 0, false, false, true, 0, nil
-    for i = e, len - 1 do                            -- e: the 0-based index just after '['
-        local c = p[i]
-        if instr then
-            if esc then esc = false
-            elseif c == 92 then esc = true           -- backslash
-            elseif c == 34 then instr = false
-            elseif c < 32 then return nil end        -- a raw control character: invalid JSON
-        elseif c == 34 then instr = true
-        elseif c == 123 or c == 91 then              -- { [
-            if depth == 0 then
-                if c ~= 123 or not want_obj then return nil end
-                want_obj = false; nobj = nobj + 1
+    local i = 0
+    while i < len and is_ws(p[i]) do i = i + 1 end
+    if i >= len or p[i] ~= 123 then return nil end
+    i = i + 1
+    local first, extra, span, spanlen, nobj = true, false, nil, 0, 0
+    while true do
+        while i < len and is_ws(p[i]) do i = i + 1 end
+        if i >= len then return nil end
+        if first and p[i] == 125 then break end       -- {}
+        first = false
+        if p[i] ~= 34 then return nil end
+        local ke, has_esc = skip_string(p, i, len)
+        if not ke then return nil end
+        local key = ffi.string(p + i + 1, ke - i - 2)
+        if has_esc then key = cjson.decode('"' .. key .. '"') end
+        i = ke
+        while i < len and is_ws(p[i]) do i = i + 1 end
+        if i >= len or p[i] ~= 58 then return nil end   -- ':'
+        i = i + 1
+        while i < len and is_ws(p[i]) do i = i + 1 end
+        if i >= len then return nil end
+        if key == "instances" then
+            if span or p[i] ~= 91 then return nil end   -- a second "instances", or not a list
+            -- the elements: at depth 0, ',' -> '\n' and each element's start recorded
+            local s = i + 1
+            local depth, want, close, ls = 0, true, nil, s
+            local j = s
+            while j < len do
+                local c = p[j]
+                if c == 34 then
+                    if depth == 0 then
+                        if not want then return nil end
+                        want = false; nobj = nobj + 1
+                        if nobj > starts_cap then
+                            starts_cap = nobj * 2 > 64 and nobj * 2 or 64
+                            local ns, nf = ffi.new("uint32_t[?]", starts_cap), ffi.new("uint8_t[?]", starts_cap)
+                            if starts_buf then ffi.copy(ns, starts_buf, (nobj - 1) * 4); ffi.copy(nf, firsts_buf, nobj - 1) end
+                            starts_buf, firsts_buf = ns, nf
+                        end
+                        starts_buf[nobj - 1] = ls; firsts_buf[nobj - 1] = c
+                    end
+                    local e2 = skip_string(p, j, len)
+                    if not e2 then return nil end
+                    j = e2
+                else
+                    if depth == 0 and not is_ws(c) and c ~= 44 and c ~= 93 then
+                        if not want then
+                            -- inside a scalar element (a number, a literal) or a second value
+                            if c == 123 or c == 91 or c == 125 or p[j - 1] == 32 or p[j - 1] == 9 or p[j - 1] == 10 then
+                                return nil
+                            end
+                        else
+                            want = false; nobj = nobj + 1
+                            if nobj > starts_cap then
+                                starts_cap = nobj * 2 > 64 and nobj * 2 or 64
+                                local ns, nf = ffi.new("uint32_t[?]", starts_cap), ffi.new("uint8_t[?]", starts_cap)
+                                if starts_buf then ffi.copy(ns, starts_buf, (nobj - 1) * 4); ffi.copy(nf, firsts_buf, nobj - 1) end
+                                starts_buf, firsts_buf = ns, nf
+                            end
+                            starts_buf[nobj - 1] = ls; firsts_buf[nobj - 1] = c
+                        end
+                    end
+                    if c == 123 or c == 91 then depth = depth + 1
+                    elseif c == 125 or c == 93 then
+                        if depth == 0 then
+                            if c ~= 93 or (want and nobj > 0) then return nil end   -- '}' or a trailing ','
+                            close = j; break
+                        end
+                        depth = depth - 1
+                    elseif c == 10 or c == 13 then p[j] = 32
+                    elseif c == 44 and depth == 0 then
+                        if want then return nil end           -- an empty element
+                        p[j] = 10; want = true; ls = j + 1
+                    end
+                    j = j + 1
+                end
             end
-            depth = depth + 1
-        elseif c == 125 or c == 93 then              -- } ]
-            if depth == 0 then
-                if c ~= 93 or want_obj then return nil end
-                close = i; break
-            end
-            depth = depth - 1
-        elseif c == 10 or c == 13 then p[i] = 32
-        elseif depth == 0 then
-            if c == 44 and not want_obj then p[i] = 10; want_obj = true
-            elseif c ~= 32 and c ~= 9 then return nil end
+            if not close then return nil end
+            span, spanlen = s, close - s
+            i = close + 1
+        else
+            extra = true
+            i = skip_value(p, i, len)
+            if not i then return nil end
         end
+        while i < len and is_ws(p[i]) do i = i + 1 end
+        if i >= len then return nil end
+        if p[i] == 125 then break end
+        if p[i] ~= 44 then return nil end
+        i = i + 1
     end
-    if not close or nobj == 0 or not body:find("^%s*}%s*$", close + 2) then return nil end
-    return p + e, close - e
+    i = i + 1
+    while i < len and is_ws(p[i]) do i = i + 1 end
+    if i < len or not span then return nil end
+    return p + span, spanlen, nobj, extra, firsts_buf, starts_buf
+end
+M._instances_as_lines = function(body)   -- for tests: the lines and the element count
+    local ptr, n, nobj, extra = instances_as_lines(body)
+    if not ptr then return nil end
+    return ffi.string(ptr, n), nobj, extra
+end
+
+-- JSON values as cjson decodes them (lua-cjson 2.1 marks no arrays): a list is a table
+-- whose keys are exactly 1..#t (an empty table counts as a list: {} and [] decode alike);
+-- an object any other table (an empty one too)
+local function json_is_list(t)
+    local n = #t
+    if n == 0 then return next(t) == nil end
+    local k = 0
+    for _ in pairs(t) do k = k + 1 end
+    return k == n
+end
+local function json_is_object(t) return next(t) == nil or not json_is_list(t) end
+
+-- what a JSON value is, for messages: the string "1", a list, an object, null, true, 1.5
+local function json_what(v)
+    local t = type(v)
+    if v == nil then return "nothing (the key is missing)" end
+    if t == "string" then
+        local s = cjson.encode(#v > 40 and v:sub(1, 40) .. "..." or v)
+        return "the string " .. s
+    end
+    if t == "table" then
+        if next(v) == nil then return "an empty list or object" end
+        return json_is_list(v) and "a list" or "an object"
+    end
+    if t == "number" then
+        if v ~= v then return "NaN" elseif v == huge then return "a number beyond the range of a double (read as +inf)"
+        elseif v == -huge then return "a number beyond the range of a double (read as -inf)" end
+        return fmt("%.17g", v)
+    end
+    if t == "boolean" then return tostring(v) end
+    if cjson and v == cjson.null then return "null" end
+    return t
+end
+local f32_box = ffi.new("float[1]")
+
+-- the bad rows of an {"instances"} body as the C parser gave them, said in the body's
+-- terms: an instance that is not an object is named for what it is, a column of its
+-- line becomes a byte of the body; no line numbers (the instances are not lines)
+local FIRST_KIND = { [34] = "a string", [91] = "a list", [110] = "null", [116] = "true", [102] = "false" }
+local function instance_errors(errs, firsts, starts)
+    if not errs then return nil end
+    for _, er in ipairs(errs) do
+        local r = er.index
+        local c = firsts[r]
+        if c ~= 123 then
+            er.error = "an object of input values expected, got " .. (FIRST_KIND[c] or "a number")
+        else
+            local ls = starts[r]
+            er.error = er.error:gsub("at column (%d+)", function(col) return "at byte " .. (ls + tonumber(col)) .. " of the body" end)
+        end
+        er.line = nil
+    end
+    return errs
 end
 
 -- parse a request body into a batch (rows appended to b, an empty batch; the transformer
@@ -496,29 +681,49 @@ local function parse_into(e, b, kind, body, max_rows, raw_ok, blen)
     end
     local tr = e.tr
     if tr then
-        -- raw rows: the C JSON-lines parser over the instances when the body has the plain
-        -- shape and every row is good (else cjson below, whose per-row messages are the contract)
-        local ptr, len = instances_as_lines(body)
-        if ptr then
-            if not line_box then line_box, used_box = ffi.new("uint64_t[1]"), ffi.new("size_t[1]") end
-            local h = tr._h
-            C.wisp_raw_clear(h)
-            line_box[0] = 0
-            local rc = C.wisp_raw_parse_jsonl(h, ptr, len, 1, max_rows + 1, line_box, used_box)
-            local n = tonumber(C.wisp_raw_rows(h))
-            if rc == 0 and n > 0 and n <= max_rows and tonumber(C.wisp_raw_bad_count(h)) == 0 then
-                if raw_ok then return n, nil, nil, true end
-                rc = C.wisp_transform(h, b._h)
-                if rc ~= 0 then return nil, 500, "transform: " .. c_error(rc) end
-                return n, batch_bad_rows(b, false)
+        -- raw rows: the C JSON-lines parser over the instances, whatever the body holds (one
+        -- decode path, so a row scores the same whatever its neighbours or the other keys)
+        local ptr, len, nobj, extra, firsts, starts = instances_as_lines(body, blen)
+        if not ptr then
+            local doc, jerr = cjson.decode(body)
+            if doc == nil then return nil, 400, "bad JSON: " .. tostring(jerr) end
+            if type(doc) ~= "table" or type(doc.instances) ~= "table" or not json_is_list(doc.instances) then
+                return nil, 400, 'bad request: a JSON object {"instances": [row, ...]} expected'
             end
+            return nil, 400, 'bad request: the key "instances" appears more than once'
         end
+        if nobj == 0 then return nil, 400, "empty request: \"instances\" holds no rows" end
+        if nobj > max_rows then
+            return nil, 413, fmt("too many rows: %d in one request (limit %d)", nobj, max_rows), { limit_rows = max_rows }
+        end
+        if not line_box then line_box, used_box = ffi.new("uint64_t[1]"), ffi.new("size_t[1]") end
+        local h = tr._h
+        C.wisp_raw_clear(h)
+        line_box[0] = 0
+        local rc = C.wisp_raw_parse_jsonl(h, ptr, len, 1, max_rows + 1, line_box, used_box)
+        if rc ~= 0 then return nil, 500, "cannot parse the instances: parse_jsonl: " .. c_error(rc) end
+        local n = tonumber(C.wisp_raw_rows(h))
+        if n ~= nobj then return nil, 500, fmt("instances: %d elements read as %d rows", nobj, n) end
+        local nbad = tonumber(C.wisp_raw_bad_count(h))
+        if extra or nbad > 0 then
+            -- the C parser read each instance; cjson only says whether the whole body is JSON
+            local doc, jerr = cjson.decode(body)
+            if doc == nil then return nil, 400, "bad JSON: " .. tostring(jerr) end
+        end
+        if raw_ok then
+            local errs, bad = raw_bad_rows(h)
+            return n, instance_errors(errs, firsts, starts), bad, true
+        end
+        rc = C.wisp_transform(h, b._h)
+        if rc ~= 0 then return nil, 500, "transform: " .. c_error(rc) end
+        local errs, bad = batch_bad_rows(b, true)
+        return n, instance_errors(errs, firsts, starts), bad
     end
     local errs, bad = {}, {}
     -- JSON
     local doc, jerr = cjson.decode(body)
     if doc == nil then return nil, 400, "bad JSON: " .. tostring(jerr) end
-    if type(doc) ~= "table" or type(doc.instances) ~= "table" then
+    if type(doc) ~= "table" or type(doc.instances) ~= "table" or not json_is_list(doc.instances) then
         return nil, 400, 'bad request: a JSON object {"instances": [row, ...]} expected'
     end
     local inst = doc.instances
@@ -527,59 +732,55 @@ local function parse_into(e, b, kind, body, max_rows, raw_ok, blen)
     if n > max_rows then
         return nil, 413, fmt("too many rows: %d in one request (limit %d)", n, max_rows), { limit_rows = max_rows }
     end
-    if tr then
-        tr:clear()
-        local h = tr._h
-        for i = 1, n do
-            local row = inst[i]
-            if type(row) ~= "table" or (next(row) ~= nil and row[1] ~= nil) then
-                C.wisp_raw_row_begin(h, 0)
-                C.wisp_raw_row_reject(h, "row " .. (i - 1) .. ": an object of input values expected, got "
-                    .. (type(row) == "table" and "an array" or type(row)))
-                C.wisp_raw_row_end(h)
-            else
-                local ok, err = tr:add(row)
-                if not ok then return nil, 500, "transform: " .. tostring(err) end
-            end
-        end
-        local out, err = tr:transform(b)
-        if not out then return nil, 500, tostring(err) end
-        for _, r in ipairs(tr:bad_rows()) do
-            errs[#errs + 1] = { index = r.row, error = r.msg }
-            bad[r.row] = true
-        end
-        return n, errs, bad
-    end
-    -- a model without columns: {"ids": [...], "vals": [...]}
+    -- a model without columns: {"ids": [...], "vals": [...]}. The rules (the C readers' for
+    -- libsvm): an id is a JSON number with an integer value, 0 <= id < 2^64; ids >= the
+    -- model's features are ignored when scored (as libsvm's, as LIBLINEAR does; a double
+    -- holds every id below 2^53 exactly, and any id at or above 2^53 is out of every
+    -- model's range, so the rounding cannot change a score); a value is a JSON number
+    -- that is a finite float32 (|v| below 3.4028235e38 once rounded). Anything else makes
+    -- the row bad, with a message naming what was sent.
     for i = 1, n do
         local row = inst[i]
         local msg
-        local ids, vals = type(row) == "table" and row.ids, type(row) == "table" and row.vals
-        if type(row) ~= "table" then
-            msg = "an object {\"ids\": [...], \"vals\": [...]} expected, got " .. type(row)
-        elseif type(ids) ~= "table" then
-            msg = "\"ids\": a list of feature ids expected"
+        local ids, vals
+        if type(row) ~= "table" or not json_is_object(row) then
+            msg = "an object {\"ids\": [...], \"vals\": [...]} expected, got " .. json_what(row)
         else
+            ids, vals = row.ids, row.vals
+            if vals == cjson.null then vals = nil end
+            if type(ids) ~= "table" or not json_is_list(ids) then
+                msg = "\"ids\": a list of feature ids expected, got " .. json_what(ids)
+            end
+        end
+        if not msg then
             local nid = #ids
             for k = 1, nid do
                 local v = ids[k]
-                if type(v) ~= "number" or v < 0 or v ~= floor(v) or v >= 2^53 then
-                    msg = fmt("\"ids\"[%d]: a non-negative integer expected, got %s", k - 1, tostring(v)); break
+                if type(v) ~= "number" or v < 0 or v ~= floor(v) then
+                    msg = fmt("\"ids\"[%d]: a non-negative integer expected, got %s", k - 1, json_what(v)); break
+                elseif v >= 18446744073709551616 then
+                    msg = fmt("\"ids\"[%d]: %s overflows 64 bits", k - 1, json_what(v)); break
                 end
             end
             if not msg and vals ~= nil then
-                if type(vals) ~= "table" or #vals ~= nid then
-                    msg = fmt("\"vals\": a list of %d numbers (one per id) expected", nid)
+                if type(vals) ~= "table" or not json_is_list(vals) then
+                    msg = fmt("\"vals\": a list of %d numbers (one per id) expected, got %s", nid, json_what(vals))
+                elseif #vals ~= nid then
+                    msg = fmt("\"vals\": a list of %d numbers (one per id) expected, got %d", nid, #vals)
                 else
                     for k = 1, nid do
                         local v = vals[k]
-                        if type(v) ~= "number" or v ~= v or v == huge or v == -huge then
-                            msg = fmt("\"vals\"[%d]: a finite number expected, got %s", k - 1, tostring(v)); break
+                        if type(v) ~= "number" then
+                            msg = fmt("\"vals\"[%d]: a number expected, got %s", k - 1, json_what(v)); break
+                        end
+                        f32_box[0] = v
+                        local f = f32_box[0]
+                        if f ~= f or f == huge or f == -huge then
+                            msg = fmt("\"vals\"[%d]: %s is not a finite float32", k - 1, json_what(v)); break
                         end
                     end
                 end
             end
-            if vals == nil and type(row) == "table" then vals = nil end
         end
         local ok, err
         if not msg then
@@ -751,10 +952,17 @@ end
 ---------------------------------------------------------------------------
 
 local thread_entries = {}     -- in a thread VM: path -> entry
+local thread_failed = {}      -- in a thread VM: path -> the file stamp that failed to load as asked
 
--- ngx.run_worker_thread(pool, "wisp.nginx", "thread_predict", name, path, stamp, device, kind, body, max_rows)
--- -> status, body, rows, bad rows, device, kernel ns, total ns
-function M.thread_predict(name, path, stamp, device, kind, body, max_rows)
+-- ngx.run_worker_thread(pool, "wisp.nginx", "thread_predict", name, path, stamp, checksum, device, kind,
+-- body, max_rows) -> status, body, rows, bad rows, device, kernel ns, total ns.
+-- The thread's VM scores with its own copy of exactly the version the request holds
+-- (file stamp and header checksum): it (re)maps the file only when the stamp asked for
+-- differs from its copy's, and keeps the copy only when the file is that version. When it
+-- cannot (the file was renamed over since, or is broken) the status is 0: "stale", and
+-- the worker scores the request inline with the entry it holds; the same file is not
+-- tried again by this VM until it changes.
+function M.thread_predict(name, path, stamp, checksum, device, kind, body, max_rows)
     load_libs()
     if not engine then
         local err
@@ -762,15 +970,19 @@ function M.thread_predict(name, path, stamp, device, kind, body, max_rows)
         if not engine then return 503, cjson.encode { error = "engine: " .. tostring(err) } .. "\n", 0, 0, "", 0, 0 end
     end
     local e = thread_entries[path]
-    if not e or e.stamp ~= stamp then
-        local ne, err = open_entry(name, path, device)
-        if ne then
-            if e then e:close() end
-            thread_entries[path] = ne
-            e = ne
-        elseif not e then
-            return 503, cjson.encode { error = "model not loaded: " .. tostring(err) } .. "\n", 0, 0, "", 0, 0
+    if not e or e.stamp ~= stamp or e.checksum ~= checksum then
+        local now = file_stamp(path)
+        if now == nil or now ~= stamp or thread_failed[path] == now then return 0, "", 0, 0, "", 0, 0 end
+        local ne = open_entry(name, path, device)
+        if not ne or ne.stamp ~= stamp or ne.checksum ~= checksum then
+            if ne then ne:close() end
+            thread_failed[path] = now
+            return 0, "", 0, 0, "", 0, 0
         end
+        if e then e:close() end
+        thread_entries[path] = ne
+        thread_failed[path] = nil
+        e = ne
     end
     local b = e.batch
     b:clear()
@@ -1086,21 +1298,53 @@ local function attach_batcher(e)
     return true
 end
 
--- (Re)load one model slot. force: reload even when the file looks unchanged.
+-- (Re)load one model slot. force (a :reload request): try even a file that failed before.
+-- -> true[, "unchanged"] or nil, err. Debounced: a file whose stat identity (inode,
+-- size, mtime) and header checksum are the serving version's is not mapped again
+-- ("unchanged"); a file changed in place (the serving version's inode, with another
+-- size, mtime or checksum: cp over it, truncate, a few bytes rewritten) is refused
+-- without being read, since the serving copy is what was verified and a file being
+-- written in place may be half-written; the refusal is logged once per state of the
+-- file and reported in /v1/models/NAME ("file") and /readyz.
 local function reload_slot(slot, force, why)
-    local stamp = file_stamp(slot.path)
-    if not force then
-        if stamp == nil then
-            if not slot.missing_logged then
-                log(ngx.ERR, "model '", slot.name, "': ", slot.path, " is missing; keeping the loaded version")
-                slot.missing_logged = true
-            end
-            return true
+    local stamp, info = file_stamp(slot.path)
+    if stamp == nil and not force then
+        if not slot.missing_logged then
+            log(ngx.ERR, "model '", slot.name, "': ", slot.path, " is missing; keeping the loaded version")
+            slot.missing_logged = true
         end
-        slot.missing_logged = nil
-        if slot.cur and slot.cur.stamp == stamp then return true end
-        if slot.failed_stamp == stamp then return true end   -- this broken file was reported already
+        slot.file_state = slot.cur and { state = "missing; the loaded version keeps serving", serving = slot.cur.version } or nil
+        return true
     end
+    slot.missing_logged = nil
+    local cur = slot.cur
+    if cur and stamp ~= nil then
+        if stamp == cur.stamp and header_checksum(slot.path) == cur.checksum then
+            slot.file_state = nil
+            return true, "unchanged"
+        end
+        if info.inode and cur.file.inode == info.inode and cur.file.dev == info.dev then
+            local reason
+            if cur.model and cur.model.file_changed then
+                local okc, changed, what = pcall(cur.model.file_changed, cur.model)
+                if okc and changed then reason = what end
+            end
+            reason = reason or fmt("%s (inode %d) was changed in place: size %d -> %d", slot.path, info.inode,
+                                   cur.file.size, info.size)
+            local err = "changed in place, refused: " .. reason .. "; replace a model file by rename (mv) in its directory"
+            if slot.inplace_stamp ~= stamp then
+                slot.inplace_stamp = stamp
+                slot.failures = (slot.failures or 0) + 1
+                inc("wisp_model_reloads_total", lbl(slot.name, 'result="refused"'))
+                log(ngx.ERR, "model '", slot.name, "': ", err, "; version ", cur.version, " keeps serving")
+            end
+            slot.reload_error = { error = err, at = ngx.now(), file_stamp = stamp }
+            slot.file_state = { state = err, serving = cur.version }
+            return nil, err
+        end
+    end
+    slot.inplace_stamp = nil
+    if not force and stamp ~= nil and slot.failed_stamp == stamp then return true end   -- reported already
     local t0 = clock()
     local e, err = open_entry(slot.name, slot.path, slot.device, cfg)
     if e then
@@ -1110,6 +1354,7 @@ local function reload_slot(slot, force, why)
     if not e then
         slot.failed_stamp = stamp
         slot.reload_error = { error = tostring(err), at = ngx.now(), file_stamp = stamp }
+        slot.file_state = slot.cur and { state = "failed to load, refused: " .. tostring(err), serving = slot.cur.version } or nil
         slot.failures = (slot.failures or 0) + 1
         inc("wisp_model_reloads_total", lbl(slot.name, 'result="failed"'))
         log(ngx.ERR, "model '", slot.name, "': ", slot.cur and "reload failed, the loaded version keeps serving: "
@@ -1121,6 +1366,7 @@ local function reload_slot(slot, force, why)
     slot.cur = e
     slot.failed_stamp = nil
     slot.reload_error = nil
+    slot.file_state = nil
     slot.loads = (slot.loads or 0) + 1
     e.loaded_at = ngx.now()
     inc("wisp_model_reloads_total", lbl(slot.name, 'result="ok"'))
@@ -1316,6 +1562,8 @@ local function predict_series(slot)
     return ps
 end
 
+local predict_entry
+
 local function predict(slot, name, method)
     if method ~= "POST" then return method_not_allowed("POST") end
     local kind, ctype = body_kind(ngx.var.content_type or "")
@@ -1323,8 +1571,12 @@ local function predict(slot, name, method)
         inc("wisp_errors_total", 'kind="unsupported_media_type"')
         return fail(415, "unsupported Content-Type '" .. ctype .. "' (use application/json, application/x-ndjson, application/jsonl, text/plain or text/x-libsvm)")
     end
-    local e = slot.cur
-    if not e then
+    local enc = ngx.var.http_content_encoding
+    if enc and enc:lower() ~= "identity" then
+        inc("wisp_errors_total", 'kind="unsupported_media_type"')
+        return fail(415, "Content-Encoding " .. enc .. " is not supported (send the body uncompressed)")
+    end
+    if not slot.cur then
         inc("wisp_errors_total", 'kind="not_ready"')
         return fail(503, "model '" .. name .. "' is not loaded", { reload_error = slot.reload_error and slot.reload_error.error })
     end
@@ -1350,6 +1602,26 @@ local function predict(slot, name, method)
         inc("wisp_errors_total", 'kind="empty_body"')
         return fail(400, "empty request body")
     end
+    -- the version that answers: the entry serving now that the body is here (reading it
+    -- yields: a reload may have swapped the entry meanwhile), held (inflight) until the
+    -- answer is made, whatever the mode waits for, and released on every path
+    local e = slot.cur
+    if not e then
+        inc("wisp_errors_total", 'kind="not_ready"')
+        return fail(503, "model '" .. name .. "' is not loaded", { reload_error = slot.reload_error and slot.reload_error.error })
+    end
+    e.inflight = e.inflight + 1
+    local ok, status = pcall(predict_entry, e, slot, name, kind, body, blen, mode)
+    e:release()
+    if not ok then
+        inc("wisp_errors_total", 'kind="internal"')
+        return fail(500, "internal error: " .. tostring(status))
+    end
+    return status
+end
+
+-- predict's work on the entry e it holds: parse, score, answer (-> the status sent)
+predict_entry = function(e, slot, name, kind, body, blen, mode)
     local max_rows = cfg.max_rows_per_request
     local t0 = clock()                       -- request latency and the parse stage start here
 
@@ -1361,9 +1633,14 @@ local function predict(slot, name, method)
             return fail(503, "worker threads busy: " .. tostring(werr))
         end
         local ok, status, text, n, nbad, dev, kns, tns = ngx.run_worker_thread(cfg.thread_pool, "wisp.nginx",
-            "thread_predict", name, e.path, e.stamp, e.device_asked, kind, body, max_rows)
+            "thread_predict", name, e.path, e.stamp, e.checksum, e.device_asked, kind, body, max_rows)
         thread_sema:post(1)
-        if ok then
+        if ok and status == 0 then
+            -- the thread's VM could not map this exact version (the file at the path is
+            -- another one now, or broken): this worker scores it inline, with the entry it holds
+            inc("wisp_errors_total", 'kind="thread_stale"')
+            ok, mode = false, "inline"
+        elseif ok then
             if n and n > 0 then
                 inc("wisp_rows_total", lbl(name), n)
                 if nbad > 0 then inc("wisp_row_errors_total", lbl(name), nbad) end
@@ -1372,8 +1649,9 @@ local function predict(slot, name, method)
                 observe("wisp_stage_seconds", lbl(name, 'stage="total"'), tns / 1e9)
             end
             return send(status, text)
-        end
-        if not (cfg.mode_by_device and tostring(status):find("not found", 1, true)) then
+        elseif mode == "inline" then
+            -- (the stale version above: fall through to the inline path)
+        elseif not (cfg.mode_by_device and tostring(status):find("not found", 1, true)) then
             inc("wisp_errors_total", 'kind="thread"')
             return fail(500, "worker thread: " .. tostring(status))
         end
@@ -1385,18 +1663,17 @@ local function predict(slot, name, method)
         cfg.mode, mode = "inline", "inline"
     end
 
-    e.inflight = e.inflight + 1
     local b = get_batch(e)
     local ps = predict_series(slot)
     -- raw rows stay raw (wisp_session_score_raw: fused on a GPU) unless mode = async
     -- (session:submit takes a batch)
     local ok, n, errs, bad, extra = pcall(parse_into, e, b, kind, body, max_rows, mode ~= "async", blen)
     if not ok then
-        put_batch(e, b); e:release()
+        put_batch(e, b)
         return fail(500, "internal error: " .. tostring(n))
     end
     if not n then
-        put_batch(e, b); e:release()
+        put_batch(e, b)
         inc("wisp_errors_total", errs == 413 and 'kind="too_many_rows"' or errs == 400 and 'kind="bad_request"'
             or errs == 415 and 'kind="unsupported_media_type"' or 'kind="internal"')
         return fail(errs, bad, extra)
@@ -1406,7 +1683,7 @@ local function predict(slot, name, method)
         -- one row for the batcher, which takes feature ids: transform it here
         local rc = C.wisp_transform(e.tr._h, b._h)
         if rc ~= 0 then
-            put_batch(e, b); e:release()
+            put_batch(e, b)
             return fail(500, "transform: " .. c_error(rc))
         end
         errs, bad = batch_bad_rows(b, true)
@@ -1419,19 +1696,27 @@ local function predict(slot, name, method)
     local status, text
     if n == 1 and e.batcher and not raw and not (bad and bad[0]) then
         -- one row: coalesced with the other single-row requests of this worker
+        -- the row as the batcher takes it, in each of the batch's value modes (wisp.h): no
+        -- vals (every feature binary), vals without val_ptr (every feature valued: what the
+        -- libsvm parser makes of "1 1:0.5", and batch:add of ids with vals), or mixed (the
+        -- first val_ptr[1] - val_ptr[0] features valued, the rest binary)
         local csr = b:csr()
-        local nv = csr.val_ptr and csr.val_ptr[2] or 0
         local ids, vals, bids = csr.ids, nil, nil
-        if nv > 0 then
-            vals = csr.vals
-            local v, bb = {}, {}
-            for k = 1, #ids do if k <= nv then v[k] = ids[k] else bb[#bb + 1] = ids[k] end end
-            ids, bids = v, bb
+        if csr.vals then
+            if csr.val_ptr then
+                local nv = csr.val_ptr[2] - csr.val_ptr[1]
+                if nv > 0 then
+                    local v, bb = {}, {}
+                    for k = 1, #ids do if k <= nv then v[k] = ids[k] else bb[#bb + 1] = ids[k] end end
+                    ids, vals, bids = v, csr.vals, bb
+                end
+            else
+                vals = csr.vals
+            end
         end
         local p, err = e.batcher:score(ids, vals, bids)
         put_batch(e, b)
         if p == nil then
-            e:release()
             if tostring(err):find("queue full", 1, true) then
                 inc("wisp_batcher_rejected_total", lbl(name))
                 return fail(503, tostring(err))
@@ -1479,7 +1764,7 @@ local function predict(slot, name, method)
             end
         end
         if not out then
-            put_batch(e, b); e:release()
+            put_batch(e, b)
             inc("wisp_errors_total", 'kind="score"')
             return fail(500, "score: " .. tostring(err))
         end
@@ -1493,7 +1778,6 @@ local function predict(slot, name, method)
         status, text = encode_answer(e, n, out, bad, errs, ffi.string(C.wisp_session_last_device(sh)))
         put_batch(e, b)
     end
-    e:release()
     if status ~= 200 then inc("wisp_errors_total", 'kind="all_rows_bad"') end
     record(ps.request, clock() - t0)
     return send(status, text)
@@ -1507,6 +1791,9 @@ local function model_meta(slot)
     local r = { loads = slot.loads or 0, failures = slot.failures or 0, check_interval_s = cfg.reload_check_s }
     if slot.reload_error then r.error = slot.reload_error.error; r.error_at = slot.reload_error.at end
     t.reload = r
+    -- the file at the path against the version serving: "serving" when they are the same
+    -- file, else what is wrong with it (changed in place, failed to load, missing)
+    t.file = slot.file_state or (e and { state = "serving", serving = e.version }) or { state = "not loaded" }
     if e then
         t.version = { id = e.version, checksum = e.checksum, mtime = e.file.mtime, size = e.file.size,
                       inode = e.file.inode, loaded_at = e.loaded_at }
@@ -1538,7 +1825,10 @@ local function ready_status()
         local ok = e ~= nil and e.session ~= nil
         if not ok then all = false end
         list[name] = { ready = ok, device = e and e.device or nil,
-                       error = (not ok and slot.reload_error) and slot.reload_error.error or nil }
+                       error = (not ok and slot.reload_error) and slot.reload_error.error or nil,
+                       -- still ready (a verified version serves), but the file is not it
+                       warning = (ok and slot.file_state) and slot.file_state.state or nil,
+                       serving = ok and e.version or nil }
     end
     return all and #model_names > 0, list
 end
@@ -1612,7 +1902,9 @@ function M.handle()
             local gen = dict and dict:incr("gen\t" .. name, 1, 0) or 0
             slot.gen = gen
             local ok, err = reload_slot(slot, true, "reload request")
-            if ok then
+            if ok and err == "unchanged" then
+                status = send_json(200, { reloaded = false, unchanged = true, model = model_meta(slot) })
+            elseif ok then
                 status = send_json(200, { reloaded = true, model = model_meta(slot) })
             else
                 status = fail(500, "reload failed; the loaded version keeps serving: " .. tostring(err),
