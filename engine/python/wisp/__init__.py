@@ -1,0 +1,449 @@
+"""wisp — score sparse wide (logistic-regression) models on CPUs and CUDA GPUs, from Python.
+
+    import wisp
+    model = wisp.load("ctr.wisp")
+    p = model.score(X)                      # float32 probabilities, shape (n,)
+    s = model.session("gpu")                # a session placed on a device
+    p = s.score(X)                          # X: scipy CSR, 2-D numpy, (indptr, indices[, values]), libsvm text
+    s.last_errors                           # [(row, reason)] of the rows scored NaN
+
+The probability of row i is sigmoid(bias + sum over its features of
+w[id] * value), what `wisp score` prints for the same row; ids beyond the
+model's table are ignored (as LIBLINEAR does) and counted in stats().
+
+Memory: arrays whose type and layout already match the engine's batch
+(indptr int32/uint32 starting at 0, indices int32/uint32, values float32,
+C-contiguous) are read in place, without a copy. Other integer and float
+types (int64 indptr and indices, float64 values, ...) are converted once,
+in C. Non-contiguous arrays, big-endian arrays and float16 are first made
+contiguous/native by numpy (a copy). The GIL is released for the whole
+time the engine works, so other Python threads run meanwhile.
+
+Errors: a bad row (a negative index, a NaN or infinite value, a malformed
+libsvm line) scores NaN and is listed in Session.last_errors
+(errors="nan", the default), or raises BadRowError naming the first one
+(errors="raise"). A failing engine call raises a WispError subclass per
+status code, with the engine's message. Nothing aborts the interpreter.
+
+This is the package's first slice: GPU-resident inputs (DLPack, CUDA array
+interface), raw feature-column inputs (pandas, Arrow, dicts), importers
+(scikit-learn, ONNX, TensorFlow) and profiling come later.
+"""
+import asyncio
+import concurrent.futures
+import json
+import threading
+
+import numpy as np
+
+from . import _wisp
+
+__all__ = ["load", "devices", "version", "Model", "Session", "WispError", "BadRowError",
+           "InvalidArgumentError", "OutOfMemoryError", "WispIOError", "FormatError", "ChecksumError",
+           "VersionError", "ParseError", "LimitError", "NoDeviceError", "DeviceError", "StateError"]
+
+__version__ = _wisp.version()
+
+
+# ---- errors ------------------------------------------------------------------------
+
+class WispError(Exception):
+    """A failing engine call: .status is the engine's status code (negative),
+    .message the engine's message (which names the file, line or row)."""
+    status = None
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.message = message
+        if status is not None:
+            self.status = status
+
+
+class InvalidArgumentError(WispError, ValueError):
+    """WISP_EINVAL: a bad argument (unknown device name, malformed arrays)."""
+    status = _wisp.EINVAL
+
+
+class OutOfMemoryError(WispError, MemoryError):
+    """WISP_ENOMEM: host memory allocation failed."""
+    status = _wisp.ENOMEM
+
+
+class WispIOError(WispError, OSError):
+    """WISP_EIO: a file could not be opened, read, written or mapped."""
+    status = _wisp.EIO
+
+
+class FormatError(WispError):
+    """WISP_EFORMAT: a malformed model file (bad magic, offsets, sizes, counts)."""
+    status = _wisp.EFORMAT
+
+
+class ChecksumError(FormatError):
+    """WISP_ECHECKSUM: a model file section does not match its checksum."""
+    status = _wisp.ECHECKSUM
+
+
+class VersionError(FormatError):
+    """WISP_EVERSION: a model file of a version this build cannot read."""
+    status = _wisp.EVERSION
+
+
+class ParseError(WispError, ValueError):
+    """WISP_EPARSE: malformed input text; the message names the line."""
+    status = _wisp.EPARSE
+
+
+class LimitError(WispError, ValueError):
+    """WISP_ELIMIT: a documented limit was exceeded (rows, features per row, ...)."""
+    status = _wisp.ELIMIT
+
+
+class NoDeviceError(WispError):
+    """WISP_ENODEV: the requested device does not exist or is not usable."""
+    status = _wisp.ENODEV
+
+
+class DeviceError(WispError):
+    """WISP_EDEVICE: a device failed (out of memory, sticky CUDA error)."""
+    status = _wisp.EDEVICE
+
+
+class StateError(WispError):
+    """WISP_ESTATE: the call does not fit the object's state."""
+    status = _wisp.ESTATE
+
+
+class BadRowError(WispError, ValueError):
+    """A bad input row under errors="raise": .row is its index in X, .reason
+    what is wrong with it, .errors every bad row as [(row, reason)]."""
+
+    def __init__(self, row, reason, errors=()):
+        super().__init__("row %d: %s" % (row, reason))
+        self.row = row
+        self.reason = reason
+        self.errors = list(errors)
+
+
+_wisp.register_errors(WispError, {c.status: c for c in (
+    InvalidArgumentError, OutOfMemoryError, WispIOError, FormatError, ChecksumError, VersionError,
+    ParseError, LimitError, NoDeviceError, DeviceError, StateError)})
+
+
+# ---- module functions -----------------------------------------------------------------
+
+def version():
+    """The engine's version string ("0.1.0")."""
+    return _wisp.version()
+
+
+def devices():
+    """The devices wisp can score on, as a list of dicts: first the CPU
+    ({"device": "cpu", "threads": N}), then each CUDA device found
+    ({"device": "gpu:I", "name", "memory" (bytes), "capability" (90 for
+    sm_90), "usable"}). Also, under "gpu_status" of the CPU entry, the
+    engine's words for why there is no GPU ("" when there are some)."""
+    gpus, status, threads = _wisp.devices()
+    out = [{"device": "cpu", "threads": threads, "gpu_status": status}]
+    for i, (name, memory, capability, usable) in enumerate(gpus):
+        out.append({"device": "gpu:%d" % i, "name": name, "memory": memory,
+                    "capability": capability, "usable": bool(usable)})
+    return out
+
+
+def load(path):
+    """Map and validate a .wisp model file; returns a Model. Raises a
+    WispError subclass naming the file and the problem (WispIOError for a
+    missing file, FormatError/ChecksumError/VersionError for a bad one)."""
+    return Model(path)
+
+
+# ---- input forms -----------------------------------------------------------------------
+
+_IDX_OK = {"i", "I", "l", "L", "q", "Q", "b", "B", "h", "H"}
+_NUM_OK = _IDX_OK | {"f", "d", "?"}
+
+
+def _native(a, kinds, what):
+    """a as a C-contiguous native-order numpy array of a type _wisp reads
+    (no copy when it already is one)."""
+    a = np.asarray(a)
+    if a.dtype.char not in kinds or not a.dtype.isnative:
+        if a.dtype.kind in "iub":
+            a = a.astype(np.int64)
+        elif a.dtype.kind == "f":
+            a = a.astype(np.float64 if a.dtype.itemsize > 4 else np.float32)
+        else:
+            raise TypeError("%s: arrays of %s are not numbers wisp can read" % (what, a.dtype))
+    return np.ascontiguousarray(a)
+
+
+def _is_scipy_sparse(X):
+    mod = type(X).__module__ or ""
+    return mod.startswith("scipy.sparse") and hasattr(X, "tocsr") and hasattr(X, "format")
+
+
+# ---- Session ---------------------------------------------------------------------------
+
+class Session:
+    """A model placed on a device. Create with Model.session(device).
+
+    Device names: "cpu", "gpu" (= "gpu:0"), "gpu:N", "gpus" (every usable
+    GPU), "gpus:N", "auto" (every usable GPU if any, else the CPU), the
+    grammar of the CLI's --device. A session on a GPU falls back to the
+    CPU (logged, counted in stats()["fallbacks"]) when the device is absent,
+    out of memory or failed.
+
+    Thread-safety: any thread may call a session; calls on one session are
+    serialized (a lock), calls on different sessions run in parallel. The
+    GIL is released while the engine works."""
+
+    def __init__(self, model, device="auto"):
+        if not isinstance(model, Model):
+            raise TypeError("Session(model, device): model must be a wisp.Model")
+        self.model = model
+        self._s = _wisp.Session(model._m, device)
+        self._lock = threading.Lock()
+        self._executor = None
+        self.last_errors = []
+
+    def __repr__(self):
+        return "<wisp.Session %s on %r>" % (self.model.path, self.device)
+
+    @property
+    def device(self):
+        """The device asked for ("auto", "gpu:0", ...)."""
+        return self._s.device()
+
+    @property
+    def last_device(self):
+        """The device that scored the last batch ("cpu", "gpu:0", "gpus:2", ...)."""
+        return self._s.last_device()
+
+    def set_device(self, device):
+        """Place the session on another device (takes effect on the next batch)."""
+        with self._lock:
+            self._s.set_device(device)
+
+    def score(self, X, errors="nan"):
+        """Probabilities of the rows of X, a float32 numpy array of shape (n,).
+
+        X may be:
+          - a scipy.sparse matrix or array (CSR read in place; other formats
+            are converted with .tocsr()): row i, column j is feature id j;
+          - a 2-D numpy array (dense rows: the non-zero entries are the
+            features, column j is id j, valued);
+          - a tuple (indptr, indices) (binary features, value 1) or
+            (indptr, indices, values) of 1-D arrays, CSR layout;
+          - libsvm text (str or bytes): "[label] id:value id ...", one row
+            per line (blank and '#' lines make no row), as `wisp score` reads.
+        Zero-copy: indptr int32/uint32 (starting at 0), indices int32/uint32,
+        values float32, C-contiguous are read in place; int64 indptr/indices,
+        float64 or integer values are converted once in C; other dtypes and
+        layouts are converted by numpy first.
+
+        errors="nan" (default): bad rows score NaN and are listed in
+        self.last_errors as (row, reason); errors="raise": BadRowError for
+        the first bad row (self.last_errors still lists them all)."""
+        if errors not in ("nan", "raise"):
+            raise ValueError('errors must be "nan" or "raise", not %r' % (errors,))
+        with self._lock:
+            out, bad = self._score_locked(X)
+            self.last_errors = bad
+        if bad and errors == "raise":
+            row, reason = bad[0]
+            raise BadRowError(row, reason, bad)
+        return out
+
+    def _score_locked(self, X):
+        s = self._s
+        if s is None:
+            raise StateError("the session is closed")
+        if isinstance(X, (str, bytes, bytearray, memoryview)):
+            data = X.encode("utf-8") if isinstance(X, str) else X
+            rows = s.parse_libsvm(data)
+            out = np.empty(rows, dtype=np.float32)
+            return out, s.score_parsed(out)
+        if _is_scipy_sparse(X):
+            if X.format != "csr":
+                X = X.tocsr()
+            if X.ndim != 2:
+                raise ValueError("a sparse X must be 2-D")
+            # scipy keeps indices/indptr of one integer type; duplicates and
+            # unsorted indices are scored as given (each entry counts)
+            return self._csr(X.indptr, X.indices, X.data, X.shape[0])
+        if isinstance(X, tuple):
+            if len(X) not in (2, 3):
+                raise ValueError("a tuple X is (indptr, indices) or (indptr, indices, values)")
+            values = X[2] if len(X) == 3 else None
+            indptr = np.asarray(X[0])
+            return self._csr(indptr, X[1], values, max(indptr.shape[0] - 1, 0) if indptr.ndim == 1 else -1)
+        A = np.asarray(X)
+        if A.ndim != 2:
+            raise ValueError("X must be 2-D (rows x columns), a scipy.sparse matrix, a CSR tuple or libsvm "
+                             "text; got a %d-D array" % A.ndim)
+        A = _native(A, _NUM_OK, "X")
+        out = np.empty(A.shape[0], dtype=np.float32)
+        return out, s.score_dense(A, out)
+
+    def _csr(self, indptr, indices, values, rows):
+        indptr = _native(indptr, _IDX_OK, "indptr")
+        indices = _native(indices, _IDX_OK, "indices")
+        if indptr.ndim != 1 or indices.ndim != 1:
+            raise ValueError("indptr and indices must be 1-D")
+        if values is not None:
+            values = _native(values, _NUM_OK, "values")
+            if values.ndim != 1:
+                raise ValueError("values must be 1-D")
+        out = np.empty(max(indptr.shape[0] - 1, 0), dtype=np.float32)
+        return out, self._s.score_csr(indptr, indices, values, out)
+
+    def submit(self, X, errors="nan"):
+        """Score X on a worker thread of this session; returns a
+        concurrent.futures.Future of score(X, errors). Calls complete in the
+        order they were submitted."""
+        if self._executor is None:
+            with self._lock:
+                if self._executor is None:
+                    self._executor = concurrent.futures.ThreadPoolExecutor(1, "wisp-session")
+        return self._executor.submit(self.score, X, errors)
+
+    async def score_async(self, X, errors="nan"):
+        """`await session.score_async(X)`: score(X) without blocking the
+        event loop (the engine works on a worker thread, the GIL released)."""
+        return await asyncio.wrap_future(self.submit(X, errors))
+
+    def stats(self):
+        """The statistics summed since the last reset_stats(), as a dict:
+        batches, rows, nnz, out_of_range, bad_rows, fallbacks, and the
+        per-stage wall times in nanoseconds (ns_parse, ns_transform, ns_h2d,
+        ns_kernel, ns_d2h, ns_sync, ns_overhead, ns_total) and bytes_h2d,
+        bytes_d2h."""
+        with self._lock:
+            return self._s.stats()
+
+    def reset_stats(self):
+        """Zero the statistics."""
+        with self._lock:
+            self._s.reset_stats()
+
+    def close(self):
+        """Finish and free the session now (also done when it is collected)."""
+        ex, self._executor = self._executor, None
+        if ex is not None:
+            ex.shutdown(wait=True)
+        with self._lock:
+            self._s = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# ---- Model -----------------------------------------------------------------------------
+
+class Model:
+    """A loaded .wisp model (wisp.load(path)). Thread-safe; its sessions keep
+    it alive. Scores are the probability of classes_[positive]: for a
+    LIBLINEAR import, the first label of its "label" line."""
+
+    def __init__(self, path):
+        self._m = _wisp.Model(path)
+        self._sessions = {}
+        self._sessions_lock = threading.Lock()
+        self.meta = {}
+        """The "meta" section as a dict of str to str (source, labels, solver, ...)."""
+        for line in self._m.meta_text().splitlines():
+            if "=" in line:
+                k, v = line.split("=", 1)
+                self.meta[k] = v
+        text = self._m.columns_text()
+        if not text:
+            cols = None
+        else:
+            try:
+                cols = json.loads(text)
+            except ValueError:
+                cols = text
+        self.columns = cols
+        """The feature-column description: None when the model has none,
+        else the parsed JSON (or the text if it is not JSON)."""
+        self.classes_, self._positive = self._classes()
+
+    def _classes(self):
+        labels = self.meta.get("labels", "").split()
+        if len(labels) == 2:
+            try:
+                vals = [int(x) for x in labels]
+            except ValueError:
+                vals = labels
+            pos = vals[0]
+            score_label = self.meta.get("score_label")
+            if score_label is not None:
+                try:
+                    pos = int(score_label) if isinstance(vals[0], int) else score_label
+                except ValueError:
+                    pass
+            classes = np.array(sorted(vals))
+            return classes, int(np.flatnonzero(classes == pos)[0]) if pos in vals else 1
+        return np.array([0, 1]), 1
+
+    def __repr__(self):
+        return "<wisp.Model %s: %d features, %s>" % (self.path, self.num_features, self.dtype)
+
+    @property
+    def num_features(self):
+        """Weights in the table: ids 0 .. num_features-1 (others are ignored)."""
+        return self._m.num_features()
+
+    @property
+    def dtype(self):
+        """How the weights are stored: "f32", "f16" or "i8"."""
+        return self._m.dtype()
+
+    @property
+    def bias(self):
+        """The model bias (intercept)."""
+        return self._m.bias()
+
+    @property
+    def path(self):
+        """The file the model was loaded from."""
+        return self._m.path()
+
+    def weight(self, id):
+        """The weight of feature id, dequantized (0.0 for ids out of range)."""
+        return self._m.weight(id)
+
+    def session(self, device="auto"):
+        """A new Session on device ("cpu", "gpu", "gpu:N", "gpus", "gpus:N", "auto")."""
+        return Session(self, device)
+
+    def _session(self, device):
+        with self._sessions_lock:
+            s = self._sessions.get(device)
+            if s is None:
+                s = self._sessions[device] = Session(self, device)
+            return s
+
+    def score(self, X, device="auto", errors="nan"):
+        """Session.score(X) on a session of this model kept per device."""
+        return self._session(device).score(X, errors=errors)
+
+    def predict_proba(self, X, device="auto", errors="nan"):
+        """Shape (n, 2): column k is the probability of classes_[k], as
+        scikit-learn's predict_proba. Bad rows are NaN (errors="nan")."""
+        p = self.score(X, device=device, errors=errors).astype(np.float64)
+        out = np.empty((p.shape[0], 2), dtype=np.float64)
+        out[:, self._positive] = p
+        out[:, 1 - self._positive] = 1.0 - p
+        return out
+
+    def predict(self, X, device="auto", errors="raise"):
+        """The predicted class of each row (classes_[positive] where its
+        probability is > 0.5, as LIBLINEAR's decision value > 0). A bad row
+        has no class: errors="raise" (the default here) raises BadRowError."""
+        p = self.score(X, device=device, errors=errors)
+        return np.where(p > 0.5, self.classes_[self._positive], self.classes_[1 - self._positive])

@@ -1,0 +1,889 @@
+/* _wisp.c — the CPython extension under the `wisp` package: models, sessions and scoring over wisp.h alone.
+ *
+ * Design:
+ * - Built against the stable ABI (Py_LIMITED_API = 3.11, the first version
+ *   whose limited API has the buffer protocol), so one abi3 wheel serves
+ *   every CPython from 3.11 on; setup.py drops the define for older
+ *   interpreters and the same source builds a version-specific module.
+ * - Memory comes in through the buffer protocol only (no numpy C API):
+ *   arrays whose type and layout already match the engine's batch layout
+ *   (wisp_batch_wrap: uint32 row_ptr, uint32 ids, float vals) are read in
+ *   place; the others are converted here, once, in C. The output array is
+ *   allocated by the Python layer (numpy.empty) and written through its
+ *   buffer.
+ * - The GIL is released for the whole engine call: validation, conversion,
+ *   wrapping, scoring. The Python objects' buffers stay exported (so
+ *   nobody can resize them) until the GIL is taken back.
+ * - A session is used by one thread at a time (wisp.h's rule). The Python
+ *   layer serializes with a lock; a busy flag here turns a caller who
+ *   bypasses it into a WispError instead of a race.
+ * - Errors: every failing status raises the class registered for it by
+ *   wisp/__init__.py (register_errors), with wisp_errmsg()'s text, copied
+ *   on the thread that failed before the GIL is taken back. Bad rows never
+ *   raise here: they come back as a list of (row, reason) and their
+ *   output is NaN; the Python layer decides (errors="nan" / "raise").
+ * - One engine per process, created on first use (threads: one per core).
+ */
+#ifndef WISP_NO_LIMITED_API
+#define Py_LIMITED_API 0x030B0000
+#endif
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wisp.h"
+
+/* ---- errors ------------------------------------------------------------------ */
+
+static PyObject *error_base;      /* wisp.WispError */
+static PyObject *error_classes;   /* dict: status (int) -> class */
+
+/* Raise the class registered for status with msg. Returns NULL. */
+static PyObject *raise_status(int status, const char *msg)
+{
+    PyObject *cls = NULL;
+    if (error_classes) {
+        PyObject *key = PyLong_FromLong(status);
+        if (!key) return NULL;
+        cls = PyDict_GetItemWithError(error_classes, key);   /* borrowed */
+        Py_DECREF(key);
+        if (!cls && PyErr_Occurred()) return NULL;
+    }
+    if (!cls) cls = error_base ? error_base : PyExc_RuntimeError;
+    PyObject *exc = PyObject_CallFunction(cls, "si", msg && msg[0] ? msg : wisp_strerror(status), status);
+    if (!exc) return NULL;
+    PyErr_SetObject(cls, exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+/* The calling thread's wisp_errmsg() copied into buf (call right after the failure). */
+static void copy_errmsg(char *buf, size_t len, int status)
+{
+    const char *m = wisp_errmsg();
+    snprintf(buf, len, "%s", m && m[0] ? m : wisp_strerror(status));
+}
+
+static PyObject *py_register_errors(PyObject *mod, PyObject *args)
+{
+    PyObject *base, *classes;
+    if (!PyArg_ParseTuple(args, "OO!", &base, &PyDict_Type, &classes)) return NULL;
+    Py_INCREF(base);
+    Py_INCREF(classes);
+    Py_XDECREF(error_base);
+    Py_XDECREF(error_classes);
+    error_base = base;
+    error_classes = classes;
+    Py_RETURN_NONE;
+}
+
+/* ---- the engine ----------------------------------------------------------------- */
+
+static wisp_engine *engine;
+
+static wisp_engine *get_engine(void)
+{
+    if (engine) return engine;
+    int st = wisp_engine_new(0, &engine);
+    if (st != WISP_OK) {
+        char msg[512];
+        copy_errmsg(msg, sizeof msg, st);
+        raise_status(st, msg);
+        return NULL;
+    }
+    return engine;
+}
+
+static PyObject *py_devices(PyObject *mod, PyObject *noargs)
+{
+    wisp_engine *eng = get_engine();
+    if (!eng) return NULL;
+    int n;
+    Py_BEGIN_ALLOW_THREADS
+    n = wisp_engine_gpu_count(eng);          /* discovery may take a while: no GIL */
+    Py_END_ALLOW_THREADS
+    PyObject *gpus = PyList_New(0);
+    if (!gpus) return NULL;
+    for (int i = 0; i < n; i++) {
+        const char *name = wisp_engine_gpu_name(eng, i);
+        PyObject *t = Py_BuildValue("(sKii)", name ? name : "", (unsigned long long)wisp_engine_gpu_memory(eng, i),
+                                    wisp_engine_gpu_capability(eng, i), wisp_engine_gpu_usable(eng, i));
+        if (!t || PyList_Append(gpus, t) < 0) { Py_XDECREF(t); Py_DECREF(gpus); return NULL; }
+        Py_DECREF(t);
+    }
+    const char *status = wisp_engine_gpu_status(eng);
+    return Py_BuildValue("(Nsi)", gpus, status ? status : "", wisp_engine_threads(eng));
+}
+
+static PyObject *py_version(PyObject *mod, PyObject *noargs)
+{
+    return PyUnicode_FromString(wisp_version());
+}
+
+static PyObject *py_stat_names(PyObject *mod, PyObject *noargs)
+{
+    PyObject *l = PyList_New(0);
+    if (!l) return NULL;
+    for (int i = 0; i < WISP_STAT_COUNT; i++) {
+        PyObject *s = PyUnicode_FromString(wisp_stat_name(i));
+        if (!s || PyList_Append(l, s) < 0) { Py_XDECREF(s); Py_DECREF(l); return NULL; }
+        Py_DECREF(s);
+    }
+    return l;
+}
+
+/* ---- Model ---------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    wisp_model *m;
+} ModelObject;
+
+static PyObject *ModelType;
+
+static PyObject *Model_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    PyObject *path_obj;
+    static char *kwlist[] = { "path", NULL };
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&", kwlist, PyUnicode_FSConverter, &path_obj)) return NULL;
+    wisp_engine *eng = get_engine();
+    if (!eng) { Py_DECREF(path_obj); return NULL; }
+    const char *path = PyBytes_AsString(path_obj);
+    if (!path) { Py_DECREF(path_obj); return NULL; }
+    wisp_model *m = NULL;
+    int st;
+    char msg[1024];
+    Py_BEGIN_ALLOW_THREADS
+    st = wisp_model_load(eng, path, &m);
+    if (st != WISP_OK) copy_errmsg(msg, sizeof msg, st);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(path_obj);
+    if (st != WISP_OK) return raise_status(st, msg);
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    ModelObject *self = (ModelObject *)alloc(type, 0);
+    if (!self) { wisp_model_free(m); return NULL; }
+    self->m = m;
+    return (PyObject *)self;
+}
+
+static void Model_dealloc(PyObject *o)
+{
+    ModelObject *self = (ModelObject *)o;
+    PyTypeObject *tp = Py_TYPE(o);
+    wisp_model_free(self->m);
+    self->m = NULL;
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(o);
+    Py_DECREF(tp);
+}
+
+static PyObject *Model_num_features(ModelObject *self, PyObject *n)
+{ return PyLong_FromUnsignedLongLong(wisp_model_num_features(self->m)); }
+static PyObject *Model_bias(ModelObject *self, PyObject *n) { return PyFloat_FromDouble(wisp_model_bias(self->m)); }
+static PyObject *Model_dtype(ModelObject *self, PyObject *n)
+{ return PyUnicode_FromString(wisp_dtype_name(wisp_model_dtype(self->m))); }
+static PyObject *Model_scale(ModelObject *self, PyObject *n) { return PyFloat_FromDouble(wisp_model_scale(self->m)); }
+static PyObject *Model_path(ModelObject *self, PyObject *n) { return PyUnicode_DecodeFSDefault(wisp_model_path(self->m)); }
+static PyObject *Model_file_size(ModelObject *self, PyObject *n)
+{ return PyLong_FromUnsignedLongLong(wisp_model_file_size(self->m)); }
+static PyObject *Model_meta_text(ModelObject *self, PyObject *n)
+{ return PyUnicode_DecodeUTF8(wisp_model_meta_text(self->m), (Py_ssize_t)strlen(wisp_model_meta_text(self->m)), "replace"); }
+static PyObject *Model_columns_text(ModelObject *self, PyObject *n)
+{ return PyUnicode_DecodeUTF8(wisp_model_columns(self->m), (Py_ssize_t)strlen(wisp_model_columns(self->m)), "replace"); }
+static PyObject *Model_weight(ModelObject *self, PyObject *arg)
+{
+    unsigned long long id = PyLong_AsUnsignedLongLong(arg);
+    if (id == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    return PyFloat_FromDouble(wisp_model_weight(self->m, id));
+}
+
+static PyMethodDef Model_methods[] = {
+    { "num_features", (PyCFunction)Model_num_features, METH_NOARGS, "Weights in the table (ids 0 .. num_features-1)." },
+    { "bias",         (PyCFunction)Model_bias,         METH_NOARGS, "The model bias (intercept)." },
+    { "dtype",        (PyCFunction)Model_dtype,        METH_NOARGS, "Weight storage: 'f32', 'f16' or 'i8'." },
+    { "scale",        (PyCFunction)Model_scale,        METH_NOARGS, "The int8 scale (1.0 for other dtypes)." },
+    { "path",         (PyCFunction)Model_path,         METH_NOARGS, "The file the model was loaded from." },
+    { "file_size",    (PyCFunction)Model_file_size,    METH_NOARGS, "Bytes of the model file." },
+    { "meta_text",    (PyCFunction)Model_meta_text,    METH_NOARGS, "The 'meta' section (key=value lines)." },
+    { "columns_text", (PyCFunction)Model_columns_text, METH_NOARGS, "The 'columns' section ('' when absent)." },
+    { "weight",       (PyCFunction)Model_weight,       METH_O,      "weight(id): the dequantized weight (0 out of range)." },
+    { NULL, NULL, 0, NULL }
+};
+
+static PyType_Slot Model_slots[] = {
+    { Py_tp_doc, "A loaded .wisp model (low level; use wisp.load)." },
+    { Py_tp_new, Model_new },
+    { Py_tp_dealloc, Model_dealloc },
+    { Py_tp_methods, Model_methods },
+    { 0, NULL }
+};
+static PyType_Spec Model_spec = { "wisp._wisp.Model", sizeof(ModelObject), 0, Py_TPFLAGS_DEFAULT, Model_slots };
+
+/* ---- buffers ---------------------------------------------------------------------- */
+
+enum { K_INT, K_UINT, K_FLOAT, K_BOOL };
+
+typedef struct {
+    Py_buffer view;
+    int held;          /* view must be released */
+    int kind;          /* K_* */
+    Py_ssize_t size;   /* itemsize */
+    Py_ssize_t count;  /* elements */
+} arg_buf;
+
+/* Get a C-contiguous buffer of obj and classify its element type. Unknown
+ * formats (big-endian, float16, structs) fail with TypeError naming `what`;
+ * the Python layer converts those with numpy before calling. */
+static int get_buf(PyObject *obj, const char *what, int writable, int ndim_want, arg_buf *b)
+{
+    memset(b, 0, sizeof *b);
+    int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, &b->view, flags) < 0) return -1;
+    b->held = 1;
+    const char *f = b->view.format ? b->view.format : "B";
+    if (*f == '@' || *f == '=' || *f == '<') f++;
+    int ok = f[0] && !f[1];
+    switch (ok ? f[0] : 0) {
+    case 'b': case 'h': case 'i': case 'l': case 'q': case 'n': b->kind = K_INT; break;
+    case 'B': case 'H': case 'I': case 'L': case 'Q': case 'N': b->kind = K_UINT; break;
+    case 'f': case 'd': b->kind = K_FLOAT; break;
+    case '?': b->kind = K_BOOL; break;
+    default: ok = 0;
+    }
+    b->size = b->view.itemsize;
+    if (ok && b->kind == K_FLOAT && b->size != 4 && b->size != 8) ok = 0;
+    if (ok && (b->kind == K_INT || b->kind == K_UINT) && b->size != 1 && b->size != 2 && b->size != 4 && b->size != 8) ok = 0;
+    if (!ok) {
+        PyErr_Format(PyExc_TypeError, "%s: unsupported element type '%s' (want integers or floats, native byte order)",
+                     what, b->view.format ? b->view.format : "B");
+        return -1;
+    }
+    if (ndim_want && b->view.ndim != ndim_want) {
+        PyErr_Format(PyExc_ValueError, "%s: a %d-D array was given, %d-D expected", what, b->view.ndim, ndim_want);
+        return -1;
+    }
+    b->count = b->size ? b->view.len / b->size : 0;
+    return 0;
+}
+
+static void rel_buf(arg_buf *b)
+{
+    if (b->held) PyBuffer_Release(&b->view);
+    b->held = 0;
+}
+
+/* Element i of an integer buffer, widened; *neg set for a negative value. */
+static inline uint64_t int_at(const arg_buf *b, size_t i, int *neg)
+{
+    const void *p = b->view.buf;
+    int64_t v;
+    if (b->kind == K_UINT || b->kind == K_BOOL) {
+        *neg = 0;
+        switch (b->size) {
+        case 1: return ((const uint8_t *)p)[i];
+        case 2: return ((const uint16_t *)p)[i];
+        case 4: return ((const uint32_t *)p)[i];
+        default: return ((const uint64_t *)p)[i];
+        }
+    }
+    switch (b->size) {
+    case 1: v = ((const int8_t *)p)[i]; break;
+    case 2: v = ((const int16_t *)p)[i]; break;
+    case 4: v = ((const int32_t *)p)[i]; break;
+    default: v = ((const int64_t *)p)[i]; break;
+    }
+    *neg = v < 0;
+    return (uint64_t)v;
+}
+
+static inline double float_at(const arg_buf *b, size_t i)
+{
+    if (b->kind == K_FLOAT) return b->size == 4 ? ((const float *)b->view.buf)[i] : ((const double *)b->view.buf)[i];
+    int neg;
+    uint64_t u = int_at(b, i, &neg);
+    return neg ? (double)(int64_t)u : (double)u;
+}
+
+/* ---- bad rows found here ------------------------------------------------------------ */
+
+enum { BAD_NEG_INDEX = 1, BAD_NONFINITE, BAD_NAN_SCORE, BAD_ENGINE };
+
+typedef struct {
+    size_t row;
+    int why;          /* BAD_* */
+    int64_t value;    /* the negative index, or the dense column */
+    double fvalue;    /* the non-finite value */
+    char *msg;        /* BAD_ENGINE: the engine's message (owned) */
+} bad_row;
+
+typedef struct {
+    bad_row *v;
+    size_t n, cap;
+    int oom;
+} bad_list;
+
+static void bad_add(bad_list *l, size_t row, int why, int64_t value, double fvalue, const char *msg)
+{
+    if (l->n && l->v[l->n - 1].row == row) return;          /* one reason per row: the first */
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        bad_row *v = realloc(l->v, cap * sizeof *v);
+        if (!v) { l->oom = 1; return; }
+        l->v = v; l->cap = cap;
+    }
+    bad_row *r = &l->v[l->n++];
+    r->row = row; r->why = why; r->value = value; r->fvalue = fvalue;
+    r->msg = msg ? strdup(msg) : NULL;
+}
+
+static int cmp_bad(const void *a, const void *b)
+{
+    const bad_row *x = a, *y = b;
+    return x->row < y->row ? -1 : x->row > y->row;
+}
+
+static void bad_free(bad_list *l)
+{
+    for (size_t i = 0; i < l->n; i++) free(l->v[i].msg);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+/* The list as Python [(row, reason)], sorted by row, one entry per row. */
+static PyObject *bad_to_list(bad_list *l)
+{
+    if (l->oom) { PyErr_NoMemory(); return NULL; }
+    if (l->n > 1) qsort(l->v, l->n, sizeof *l->v, cmp_bad);
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    for (size_t i = 0; i < l->n; i++) {
+        bad_row *r = &l->v[i];
+        if (i && l->v[i - 1].row == r->row) continue;
+        char msg[256];
+        switch (r->why) {
+        case BAD_NEG_INDEX:
+            snprintf(msg, sizeof msg, "a negative feature index (%lld)", (long long)r->value); break;
+        case BAD_NONFINITE:
+            if (r->value >= 0)
+                snprintf(msg, sizeof msg, "column %lld is %s", (long long)r->value, isnan(r->fvalue) ? "NaN" : "infinite");
+            else
+                snprintf(msg, sizeof msg, "a %s value", isnan(r->fvalue) ? "NaN" : "infinite");
+            break;
+        case BAD_NAN_SCORE:
+            snprintf(msg, sizeof msg, "the score is NaN (a NaN or infinite weight or value)"); break;
+        default:
+            snprintf(msg, sizeof msg, "%s", r->msg ? r->msg : "bad row");
+        }
+        PyObject *t = Py_BuildValue("(ns)", (Py_ssize_t)r->row, msg);
+        if (!t || PyList_Append(out, t) < 0) { Py_XDECREF(t); Py_DECREF(out); return NULL; }
+        Py_DECREF(t);
+    }
+    return out;
+}
+
+/* Non-finite float32 values among vals[0..n): the bit test vectorizes. */
+static int any_nonfinite_f32(const float *vals, size_t n)
+{
+    const uint32_t *u = (const uint32_t *)vals;
+    uint32_t hit = 0;
+    for (size_t k = 0; k < n; k++) hit |= ((u[k] & 0x7f800000u) == 0x7f800000u);
+    return hit != 0;
+}
+
+/* ---- Session ------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    wisp_session *s;
+    wisp_batch *text;      /* the builder libsvm text is parsed into (reused) */
+    PyObject *model;       /* the ModelObject, kept alive */
+    int busy;              /* a call is running on another thread */
+} SessionObject;
+
+static PyObject *SessionType;
+
+static PyObject *Session_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    PyObject *model;
+    const char *device = "auto";
+    static char *kwlist[] = { "model", "device", NULL };
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|s", kwlist, &model, &device)) return NULL;
+    if (!PyObject_TypeCheck(model, (PyTypeObject *)ModelType)) {
+        PyErr_SetString(PyExc_TypeError, "Session(model, device): model must be a wisp model");
+        return NULL;
+    }
+    wisp_engine *eng = get_engine();
+    if (!eng) return NULL;
+    wisp_session *s = NULL;
+    int st;
+    char msg[1024];
+    Py_BEGIN_ALLOW_THREADS
+    st = wisp_session_new(eng, ((ModelObject *)model)->m, device, &s);
+    if (st != WISP_OK) copy_errmsg(msg, sizeof msg, st);
+    Py_END_ALLOW_THREADS
+    if (st != WISP_OK) return raise_status(st, msg);
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    SessionObject *self = (SessionObject *)alloc(type, 0);
+    if (!self) { wisp_session_free(s); return NULL; }
+    self->s = s;
+    Py_INCREF(model);
+    self->model = model;
+    return (PyObject *)self;
+}
+
+static void Session_dealloc(PyObject *o)
+{
+    SessionObject *self = (SessionObject *)o;
+    PyTypeObject *tp = Py_TYPE(o);
+    wisp_session *s = self->s;
+    wisp_batch *b = self->text;
+    self->s = NULL; self->text = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    wisp_session_free(s);                 /* finishes batches in flight */
+    wisp_batch_free(b);
+    Py_END_ALLOW_THREADS
+    Py_CLEAR(self->model);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(o);
+    Py_DECREF(tp);
+}
+
+static int enter(SessionObject *self)
+{
+    if (self->busy) {
+        raise_status(WISP_ESTATE, "the session is in use by another thread (a session is used by one thread at a time)");
+        return -1;
+    }
+    self->busy = 1;
+    return 0;
+}
+
+/* Get the output buffer: writable C-contiguous float32 of at least n elements. */
+static int get_out(PyObject *o, size_t n, arg_buf *b)
+{
+    if (get_buf(o, "out", 1, 1, b) < 0) return -1;
+    if (b->kind != K_FLOAT || b->size != 4) {
+        PyErr_SetString(PyExc_TypeError, "out: must be a float32 array");
+        return -1;
+    }
+    if ((size_t)b->count < n) {
+        PyErr_Format(PyExc_ValueError, "out: %zd elements for %zu rows", b->count, n);
+        return -1;
+    }
+    return 0;
+}
+
+/* Score a batch wrapped over (row_ptr, ids, vals) into out, list NaN rows not
+ * already listed, and mark listed rows NaN. Runs without the GIL. */
+static int score_wrapped(SessionObject *self, size_t rows, const uint32_t *row_ptr, const uint32_t *ids,
+                         const float *vals, float *out, bad_list *bad, char *msg, size_t msglen)
+{
+    wisp_batch *b = NULL;
+    int st = wisp_batch_wrap(engine, rows, row_ptr, ids, NULL, vals, &b);
+    if (st == WISP_OK) st = wisp_session_score(self->s, b, out);
+    if (st != WISP_OK) copy_errmsg(msg, msglen, st);
+    wisp_batch_free(b);
+    return st;
+}
+
+/* Mark the rows of `bad` NaN in out, and list the other NaN outputs. */
+static void finish_bad(bad_list *bad, float *out, size_t rows)
+{
+    size_t listed = bad->n;
+    for (size_t i = 0; i < listed; i++) out[bad->v[i].row] = NAN;
+    if (listed > 1) qsort(bad->v, listed, sizeof *bad->v, cmp_bad);
+    size_t j = 0;
+    for (size_t r = 0; r < rows; r++) {
+        if (!isnan(out[r])) continue;
+        while (j < listed && bad->v[j].row < r) j++;
+        if (j < listed && bad->v[j].row == r) continue;
+        bad_add(bad, r, BAD_NAN_SCORE, 0, 0, NULL);
+    }
+}
+
+/* score_csr(indptr, indices, values or None, out) -> [(row, reason)]
+ *
+ * In place (no copy): indptr int32/uint32 with indptr[0] == 0; indices
+ * int32/uint32; values float32. Converted once here: indptr of other
+ * integer types (or not starting at 0: a slice of a larger CSR), indices of
+ * other integer types (negative: a bad row; >= 2^32: out of range),
+ * values of float64 or integer types. */
+static PyObject *Session_score_csr(SessionObject *self, PyObject *args)
+{
+    PyObject *o_ptr, *o_idx, *o_val, *o_out;
+    if (!PyArg_ParseTuple(args, "OOOO", &o_ptr, &o_idx, &o_val, &o_out)) return NULL;
+    arg_buf bp, bi, bv, bo;
+    memset(&bv, 0, sizeof bv); memset(&bi, 0, sizeof bi); memset(&bo, 0, sizeof bo);
+    PyObject *result = NULL;
+    int have_vals = o_val != Py_None;
+    if (get_buf(o_ptr, "indptr", 0, 1, &bp) < 0) goto done;
+    if (get_buf(o_idx, "indices", 0, 1, &bi) < 0) goto done;
+    if (have_vals && get_buf(o_val, "values", 0, 1, &bv) < 0) goto done;
+    if (bp.kind == K_FLOAT || bi.kind == K_FLOAT || bp.kind == K_BOOL || bi.kind == K_BOOL) {
+        PyErr_SetString(PyExc_TypeError, "indptr and indices must be integer arrays");
+        goto done;
+    }
+    if (bp.count < 1) { PyErr_SetString(PyExc_ValueError, "indptr is empty (it has rows + 1 entries)"); goto done; }
+    size_t rows = (size_t)bp.count - 1;
+    if (get_out(o_out, rows, &bo) < 0) goto done;
+    if (enter(self) < 0) goto done;
+
+    int st = WISP_OK, user_err = 0;
+    char msg[1024] = "";
+    bad_list bad = { 0 };
+    uint32_t *ptr_tmp = NULL, *ids_tmp = NULL;
+    float *vals_tmp = NULL;
+    float *out = bo.view.buf;
+    uint64_t nf = wisp_model_num_features(((ModelObject *)self->model)->m);
+    Py_BEGIN_ALLOW_THREADS
+    const uint32_t *row_ptr, *ids;
+    const float *vals = NULL;
+    int neg;
+    uint64_t base = int_at(&bp, 0, &neg);
+    if (neg) { user_err = 1; snprintf(msg, sizeof msg, "indptr[0] is negative"); goto unlocked; }
+    /* row_ptr */
+    if (bp.size == 4 && base == 0 && bp.kind != K_BOOL) {
+        row_ptr = bp.view.buf;
+        /* an int32 indptr with negative entries reads as huge uint32: the
+         * wrap's monotonicity check and the bound below refuse it */
+    } else {
+        ptr_tmp = malloc((rows + 1) * sizeof *ptr_tmp);
+        if (!ptr_tmp) { st = WISP_ENOMEM; snprintf(msg, sizeof msg, "out of memory converting indptr (%zu rows)", rows); goto unlocked; }
+        uint64_t prev = base;
+        for (size_t r = 0; r <= rows; r++) {
+            uint64_t v = int_at(&bp, r, &neg);
+            if (neg || v < prev) {
+                user_err = 1;
+                snprintf(msg, sizeof msg, "indptr decreases at row %zu (indptr[%zu] = %lld < indptr[%zu] = %lld)", r - 1,
+                         r, (long long)v, r - 1, (long long)prev);
+                goto unlocked;
+            }
+            if (v - base > WISP_MAX_NNZ) {
+                st = WISP_ELIMIT;
+                snprintf(msg, sizeof msg, "indptr[%zu] = %llu: more than WISP_MAX_NNZ (%u) features in one call",
+                         r, (unsigned long long)(v - base), WISP_MAX_NNZ);
+                goto unlocked;
+            }
+            ptr_tmp[r] = (uint32_t)(v - base);
+            prev = v;
+        }
+        row_ptr = ptr_tmp;
+    }
+    {
+        /* bounds: the rows' features lie inside indices (and values) */
+        uint64_t nnz = row_ptr[rows];
+        for (size_t r = 0; r < rows && row_ptr == (const uint32_t *)bp.view.buf; r++)
+            if (row_ptr[r + 1] < row_ptr[r]) {       /* the wrap says it too; say it in indptr's words */
+                user_err = 1;
+                snprintf(msg, sizeof msg, "indptr decreases at row %zu (indptr[%zu] = %u < indptr[%zu] = %u)", r, r + 1,
+                         row_ptr[r + 1], r, row_ptr[r]);
+                goto unlocked;
+            }
+        if (base + nnz > (uint64_t)bi.count) {
+            user_err = 1;
+            snprintf(msg, sizeof msg, "indptr[-1] = %llu but indices has %zd entries",
+                     (unsigned long long)(base + nnz), bi.count);
+            goto unlocked;
+        }
+        if (have_vals && base + nnz > (uint64_t)bv.count) {
+            user_err = 1;
+            snprintf(msg, sizeof msg, "indptr[-1] = %llu but values has %zd entries",
+                     (unsigned long long)(base + nnz), bv.count);
+            goto unlocked;
+        }
+        /* ids */
+        int ids_in_place = bi.size == 4;
+        if (ids_in_place) {
+            ids = (const uint32_t *)bi.view.buf + base;
+        } else {
+            ids_tmp = malloc((nnz ? nnz : 1) * sizeof *ids_tmp);
+            if (!ids_tmp) { st = WISP_ENOMEM; snprintf(msg, sizeof msg, "out of memory converting indices (%llu)", (unsigned long long)nnz); goto unlocked; }
+            for (size_t r = 0; r < rows; r++)
+                for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++) {
+                    uint64_t v = int_at(&bi, base + k, &neg);
+                    if (neg) { bad_add(&bad, r, BAD_NEG_INDEX, (int64_t)v, 0, NULL); v = UINT32_MAX; }
+                    ids_tmp[k] = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+                }
+            ids = ids_tmp;
+        }
+        /* values */
+        if (have_vals) {
+            if (bv.kind == K_FLOAT && bv.size == 4) {
+                vals = (const float *)bv.view.buf + base;
+                if (any_nonfinite_f32(vals, nnz))
+                    for (size_t r = 0; r < rows; r++)
+                        for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++)
+                            if (!isfinite(vals[k])) { bad_add(&bad, r, BAD_NONFINITE, -1, vals[k], NULL); break; }
+            } else {
+                vals_tmp = malloc((nnz ? nnz : 1) * sizeof *vals_tmp);
+                if (!vals_tmp) { st = WISP_ENOMEM; snprintf(msg, sizeof msg, "out of memory converting values"); goto unlocked; }
+                for (size_t r = 0; r < rows; r++)
+                    for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++) {
+                        double d = float_at(&bv, base + k);
+                        vals_tmp[k] = (float)d;
+                        if (!isfinite(vals_tmp[k])) bad_add(&bad, r, BAD_NONFINITE, -1, d, NULL);
+                    }
+                vals = vals_tmp;
+            }
+        }
+        uint64_t oor0 = wisp_session_stat(self->s, WISP_STAT_OUT_OF_RANGE);
+        st = score_wrapped(self, rows, row_ptr, ids, vals, out, &bad, msg, sizeof msg);
+        /* negative int32 indices read as ids >= 2^31: out of range of a model
+         * of <= 2^31 weights, so they show up in the counter; look for them
+         * only then (and always for larger models) */
+        if (st == WISP_OK && ids_in_place && bi.kind == K_INT &&
+            (nf > 0x80000000ull || wisp_session_stat(self->s, WISP_STAT_OUT_OF_RANGE) != oor0))
+            for (size_t r = 0; r < rows; r++)
+                for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++)
+                    if ((int32_t)ids[k] < 0) { bad_add(&bad, r, BAD_NEG_INDEX, (int32_t)ids[k], 0, NULL); break; }
+        if (st == WISP_OK) finish_bad(&bad, out, rows);
+    }
+unlocked:
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    free(ptr_tmp); free(ids_tmp); free(vals_tmp);
+    if (user_err) PyErr_SetString(PyExc_ValueError, msg);
+    else if (st != WISP_OK) raise_status(st, msg);
+    else result = bad_to_list(&bad);
+    bad_free(&bad);
+done:
+    rel_buf(&bp); rel_buf(&bi); rel_buf(&bv); rel_buf(&bo);
+    return result;
+}
+
+/* score_dense(X, out) -> [(row, reason)]: X 2-D C-contiguous; the non-zero
+ * entries of row i are its features (column j is id j), valued. NaN and
+ * infinities make the row bad. Any integer, bool or float element type. */
+static PyObject *Session_score_dense(SessionObject *self, PyObject *args)
+{
+    PyObject *o_x, *o_out;
+    if (!PyArg_ParseTuple(args, "OO", &o_x, &o_out)) return NULL;
+    arg_buf bx, bo;
+    memset(&bo, 0, sizeof bo);
+    PyObject *result = NULL;
+    if (get_buf(o_x, "X", 0, 2, &bx) < 0) goto done;
+    size_t rows = (size_t)bx.view.shape[0], cols = (size_t)bx.view.shape[1];
+    if (get_out(o_out, rows, &bo) < 0) goto done;
+    if (rows > WISP_MAX_ROWS) {
+        raise_status(WISP_ELIMIT, "X has more rows than WISP_MAX_ROWS");
+        goto done;
+    }
+    if (enter(self) < 0) goto done;
+    int st = WISP_OK;
+    char msg[1024] = "";
+    bad_list bad = { 0 };
+    uint32_t *row_ptr = NULL, *ids = NULL;
+    float *vals = NULL;
+    float *out = bo.view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    row_ptr = malloc((rows + 1) * sizeof *row_ptr);
+    if (!row_ptr) { st = WISP_ENOMEM; snprintf(msg, sizeof msg, "out of memory (%zu rows)", rows); goto unlocked; }
+    uint64_t nnz = 0;
+    row_ptr[0] = 0;
+    for (size_t r = 0; r < rows; r++) {
+        size_t n = 0;
+        for (size_t j = 0; j < cols; j++) n += float_at(&bx, r * cols + j) != 0.0;
+        if (n > WISP_MAX_ROW_FEATURES) {
+            st = WISP_ELIMIT;
+            snprintf(msg, sizeof msg, "row %zu has %zu non-zero columns, more than WISP_MAX_ROW_FEATURES (%u)", r, n,
+                     WISP_MAX_ROW_FEATURES);
+            goto unlocked;
+        }
+        nnz += n;
+        if (nnz > WISP_MAX_NNZ) {
+            st = WISP_ELIMIT;
+            snprintf(msg, sizeof msg, "X has more than WISP_MAX_NNZ (%u) non-zero entries", WISP_MAX_NNZ);
+            goto unlocked;
+        }
+        row_ptr[r + 1] = (uint32_t)nnz;
+    }
+    ids = malloc((nnz ? nnz : 1) * sizeof *ids);
+    vals = malloc((nnz ? nnz : 1) * sizeof *vals);
+    if (!ids || !vals) { st = WISP_ENOMEM; snprintf(msg, sizeof msg, "out of memory (%llu non-zero entries)", (unsigned long long)nnz); goto unlocked; }
+    size_t k = 0;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < cols; j++) {
+            double d = float_at(&bx, r * cols + j);
+            if (d == 0.0) continue;
+            if (!isfinite((float)d)) bad_add(&bad, r, BAD_NONFINITE, (int64_t)j, d, NULL);
+            ids[k] = j > UINT32_MAX ? UINT32_MAX : (uint32_t)j;
+            vals[k++] = (float)d;
+        }
+    st = score_wrapped(self, rows, row_ptr, ids, vals, out, &bad, msg, sizeof msg);
+    if (st == WISP_OK) finish_bad(&bad, out, rows);
+unlocked:
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    free(row_ptr); free(ids); free(vals);
+    if (st != WISP_OK) raise_status(st, msg);
+    else result = bad_to_list(&bad);
+    bad_free(&bad);
+done:
+    rel_buf(&bx); rel_buf(&bo);
+    return result;
+}
+
+/* parse_libsvm(data) -> rows: parse libsvm text (bytes-like) into the
+ * session's text batch; score_parsed(out) then scores it. The Python layer
+ * calls the pair under the session's lock. */
+static PyObject *Session_parse_libsvm(SessionObject *self, PyObject *arg)
+{
+    Py_buffer v;
+    if (PyObject_GetBuffer(arg, &v, PyBUF_SIMPLE) < 0) return NULL;
+    if (enter(self) < 0) { PyBuffer_Release(&v); return NULL; }
+    int st = WISP_OK;
+    char msg[1024] = "";
+    size_t rows = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (!self->text) st = wisp_batch_new(engine, &self->text);
+    else wisp_batch_clear(self->text);
+    if (st == WISP_OK) {
+        uint64_t line = 0;
+        st = wisp_batch_parse_libsvm(self->text, v.buf, (size_t)v.len, 1, 0, &line, NULL);
+    }
+    if (st != WISP_OK) copy_errmsg(msg, sizeof msg, st);
+    else rows = wisp_batch_rows(self->text);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    PyBuffer_Release(&v);
+    if (st != WISP_OK) return raise_status(st, msg);
+    return PyLong_FromSize_t(rows);
+}
+
+static PyObject *Session_score_parsed(SessionObject *self, PyObject *o_out)
+{
+    if (!self->text) { raise_status(WISP_ESTATE, "score_parsed: no text was parsed"); return NULL; }
+    size_t rows = wisp_batch_rows(self->text);
+    arg_buf bo;
+    if (get_out(o_out, rows, &bo) < 0) { rel_buf(&bo); return NULL; }
+    if (enter(self) < 0) { rel_buf(&bo); return NULL; }
+    int st;
+    char msg[1024] = "";
+    bad_list bad = { 0 };
+    float *out = bo.view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    st = wisp_session_score(self->s, self->text, out);
+    if (st != WISP_OK) copy_errmsg(msg, sizeof msg, st);
+    else {
+        size_t nb = wisp_batch_bad_count(self->text);
+        for (size_t i = 0; i < nb; i++) {
+            size_t row; uint64_t line; const char *m;
+            if (wisp_batch_bad_row(self->text, i, &row, &line, &m) == WISP_OK)
+                bad_add(&bad, row, BAD_ENGINE, 0, 0, m);
+        }
+        finish_bad(&bad, out, rows);
+    }
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    rel_buf(&bo);
+    PyObject *result = st != WISP_OK ? raise_status(st, msg) : bad_to_list(&bad);
+    bad_free(&bad);
+    return result;
+}
+
+static PyObject *Session_stats(SessionObject *self, PyObject *n)
+{
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    for (int i = 0; i < WISP_STAT_COUNT; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(wisp_session_stat(self->s, i));
+        if (!v || PyDict_SetItemString(d, wisp_stat_name(i), v) < 0) { Py_XDECREF(v); Py_DECREF(d); return NULL; }
+        Py_DECREF(v);
+    }
+    return d;
+}
+
+static PyObject *Session_reset_stats(SessionObject *self, PyObject *n)
+{
+    if (enter(self) < 0) return NULL;
+    wisp_session_reset_stats(self->s);
+    self->busy = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Session_device(SessionObject *self, PyObject *n)
+{ return PyUnicode_FromString(wisp_session_device(self->s)); }
+static PyObject *Session_last_device(SessionObject *self, PyObject *n)
+{ return PyUnicode_FromString(wisp_session_last_device(self->s)); }
+
+static PyObject *Session_set_device(SessionObject *self, PyObject *args)
+{
+    const char *device;
+    if (!PyArg_ParseTuple(args, "s", &device)) return NULL;
+    if (enter(self) < 0) return NULL;
+    int st;
+    char msg[1024] = "";
+    Py_BEGIN_ALLOW_THREADS
+    st = wisp_session_set_device(self->s, device);
+    if (st != WISP_OK) copy_errmsg(msg, sizeof msg, st);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (st != WISP_OK) return raise_status(st, msg);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Session_methods[] = {
+    { "score_csr",    (PyCFunction)Session_score_csr,    METH_VARARGS, "score_csr(indptr, indices, values|None, out) -> bad rows" },
+    { "score_dense",  (PyCFunction)Session_score_dense,  METH_VARARGS, "score_dense(X, out) -> bad rows" },
+    { "parse_libsvm", (PyCFunction)Session_parse_libsvm, METH_O,       "parse_libsvm(data) -> rows" },
+    { "score_parsed", (PyCFunction)Session_score_parsed, METH_O,       "score_parsed(out) -> bad rows" },
+    { "stats",        (PyCFunction)Session_stats,        METH_NOARGS,  "The statistics as a dict." },
+    { "reset_stats",  (PyCFunction)Session_reset_stats,  METH_NOARGS,  "Zero the statistics." },
+    { "device",       (PyCFunction)Session_device,       METH_NOARGS,  "The device asked for." },
+    { "last_device",  (PyCFunction)Session_last_device,  METH_NOARGS,  "The device that scored the last batch." },
+    { "set_device",   (PyCFunction)Session_set_device,   METH_VARARGS, "set_device(name)" },
+    { NULL, NULL, 0, NULL }
+};
+
+static PyType_Slot Session_slots[] = {
+    { Py_tp_doc, "A scoring session (low level; use Model.session)." },
+    { Py_tp_new, Session_new },
+    { Py_tp_dealloc, Session_dealloc },
+    { Py_tp_methods, Session_methods },
+    { 0, NULL }
+};
+static PyType_Spec Session_spec = { "wisp._wisp.Session", sizeof(SessionObject), 0, Py_TPFLAGS_DEFAULT, Session_slots };
+
+/* ---- module --------------------------------------------------------------------------- */
+
+static PyMethodDef module_methods[] = {
+    { "register_errors", py_register_errors, METH_VARARGS, "register_errors(base, {status: class})" },
+    { "devices",         py_devices,         METH_NOARGS,  "devices() -> ([(name, memory, capability, usable)], gpu_status, threads)" },
+    { "version",         py_version,         METH_NOARGS,  "The engine's version string." },
+    { "stat_names",      py_stat_names,      METH_NOARGS,  "The statistics' names, in order." },
+    { NULL, NULL, 0, NULL }
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "wisp._wisp", "The C core of the wisp package (use the package `wisp`).", -1,
+    module_methods, NULL, NULL, NULL, NULL
+};
+
+PyMODINIT_FUNC PyInit__wisp(void)
+{
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m) return NULL;
+    ModelType = PyType_FromSpec(&Model_spec);
+    SessionType = PyType_FromSpec(&Session_spec);
+    if (!ModelType || !SessionType) goto fail;
+    Py_INCREF(ModelType);
+    if (PyModule_AddObject(m, "Model", ModelType) < 0) { Py_DECREF(ModelType); goto fail; }
+    Py_INCREF(SessionType);
+    if (PyModule_AddObject(m, "Session", SessionType) < 0) { Py_DECREF(SessionType); goto fail; }
+    static const struct { const char *name; int v; } consts[] = {
+        { "OK", WISP_OK }, { "EINVAL", WISP_EINVAL }, { "ENOMEM", WISP_ENOMEM }, { "EIO", WISP_EIO },
+        { "EFORMAT", WISP_EFORMAT }, { "ECHECKSUM", WISP_ECHECKSUM }, { "EVERSION", WISP_EVERSION },
+        { "EPARSE", WISP_EPARSE }, { "ELIMIT", WISP_ELIMIT }, { "ENODEV", WISP_ENODEV },
+        { "EDEVICE", WISP_EDEVICE }, { "ESTATE", WISP_ESTATE },
+    };
+    for (size_t i = 0; i < sizeof consts / sizeof consts[0]; i++)
+        if (PyModule_AddIntConstant(m, consts[i].name, consts[i].v) < 0) goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}
