@@ -608,7 +608,9 @@ static size_t tiny_blocks(size_t rows, int lanes)
     return (rows * (size_t)lanes + WISP_K_BLOCK - 1) / WISP_K_BLOCK;
 }
 
-static void layout(struct lay *L, size_t rows, size_t nnz, size_t nvals, int vm, int nsh, int zc)
+/* nsh: answer arrays (one per shard held in the broadcast mode); osz: bytes
+ * an answer (4: a float probability; 8: a double partial sum, OUT_SIZE). */
+static void layout(struct lay *L, size_t rows, size_t nnz, size_t nvals, int vm, int nsh, int zc, size_t osz)
 {
     size_t o = 0;
     L->rp = o;   o = al(o + (rows + 1) * 4);
@@ -616,7 +618,7 @@ static void layout(struct lay *L, size_t rows, size_t nnz, size_t nvals, int vm,
     L->vp = o;   if (vm == WISP_VALUES_MIXED) o = al(o + (rows + 1) * 4);
     L->vals = o; if (vm != WISP_VALUES_NONE) o = al(o + nvals * 4);
     L->cnt = o;  o += CNT_BYTES;
-    L->out = o;  o = al(o + (size_t)nsh * rows * 4);
+    L->out = o;  o = al(o + (size_t)nsh * rows * osz);
     L->oorr = o; if (zc) o = al(o + rows * 4);
     L->flg = o;  if (zc) o = al(o + tiny_blocks(rows, 32) * 4);
     L->total = o;
@@ -624,7 +626,8 @@ static void layout(struct lay *L, size_t rows, size_t nnz, size_t nvals, int vm,
 
 /* The layout of a whole owned batch shipped from its arena: val_ptr, row_ptr
  * and vals at the arena's own offsets (so neighbours go in one copy), ids after. */
-static void layout_mirror(struct lay *L, const wisp_batch *b, size_t rows, size_t nnz, size_t nvals, int vm, int nsh)
+static void layout_mirror(struct lay *L, const wisp_batch *b, size_t rows, size_t nnz, size_t nvals, int vm, int nsh,
+                          size_t osz)
 {
     size_t head = b->off_rp + (rows + 1) * 4;
     if (vm != WISP_VALUES_NONE && b->off_vals + nvals * 4 > head) head = b->off_vals + nvals * 4;
@@ -634,7 +637,7 @@ static void layout_mirror(struct lay *L, const wisp_batch *b, size_t rows, size_
     size_t o = al(head);
     L->ids = o;  o = al(o + nnz * 4);
     L->cnt = o;  o += CNT_BYTES;
-    L->out = o;  o = al(o + (size_t)nsh * rows * 4);
+    L->out = o;  o = al(o + (size_t)nsh * rows * osz);
     L->oorr = o;
     L->flg = o;
     L->total = o;
@@ -741,6 +744,11 @@ struct job {
     uint64_t t_enq;                           /* when the first work was enqueued */
 };
 
+/* Bytes an answer takes in a unit's buffers: a float probability, or in the
+ * broadcast mode a double partial sum (a float one could overflow where the
+ * CPU's double sum does not). */
+#define OUT_SIZE(j) ((j)->partial ? sizeof(double) : sizeof(float))
+
 #define JOB_CHECK(j, u, call, what) do { \
     cudaError_t e_ = (call); \
     if (e_ != cudaSuccess && (j)->err == cudaSuccess) { (j)->err = e_; (j)->err_dev = (u)->dev; (j)->err_what = (what); } \
@@ -828,7 +836,8 @@ static void fill_params(const struct job *j, const struct unit *u, int i, size_t
     p->val_ptr = j->vm == WISP_VALUES_MIXED ? (const uint32_t *)(u->dbuf + L->vp) + a : NULL;
     p->vals = j->vm != WISP_VALUES_NONE ? (const float *)(u->dbuf + L->vals) : NULL;
     p->weights = u->w[i];
-    p->out = (float *)(u->dbuf + L->out) + (size_t)i * (u->r1 - u->r0) + a;
+    if (j->partial) p->part = (double *)(u->dbuf + L->out) + (size_t)i * (u->r1 - u->r0) + a;
+    else p->out = (float *)(u->dbuf + L->out) + (size_t)i * (u->r1 - u->r0) + a;
     p->oor = (!j->partial || sh == 0) ? (unsigned long long *)(u->dbuf + L->cnt) : NULL;
     p->rows = (uint32_t)(z - a);
     p->ptr_base = u->base;
@@ -839,8 +848,8 @@ static void fill_params(const struct job *j, const struct unit *u, int i, size_t
     p->id_span = j->sh_span[sh];
     p->num_features = j->nf;
     p->partial = j->partial;
-    p->bias = (float)j->m->bias;
-    p->scale = j->m->dtype == WISP_I8 ? j->m->scale : 1.0f;
+    p->bias = j->m->bias;
+    p->scale = j->m->dtype == WISP_I8 ? (double)j->m->scale : 1.0;
 }
 
 static int sticky_hook(struct job *j, struct unit *u, cudaStream_t st)
@@ -938,12 +947,13 @@ static void enqueue_large_compute(struct job *j, struct unit *u)
         launch_chunk(j, u, c, u->comp);
         if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_CHUNK + 3 * c + 1], u->comp), "recording an event");
         if (z > a) {
+            const size_t osz = OUT_SIZE(j);
             for (int i = 0; i < u->nout; i++) {
-                size_t off = (size_t)i * rows * 4 + a * 4;
+                size_t off = (size_t)i * rows * osz + a * osz;
                 void *dst = u->direct_out ? (void *)(j->out + u->r0 + a) : (void *)(hout + (L->out - L->cnt) + off);
-                JOB_CHECK(j, u, cudaMemcpyAsync(dst, u->dbuf + L->out + off, (z - a) * 4, cudaMemcpyDeviceToHost, u->comp),
+                JOB_CHECK(j, u, cudaMemcpyAsync(dst, u->dbuf + L->out + off, (z - a) * osz, cudaMemcpyDeviceToHost, u->comp),
                           "copying results from the device");
-                j->bytes_d2h += (z - a) * 4;
+                j->bytes_d2h += (z - a) * osz;
             }
         }
         if (u->host_out) JOB_CHECK(j, u, cudaEventRecord(u->done[c], u->comp), "recording an event");
@@ -1006,8 +1016,8 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
         t.p.nvals = u->nvals;
         t.p.id_span = j->nf;
         t.p.num_features = j->nf;
-        t.p.bias = (float)j->m->bias;
-        t.p.scale = j->m->dtype == WISP_I8 ? j->m->scale : 1.0f;
+        t.p.bias = j->m->bias;
+        t.p.scale = j->m->dtype == WISP_I8 ? (double)j->m->scale : 1.0;
         t.flags = NULL;
         t.seq = 0;
         if (j->poll) {
@@ -1064,8 +1074,8 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
             p.id_lo = 0;
             p.id_span = j->nf;
             p.num_features = j->nf;
-            p.bias = (float)j->m->bias;
-            p.scale = j->m->dtype == WISP_I8 ? j->m->scale : 1.0f;
+            p.bias = j->m->bias;
+            p.scale = j->m->dtype == WISP_I8 ? (double)j->m->scale : 1.0;
             JOB_CHECK(j, u, (cudaError_t)wisp_k_score(&p, j->dtype, j->vm, j->lanes, u->comp), "launching the score kernel");
         }
         if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_END], u->comp), "recording an event");
@@ -1089,7 +1099,7 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
             JOB_CHECK(j, u, cudaMemcpyAsync(u->dbuf, hin, L->cnt + CNT_BYTES, cudaMemcpyHostToDevice, u->comp),
                       "copying a batch to the device");
             launch_chunk(j, u, 0, u->comp);
-            size_t n = L->out - L->cnt + (size_t)u->nout * rows * 4;
+            size_t n = L->out - L->cnt + (size_t)u->nout * rows * OUT_SIZE(j);
             JOB_CHECK(j, u, cudaMemcpyAsync(hin + L->cnt, u->dbuf + L->cnt, n, cudaMemcpyDeviceToHost, u->comp),
                       "copying results from the device");
             j->bytes_h2d += L->cnt + CNT_BYTES;
@@ -1383,13 +1393,13 @@ static int plan(struct job *j)
             u->rows_b = pow2_at_least(urows, 16);
             u->nnz_b = pow2_at_least(u->nnz, 256);
             u->nvals_b = j->vm == WISP_VALUES_MIXED ? pow2_at_least(u->nvals, 256) : j->vm == WISP_VALUES_ALL ? u->nnz_b : 0;
-            layout(&u->L, u->rows_b, u->nnz_b, u->nvals_b, j->vm, 1, 0);
+            layout(&u->L, u->rows_b, u->nnz_b, u->nvals_b, j->vm, 1, 0, 4);
         } else {
-            layout(&u->L, urows, u->nnz, u->nvals, j->vm, u->nout, j->zc);
+            layout(&u->L, urows, u->nnz, u->nvals, j->vm, u->nout, j->zc, OUT_SIZE(j));
         }
         /* a whole owned batch, copied from its arena: the device buffer mirrors the arena's offsets */
         u->mirror = j->arena && !j->small && !j->zc && !j->staged && u->r0 == 0 && u->r1 == rows;
-        if (u->mirror) layout_mirror(&u->L, b, urows, u->nnz, u->nvals, j->vm, u->nout);
+        if (u->mirror) layout_mirror(&u->L, b, urows, u->nnz, u->nvals, j->vm, u->nout, OUT_SIZE(j));
         u->direct_out = !j->partial && !j->small && !j->zc && j->out_pinned;
         u->host_out = !j->partial && !j->small && !j->zc && !j->out_pinned;
         if (j->small || j->zc) {
@@ -1431,17 +1441,28 @@ static int plan(struct job *j)
     return WISP_OK;
 }
 
-/* Broadcast shards: out = sigmoid(bias + the sum of the partial sums), rows [t * per, (t + 1) * per). */
-struct combine { size_t rows, per; float *out; float bias; int nparts; const float *part[MAX_SHARDS]; };
+/* score_cpu.c's sigmoid, the same operations: exp of a non-positive number
+ * only, in double, rounded to float once. */
+static float sigmoid_cpu(double z)
+{
+    if (z >= 0) return (float)(1.0 / (1.0 + exp(-z)));
+    double e = exp(z);
+    return (float)(e / (1.0 + e));
+}
+
+/* Broadcast shards: out = sigmoid(bias + the sum of the partial sums), rows
+ * [t * per, (t + 1) * per); the partial sums are doubles and are added in
+ * double, the sigmoid is the CPU's. */
+struct combine { size_t rows, per; float *out; double bias; int nparts; const double *part[MAX_SHARDS]; };
 
 static void combine_task(void *vc, size_t t)
 {
     const struct combine *c = vc;
     const size_t a = t * c->per, z = a + c->per < c->rows ? a + c->per : c->rows;
     for (size_t r = a; r < z; r++) {
-        float x = c->part[0][r];
+        double x = c->part[0][r];
         for (int i = 1; i < c->nparts; i++) x += c->part[i][r];
-        c->out[r] = 1.f / (1.f + expf(-(c->bias + x)));
+        c->out[r] = sigmoid_cpu(c->bias + x);
     }
 }
 
@@ -1621,12 +1642,12 @@ static int job_finish(struct job *j, uint64_t *stats, int async)
     }
     if (j->partial) {
         const uint64_t t_comb = wisp_now_ns();
-        struct combine c = { .rows = rows, .out = out, .bias = (float)m->bias, .nparts = j->nshards };
+        struct combine c = { .rows = rows, .out = out, .bias = m->bias, .nparts = j->nshards };
         for (int sh = 0; sh < j->nshards; sh++) {
             const struct unit *u = &s->u[sh % s->nunits];
             const size_t i = (size_t)(sh / s->nunits);
             const char *hout = (j->staged ? s->stage + u->soff + u->L.cnt : s->stage + u->soff) + (u->L.out - u->L.cnt);
-            c.part[sh] = (const float *)hout + i * rows;
+            c.part[sh] = (const double *)hout + i * rows;
         }
         /* over the engine's threads: one core adds 4M rows of 2 shards in ~25 ms (H200 host) */
         const int th = s->ctx->eng ? wisp_engine_threads(s->ctx->eng) : 1;
@@ -1832,7 +1853,7 @@ int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int
     int st = get_weights(s->ctx, m, u->dev, 0, (uint32_t)m->num_features, &w, junk);
     if (st != WISP_OK) return st;
     struct lay L;
-    layout(&L, rows, nnz, nvals, vm, 1, 0);
+    layout(&L, rows, nnz, nvals, vm, 1, 0, 4);
     st = grow_dbuf(s, u, L.total);
     if (st != WISP_OK) return st;
     char *d = u->dbuf;
@@ -1860,8 +1881,8 @@ int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int
     p.nvals = nvals;
     p.id_span = (uint32_t)m->num_features;
     p.num_features = (uint32_t)m->num_features;
-    p.bias = (float)m->bias;
-    p.scale = m->dtype == WISP_I8 ? m->scale : 1.0f;
+    p.bias = m->bias;
+    p.scale = m->dtype == WISP_I8 ? (double)m->scale : 1.0;
     if (!lanes) lanes = wisp_k_lanes_for((double)nnz / (double)rows);
     for (int i = 0; i < iters && e == cudaSuccess; i++) {
         e = cudaEventRecord(u->ev[EV_START], u->comp);

@@ -12,6 +12,18 @@
 // shuffle reduction. Lanes whose row is past the end do no loads but still
 // join the shuffles (every shuffle uses the full mask), so no thread exits
 // early.
+//
+// Arithmetic: the CPU's (score_cpu.c), so the GPU is safe for every table the
+// loader accepts: each weight and value widened to double, product and sum in
+// double (__dmul_rn/__dadd_rn: no contraction into an FMA, as on the CPU),
+// the int8 scale applied to the double sum, the sigmoid in double. A float sum
+// overflowed for products beyond FLT_MAX (weights ~3e38 times values ~10) and
+// gave 0, 1 or NaN where the CPU is finite; the broadcast shards' partial sums
+// are doubles for the same reason. Cost (predicted, not yet measured): the
+// kernel is bound by random weight reads (~0.85 ms for 1M rows x 39 features,
+// gpu_notes.md); 39M FP64 multiplies and adds are ~2 us at the H200's FP64
+// rate (34 TFLOP/s vector, 67 tensor), the FP64 exp is once a row: no
+// measurable change at 1M rows.
 #include "score.cuh"
 #include "wisp.h"
 
@@ -46,6 +58,15 @@ template <> struct weight<int8_t> {
 };
 
 // ---- the score kernel ----------------------------------------------------------
+
+// The CPU's sigmoid (score_cpu.c): exp of a non-positive number only, in double,
+// rounded to float once; NaN stays NaN.
+__device__ __forceinline__ float sigmoid(double z)
+{
+    if (z >= 0) return static_cast<float>(1.0 / (1.0 + exp(-z)));
+    const double e = exp(z);
+    return static_cast<float>(e / (1.0 + e));
+}
 
 // Where the batch's arrays are read from: global memory through the read-only
 // path, or shared memory (the tiny kernel copies its launch parameters there).
@@ -84,7 +105,7 @@ __device__ __forceinline__ void score_rows(const wisp_kparams &p, const wisp_ksh
         }
     }
 
-    float acc = 0.f;
+    double acc = 0.0;                               // as the CPU: products and sum in double
     uint32_t oor = 0;
     for (uint32_t k0 = start + lane; k0 < end; k0 += UNROLL * L) {
         uint32_t id[UNROLL];
@@ -123,7 +144,8 @@ __device__ __forceinline__ void score_rows(const wisp_kparams &p, const wisp_ksh
         }
 #pragma unroll
         for (int j = 0; j < UNROLL; j++)
-            if (in[j]) acc = fmaf(w[j], v[j], acc);
+            // widen, multiply, add, each rounded as the CPU does (no fused multiply-add)
+            if (in[j]) acc = __dadd_rn(acc, __dmul_rn(static_cast<double>(w[j]), static_cast<double>(v[j])));
     }
 
 #pragma unroll
@@ -133,8 +155,9 @@ __device__ __forceinline__ void score_rows(const wisp_kparams &p, const wisp_ksh
     }
 
     if (active && lane == 0) {
-        const float z = acc * p.scale;
-        p.out[r] = p.partial ? z : 1.f / (1.f + expf(-(p.bias + z)));
+        const double z = acc * p.scale;
+        if (p.partial) p.part[r] = z;
+        else p.out[r] = sigmoid(p.bias + z);
         if (p.oor_rows) p.oor_rows[r] = oor;
         if (p.oor && oor) atomicAdd(p.oor, static_cast<unsigned long long>(oor));
     }
@@ -294,7 +317,7 @@ extern "C" int wisp_k_lanes_for(double w)
 // the arrays a launch of p needs (t: the shards, or NULL for p->weights)
 static bool params_ok(const wisp_kparams *p, const wisp_kshards *t, int value_mode)
 {
-    if (!p || !p->out || !p->row_ptr || (p->nnz && !p->ids)) return false;
+    if (!p || (p->partial ? !p->part : !p->out) || !p->row_ptr || (p->nnz && !p->ids)) return false;
     if (value_mode == WISP_KV_ALL && p->nnz && !p->vals) return false;
     if (value_mode == WISP_KV_MIXED && (!p->val_ptr || (p->nvals && !p->vals))) return false;
     if (!t) return !p->nnz || p->weights;

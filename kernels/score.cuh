@@ -21,7 +21,8 @@ typedef struct wisp_kparams {
     const uint32_t *val_ptr;    /* rows + 1 entries; value mode MIXED only */
     const float    *vals;       /* ALL: nnz entries; MIXED: nvals entries; NONE: NULL */
     const void     *weights;    /* the table (or a shard of it): element i is the weight of id id_lo + i */
-    float          *out;        /* rows floats: probabilities, or partial sums when partial != 0 */
+    float          *out;        /* rows floats: probabilities (partial == 0) */
+    double         *part;       /* rows doubles: partial sums scale * sum (partial != 0) */
     unsigned long long *oor;    /* if not NULL: atomically += ids >= num_features */
     uint32_t       *oor_rows;   /* if not NULL: oor_rows[r] = out-of-range ids of row r (zero-copy mode) */
     /* if not NULL: rows, nnz, nvals, ptr_base, val_base are read from hdr[0..4]
@@ -36,9 +37,14 @@ typedef struct wisp_kparams {
     uint32_t id_lo;             /* ids in [id_lo, id_lo + id_span) are looked up */
     uint32_t id_span;
     uint32_t num_features;      /* ids >= num_features are out of range (counted, skipped) */
-    int   partial;              /* 0: out = sigmoid(bias + scale * sum); 1: out = scale * sum */
-    float bias;
-    float scale;                /* int8 dequantization scale; 1 otherwise */
+    int   partial;              /* 0: out = sigmoid(bias + scale * sum); 1: part = scale * sum */
+    /* The sum is the CPU's (score_cpu.c): each weight and value widened to
+     * double, their product and the running sum in double, the int8 scale
+     * applied to the double sum, the sigmoid in double, rounded to float
+     * once. So a product that overflows float (3e38 * 10) or a scale near
+     * FLT_MAX gives the CPU's finite answer, never 0, 1 or NaN by overflow. */
+    double bias;
+    double scale;               /* int8 dequantization scale; 1 otherwise */
 } wisp_kparams;
 
 /* A table split by id range over devices that read each other's memory

@@ -51,11 +51,14 @@ if want seed; then
     tail -45 "$out/seed.log"
 fi
 if want sanitize; then
-    step "compute-sanitizer memcheck + racecheck on the GPU specs (quick mode)"
-    for tool in memcheck racecheck; do
-        WISP_TEST_GPU=1 WISP_TEST_GPU_QUICK=1 WISP_TEST_NO_STICKY=1 timeout 70 \
-            compute-sanitizer --tool $tool --error-exitcode 99 build/test/test_gpu > "$out/$tool.log" 2>&1
-        echo "$tool: exit $? ; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test_gpu: [0-9]+ passed' "$out/$tool.log" | tr '\n' ' ')"
+    step "compute-sanitizer memcheck + racecheck on the GPU specs (quick mode): test_gpu, test_transform_gpu"
+    make BUILD=build build/test/test_gpu build/test/test_transform_gpu > /dev/null 2>&1
+    for t in test_gpu test_transform_gpu; do
+        for tool in memcheck racecheck; do
+            WISP_TEST_GPU=1 WISP_TEST_GPU_QUICK=1 WISP_TEST_NO_STICKY=1 timeout 70 \
+                compute-sanitizer --tool $tool --error-exitcode 99 build/test/$t > "$out/${t}_$tool.log" 2>&1
+            echo "$t $tool: exit $? ; $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|$t: [0-9]+ passed" "$out/${t}_$tool.log" | tr '\n' ' ')"
+        done
     done
 fi
 if want batcher; then

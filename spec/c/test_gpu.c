@@ -1,8 +1,9 @@
-/* test_gpu.c — the CUDA backend: CPU fallback without a GPU; with WISP_TEST_GPU=1, conformance against a float64 reference and the CPU, splits, shards, faults, submit/wait streams. */
+/* test_gpu.c — the CUDA backend: CPU fallback without a GPU; with WISP_TEST_GPU=1, conformance against a float64 reference and the CPU (sums beyond float too), splits, shards, faults, submit/wait streams. */
 #include "internal.h"
 #include "check.h"
 #include "testrand.h"
 
+#include <float.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -229,6 +230,126 @@ static void set_env(const char *k, const char *v)
 }
 
 static void test_async(wisp_engine *eng, const char *device, int on_gpu, int quick);
+
+/* ---- sums beyond float: the GPU sums as the CPU does (kernels/score.cu) -------------------------
+ * Weights near FLT_MAX times values of 10 (and 3e38, and 1e30) give products and partial sums
+ * that overflow float but not double; the int8 model's scale is FLT_MAX / 127. Summed in float
+ * (the kernel before) these rows gave NaN (inf - inf) or 0/1; in double they are the finite
+ * answers of the float64 reference. Every route: whole table (tiny, inline, small and large
+ * batches), peer shards, broadcast shards (partial sums added on the host), 3 parts. */
+static wisp_model *wide_model(wisp_engine *eng, int dtype)
+{
+    const uint64_t nf = 1024;
+    float *w = calloc(nf, sizeof *w);
+    for (uint64_t i = 3; i < nf; i++) w[i] = (float)((rnd01() - 0.5) * 0.01);
+    w[0] = dtype == WISP_I8 ? FLT_MAX : 3e38f;
+    w[1] = -w[0];
+    w[2] = 1.5f;
+    w[512] = -w[0];                                  /* in the second of 2 shards */
+    w[513] = w[0];
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/wisp_test_gpu_%d_%d.wisp", (int)getpid(), model_seq++);
+    wisp_model *m = NULL;
+    CHECK_OK(wisp_model_write(path, w, nf, 0.25, dtype, "source=test_gpu wide\n", NULL));
+    CHECK_OK(wisp_model_load(eng, path, &m));
+    unlink(path);
+    free(w);
+    return m;
+}
+
+static void wide_data(struct data *d, const wisp_model *m, size_t copies)
+{
+    static const uint32_t rid[][3] = { { 0, 1, 9 }, { 0, 512, 9 }, { 0, 1, 2 }, { 0, 513, 1 }, { 0, 1, 2 }, { 0, 512, 2 },
+                                       { 1, 512, 9 }, { 513, 1, 2 } };
+    static const float rv[][3] = { { 10, 10, 0 }, { 10, 10, 0 }, { 10, 10, 1 }, { 10, 10, 10 }, { 3e38f, 3e38f, 1 },
+                                   { 1e30f, 1e30f, -2 }, { 10, -10, 0 }, { 3e38f, 3e38f, 7 } };
+    static const unsigned rn[] = { 2, 2, 3, 3, 3, 3, 2, 3 };
+    const size_t nr = sizeof rn / sizeof rn[0], rows = nr * copies;
+    memset(d, 0, sizeof *d);
+    d->rows = rows;
+    d->row_ptr = malloc((rows + 1) * sizeof *d->row_ptr);
+    d->val_ptr = malloc((rows + 1) * sizeof *d->val_ptr);
+    d->ids = malloc(rows * 3 * sizeof *d->ids);
+    d->ids64 = malloc(rows * 3 * sizeof *d->ids64);
+    d->vals = malloc(rows * 3 * sizeof *d->vals);
+    d->ref = malloc(rows * sizeof *d->ref);
+    d->row_ptr[0] = d->val_ptr[0] = 0;
+    for (size_t r = 0; r < rows; r++) {
+        const size_t q = r % nr;
+        /* the float64 reference: the weights as the model holds them (int8: the stored q, the
+         * scale applied to the row's sum), products and sum in double */
+        const int i8 = wisp_model_dtype(m) == WISP_I8;
+        double sum = 0;
+        for (unsigned k = 0; k < rn[q]; k++) {
+            const uint32_t id = rid[q][k];
+            d->ids[d->nnz] = id;
+            d->ids64[d->nnz] = id;
+            d->vals[d->nvals++] = rv[q][k];
+            const double w = i8 ? (double)((const int8_t *)m->weights)[id] : (double)wisp_model_weight(m, id);
+            sum += w * (double)rv[q][k];
+            d->nnz++;
+        }
+        const double z = wisp_model_bias(m) + (i8 ? sum * (double)wisp_model_scale(m) : sum);
+        d->row_ptr[r + 1] = (uint32_t)d->nnz;
+        d->val_ptr[r + 1] = (uint32_t)d->nvals;
+        d->ref[r] = z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z));
+    }
+}
+
+static void wide_case(const char *what, wisp_engine *eng, wisp_model *m, size_t copies, int vm, int wrap,
+                      const char *device)
+{
+    struct data d;
+    wide_data(&d, m, copies);
+    struct outcome o = run_case(eng, m, &d, vm, wrap, device);
+    const int mode_ok = want_mode < 0 || (o.mode == want_mode && o.units == want_units && o.shards == want_shards);
+    CHECK_MSG(o.unwritten == 0 && o.maxerr <= TOL && o.maxerr_cpu <= TOL && o.fallbacks == 0
+              && !strncmp(o.last, "gpu", 3) && mode_ok,
+              "sums beyond float, %s [dtype %s, rows %zu, %s, %s]: NaN answers %d, max |gpu - f64| %.3g, "
+              "max |gpu - cpu| %.3g, fallbacks %llu, last device %s, mode %d units %d shards %d (want %d %d %d)",
+              what, wisp_dtype_name(wisp_model_dtype(m)), d.rows, vm == VM_ALL ? "all valued" : "mixed",
+              wrap ? "wrapped" : "built", o.unwritten, o.maxerr, o.maxerr_cpu, (unsigned long long)o.fallbacks,
+              o.last, o.mode, o.units, o.shards, want_mode, want_units, want_shards);
+    data_free(&d);
+}
+
+static void test_wide_sums(wisp_engine *eng)
+{
+    const int dtypes[] = { WISP_F32, WISP_I8 };
+    for (int t = 0; t < 2; t++) {
+        /* the whole table: a tiny batch (inline), a small one (graph), a large one (chunks), zero-copy */
+        wisp_model *m = wide_model(eng, dtypes[t]);
+        wide_case("whole table, tiny", eng, m, 1, VM_ALL, 0, "gpu");
+        wide_case("whole table, small", eng, m, 200, VM_MIXED, 0, "gpu");
+        wide_case("whole table, large", eng, m, 40000, VM_ALL, 1, "gpu");
+        set_env("WISP_GPU_ZEROCOPY", "all");
+        wide_case("zero-copy", eng, m, 40000, VM_MIXED, 0, "gpu");
+        set_env("WISP_GPU_ZEROCOPY", NULL);
+        set_env("WISP_GPU_PARTS", "3");
+        wide_case("3 parts", eng, m, 40000, VM_ALL, 0, "gpus");
+        set_env("WISP_GPU_PARTS", NULL);
+        wisp_model_free(m);
+        /* shards: ids 0..511 and 512..1023, peer (kernels read each other's shard) and broadcast
+         * (each unit's partial sums, added up on the host); a fresh model per mode */
+        const char *modes[] = { "peer", "broadcast" };
+        for (int k = 0; k < 2; k++) {
+            m = wide_model(eng, dtypes[t]);
+            set_env("WISP_GPU_SHARDING", modes[k]);
+            set_env("WISP_GPU_PARTS", "2");
+            set_env("WISP_GPU_SHARDS", "2");
+            want_mode = k == 0 ? 2 : 1;
+            want_units = 2;
+            want_shards = 2;
+            wide_case(modes[k], eng, m, 1, VM_ALL, 0, "gpu");
+            wide_case(modes[k], eng, m, 40000, VM_MIXED, 1, "gpu");
+            want_mode = -1;
+            set_env("WISP_GPU_SHARDS", NULL);
+            set_env("WISP_GPU_PARTS", NULL);
+            set_env("WISP_GPU_SHARDING", NULL);
+            wisp_model_free(m);
+        }
+    }
+}
 
 /* ---- owned batches: one arena, shipped packed (engine/batch.c, engine/cuda.c) ---------------- */
 
@@ -1016,6 +1137,7 @@ int main(void)
         unsetenv("WISP_NO_GPU");
         if (want_gpu) {
             test_gpu(eng, quick);
+            test_wide_sums(eng);
             test_packed(eng, quick);
             test_async(eng, "gpu", 1, quick);
             test_async(eng, "gpu:0", 1, quick);

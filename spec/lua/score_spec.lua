@@ -446,3 +446,79 @@ describe("session:submit / session:wait", function()
     os.remove(path)
   end)
 end)
+
+describe("a batch in flight (submitted, not yet waited for) belongs to wisp", function()
+  local wisp = require "wisp"
+  local ffi = require "ffi"
+  local path, m
+  setup(function()
+    path = os.tmpname()
+    local w = {}
+    for i = 1, 50 do w[i] = (i % 5 - 2) / 10 end
+    assert(wisp.write_model(path, w, { bias = -0.1 }))
+    m = assert(wisp.load(path))
+  end)
+  teardown(function() m:close(); os.remove(path) end)
+  local function rows_batch(n)
+    local b = wisp.batch()
+    for r = 1, n do assert(b:add({ r % 50, (3 * r) % 50 }, { 0.25, r / 8 })) end
+    return b
+  end
+  local devices = { "cpu", "auto" }
+  for _, d in ipairs(gpus()) do devices[#devices + 1] = d end
+  for _, device in ipairs(devices) do
+    it("refuses close, clear, add and a second submit until its wait (" .. device .. ")", function()
+      local s = assert(m:session(device))
+      local b, out = rows_batch(40), ffi.new("float[40]")
+      assert(s:submit(b, out))
+      raises("calling 'close' on a batch that is submitted and not yet waited for", function() b:close() end)
+      raises("calling 'clear' on a batch that is submitted and not yet waited for", function() b:clear() end)
+      raises("calling 'add' on a batch that is submitted and not yet waited for", function() b:add({ 1 }) end)
+      raises("calling 'parse_libsvm' on a batch that is submitted", function() b:parse_libsvm("1 2:1\n") end)
+      raises("batch is already submitted and not yet waited for", function() s:submit(b, ffi.new("float[40]")) end)
+      assert.is_false(b:is_closed())
+      local got, gout = assert(s:wait())
+      assert.equal(b, got)
+      assert.equal(out, gout)
+      local want = m:session("cpu"):score_table(b)
+      for r = 1, 40 do assert.near(want[r], out[r - 1], GPU_TOL) end
+      assert(s:submit(b, out))                          -- its own again: another submit, then close
+      assert(s:wait())
+      b:add({ 3 })
+      b:close()
+      assert.is_true(b:is_closed())
+      s:close()
+    end)
+    it("keeps a dropped in-flight batch alive through a collection; the session's close frees it (" .. device .. ")", function()
+      local s = assert(m:session(device))
+      local outs = {}
+      for k = 1, 3 do
+        outs[k] = ffi.new("float[?]", 30 * k)
+        assert(s:submit(rows_batch(30 * k), outs[k]))   -- no reference kept but the session's
+      end
+      collectgarbage(); collectgarbage()
+      local b1 = assert(s:wait())
+      assert.equal(30, b1:rows())                       -- a live handle, the rows it had
+      local want = m:session("cpu"):score_table(b1)
+      for r = 1, 30 do assert.near(want[r], outs[1][r - 1], GPU_TOL) end
+      b1:close()
+      s:close()                                         -- finishes the two in flight, gives them back
+      collectgarbage(); collectgarbage()
+      -- a session dropped with batches in flight: its finalizer finishes them, theirs free them
+      local s2 = assert(m:session(device))
+      for k = 1, 3 do assert(s2:submit(rows_batch(10), ffi.new("float[10]"))) end
+      s2 = nil
+      collectgarbage(); collectgarbage(); collectgarbage()
+    end)
+    it("gives a batch back when its session is closed before the wait (" .. device .. ")", function()
+      local s = assert(m:session(device))
+      local b, out = rows_batch(20), ffi.new("float[20]")
+      assert(s:submit(b, out))
+      s:close()
+      local want = m:session("cpu"):score_table(b)
+      for r = 1, 20 do assert.near(want[r], out[r - 1], GPU_TOL) end   -- finished by the close
+      b:close()
+      assert.is_true(b:is_closed())
+    end)
+  end
+end)
