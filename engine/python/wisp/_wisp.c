@@ -805,6 +805,10 @@ static PyObject *Session_reset_stats(SessionObject *self, PyObject *n)
     Py_RETURN_NONE;
 }
 
+/* 1 while a call on this session is inside the engine (GIL released):
+ * what the GIL spec watches from another thread. */
+static PyObject *Session_in_use(SessionObject *self, PyObject *n) { return PyBool_FromLong(self->busy); }
+
 static PyObject *Session_device(SessionObject *self, PyObject *n)
 { return PyUnicode_FromString(wisp_session_device(self->s)); }
 static PyObject *Session_last_device(SessionObject *self, PyObject *n)
@@ -833,6 +837,7 @@ static PyMethodDef Session_methods[] = {
     { "score_parsed", (PyCFunction)Session_score_parsed, METH_O,       "score_parsed(out) -> bad rows" },
     { "stats",        (PyCFunction)Session_stats,        METH_NOARGS,  "The statistics as a dict." },
     { "reset_stats",  (PyCFunction)Session_reset_stats,  METH_NOARGS,  "Zero the statistics." },
+    { "in_use",       (PyCFunction)Session_in_use,       METH_NOARGS,  "True while a call on this session runs in the engine." },
     { "device",       (PyCFunction)Session_device,       METH_NOARGS,  "The device asked for." },
     { "last_device",  (PyCFunction)Session_last_device,  METH_NOARGS,  "The device that scored the last batch." },
     { "set_device",   (PyCFunction)Session_set_device,   METH_VARARGS, "set_device(name)" },
