@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -152,13 +151,21 @@ static char *fmt_prob(char *p, float v)
     return p + sprintf(p, "%.9g\n", (double)v);
 }
 
-/* ---- input: a mapped regular file, or a growing buffer fed from a stream ---- */
+/* ---- input: a growing buffer fed by read() ------------------------------------
+ * Every input, a regular file too, is read with read(), never mapped: a mapped
+ * file truncated while it is scored would SIGBUS the process with no message.
+ * A regular file is read in large blocks (the buffer filled up to what the
+ * pieces want); a pipe or terminal gives what one read() returns, so rows
+ * arriving slowly are scored as they come. At the end of a regular file the
+ * bytes read are compared with its size when opened and now: a file that
+ * shrank while being read is an error (its last rows may be cut). */
 
 typedef struct {
     const char *name;
     int fd;
-    char *map; size_t map_len;          /* regular files */
-    char *buf; size_t len, cap, pos;    /* streams */
+    int regular;                        /* a regular file: fill the buffer to what is wanted */
+    uint64_t size0, total;              /* regular files: size when opened, bytes read */
+    char *buf; size_t len, cap, pos;
     int eof;
 } input;
 
@@ -170,12 +177,26 @@ static int input_open(input *in, const char *path)
     if (in->fd < 0) return die("%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(in->fd, &st) == 0 && S_ISDIR(st.st_mode)) return die("%s: is a directory", in->name);
-    if (fstat(in->fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-        in->map_len = (size_t)st.st_size;
-        in->map = mmap(NULL, in->map_len, PROT_READ, MAP_PRIVATE, in->fd, 0);
-        if (in->map == MAP_FAILED) { in->map = NULL; in->map_len = 0; }
-        else madvise(in->map, in->map_len, MADV_SEQUENTIAL);
+    if (fstat(in->fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        in->regular = 1;
+        in->size0 = (uint64_t)st.st_size;
+        posix_fadvise(in->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     }
+    return 0;
+}
+
+/* At the end of a regular file: did it shrink while being read? 0, or 1 after the message. */
+static int input_check_end(input *in)
+{
+    struct stat st;
+    if (!in->regular) return 0;
+    if (in->total < in->size0)
+        return die("%s: the file changed while being read: it was truncated (%llu of the %llu bytes it had when "
+                   "opened were read); its last rows may be cut, the scores above are not the whole file's", in->name,
+                   (unsigned long long)in->total, (unsigned long long)in->size0);
+    if (fstat(in->fd, &st) == 0 && (uint64_t)st.st_size < in->total)
+        return die("%s: the file changed while being read: it was truncated to %llu bytes after %llu were read",
+                   in->name, (unsigned long long)st.st_size, (unsigned long long)in->total);
     return 0;
 }
 
@@ -199,14 +220,14 @@ static int input_fill(input *in)
     do n = read(in->fd, in->buf + in->len, in->cap - in->len);
     while (n < 0 && errno == EINTR);
     if (n < 0) return die("%s: read error: %s", in->name, strerror(errno));
-    if (n == 0) in->eof = 1;
+    if (n == 0) { in->eof = 1; return input_check_end(in); }
     in->len += (size_t)n;
+    in->total += (uint64_t)n;
     return 0;
 }
 
 static void input_close(input *in)
 {
-    if (in->map) munmap(in->map, in->map_len);
     if (in->fd > STDIN_FILENO) close(in->fd);
     free(in->buf);
 }
@@ -385,12 +406,14 @@ static int auto_format(const wisp_model *m, const char *in_path)
     return wisp_model_meta(m, "vw_options") ? FMT_VW : FMT_LIBSVM;
 }
 
-/* The text available now: the mapped file, or the stream's buffer (read more
- * first when less than `want` bytes are buffered). 1 on a read error. */
+/* The text available now: the buffer, read into first when less than `want`
+ * bytes are buffered (a regular file: until `want` or the end; a stream: one
+ * read). 1 on a read error. */
 static int input_text(input *in, size_t want, const char **text, size_t *len, int *final)
 {
-    if (in->map) { *text = in->map + in->pos; *len = in->map_len - in->pos; *final = 1; return 0; }
-    if (!in->eof && in->len - in->pos < want && input_fill(in)) return 1;
+    do {
+        if (!in->eof && in->len - in->pos < want && input_fill(in)) return 1;
+    } while (in->regular && !in->eof && in->len - in->pos < want);
     *text = in->buf + in->pos; *len = in->len - in->pos; *final = in->eof;
     return 0;
 }
@@ -416,7 +439,7 @@ static int read_header(input *in, piece *pc, int npieces, int delim, uint64_t *l
         if (!found && !final) {
             if (len > WISP_MAX_LINE_BYTES) return die("%s:%llu: header line longer than %u bytes", in->name,
                                                       (unsigned long long)*line_base + 1, WISP_MAX_LINE_BYTES);
-            if (!in->map && !in->eof) { if (input_fill(in)) return 1; continue; }
+            if (!in->eof) { if (input_fill(in)) return 1; continue; }
         }
         if (!found) return 0;                      /* no header: no rows either */
         for (int i = 0; i < npieces; i++) {
@@ -546,12 +569,12 @@ static int cmd_score(int argc, char **argv)
     for (;;) {
         const char *text; size_t len; int final;
         if (input_text(&in, piece_bytes * (size_t)npieces, &text, &len, &final)) goto done;
-        if (len == 0 && (in.map || in.eof)) break;
+        if (len == 0 && in.eof) break;
         size_t k = cut_pieces(pc, (size_t)npieces, text, len, final, piece_bytes);
         if (k == 0) {   /* no complete line yet: read more, or the line is too long */
             if (len > WISP_MAX_LINE_BYTES) { die("%s:%llu: line longer than %u bytes", in.name,
                                                  (unsigned long long)line_base + 1, WISP_MAX_LINE_BYTES); goto done; }
-            if (!in.map && !in.eof && input_fill(&in)) goto done;
+            if (!in.eof && input_fill(&in)) goto done;
             continue;
         }
         parse_job job = { pc };

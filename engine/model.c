@@ -801,23 +801,6 @@ static void fill_from_model(const void *ctx, uint64_t start, size_t n, float *ds
     for (size_t i = 0; i < n; i++) dst[i] = wisp_model_weight(m, start + i);
 }
 
-static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off)
-{
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t w = pwrite(fd, p, n, (off_t)off);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (w == 0) { errno = EIO; return -1; }
-        p += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return 0;
-}
-
 static void put_entry(unsigned char *e, const char *name, uint32_t dtype, float scale, uint64_t off,
                       uint64_t size, uint64_t count, uint64_t sum)
 {
@@ -832,6 +815,117 @@ static void put_entry(unsigned char *e, const char *name, uint32_t dtype, float 
 }
 
 #define CHUNK 65536u
+
+/* Encode weights [start, start + k) as dtype into obuf. */
+static void encode_chunk(fill_fn fill, const void *ctx, uint64_t start, size_t k, int dtype, float scale,
+                         float *fbuf, unsigned char *obuf)
+{
+    fill(ctx, start, k, fbuf);
+    if (dtype == WISP_F32) {
+        memcpy(obuf, fbuf, k * 4);
+    } else if (dtype == WISP_F16) {
+        for (size_t i = 0; i < k; i++) {
+            uint16_t h = wisp_float_to_half(fbuf[i]);
+            memcpy(obuf + 2 * i, &h, 2);
+        }
+    } else {
+        for (size_t i = 0; i < k; i++) {
+            double q = nearbyint((double)fbuf[i] / (double)scale);
+            if (q > 127) q = 127;
+            if (q < -127) q = -127;
+            ((int8_t *)obuf)[i] = (int8_t)q;
+        }
+    }
+}
+
+/* Sequential output (a file, a FIFO, a character device): bytes at increasing
+ * offsets, the gaps written as zeros. -1 with errno on a failed write. */
+struct seq_out { int fd; uint64_t pos; };
+
+static int write_full(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (w == 0) { errno = EIO; return -1; }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int seq_write(struct seq_out *w, uint64_t off, const void *buf, size_t n)
+{
+    static const unsigned char zeros[WEIGHTS_ALIGN];
+    while (w->pos < off) {
+        size_t z = off - w->pos < sizeof zeros ? (size_t)(off - w->pos) : sizeof zeros;
+        if (write_full(w->fd, zeros, z)) return -1;
+        w->pos += z;
+    }
+    if (n && write_full(w->fd, buf, n)) return -1;
+    w->pos += n;
+    return 0;
+}
+
+/* The file a write to `path` goes to: path itself, or (through any chain of
+ * symbolic links) the file the link names, so the link stays a link. *direct
+ * is set for a character device or a FIFO (written in place: a rename would
+ * replace the node by a regular file). A directory, a socket or a block
+ * device is refused. *out is the caller's to wisp_free. */
+static int resolve_target(const char *path, char **out, bool *direct)
+{
+    char ebuf[128];
+    *out = NULL;
+    *direct = false;
+    char *cur = wisp_strdup(path);
+    if (!cur) return wisp_fail(WISP_ENOMEM, "%s: out of memory", path);
+    for (int depth = 0;; depth++) {
+        struct stat sb;
+        if (lstat(cur, &sb) != 0) {
+            if (errno == ENOENT) break;                     /* a new file (or a dangling link's target) */
+            int e = errno;
+            wisp_free(cur);
+            return wisp_fail(WISP_EIO, "%s: cannot stat: %s", path, errstr(e, ebuf, sizeof ebuf));
+        }
+        if (S_ISLNK(sb.st_mode)) {
+            char link[4096];
+            ssize_t k = depth < 40 ? readlink(cur, link, sizeof link - 1) : -1;
+            if (k < 0 || (size_t)k >= sizeof link - 1) {
+                int e = depth < 40 ? (k < 0 ? errno : ENAMETOOLONG) : ELOOP;
+                wisp_free(cur);
+                return wisp_fail(WISP_EIO, "%s: cannot follow the symbolic link: %s", path, errstr(e, ebuf, sizeof ebuf));
+            }
+            link[k] = '\0';
+            const char *slash = strrchr(cur, '/');
+            size_t dlen = link[0] == '/' || !slash ? 0 : (size_t)(slash - cur) + 1;
+            char *next = wisp_malloc(dlen + (size_t)k + 1);
+            if (!next) { wisp_free(cur); return wisp_fail(WISP_ENOMEM, "%s: out of memory", path); }
+            memcpy(next, cur, dlen);
+            memcpy(next + dlen, link, (size_t)k + 1);
+            wisp_free(cur);
+            cur = next;
+            continue;
+        }
+        if (S_ISDIR(sb.st_mode)) {
+            wisp_free(cur);
+            return wisp_fail(WISP_EINVAL, "%s: is a directory; name the model file to write", path);
+        }
+        if (S_ISCHR(sb.st_mode) || S_ISFIFO(sb.st_mode)) *direct = true;
+        else if (!S_ISREG(sb.st_mode)) {
+            wisp_free(cur);
+            return wisp_fail(WISP_EINVAL, "%s: is a %s, not a regular file, character device or FIFO", path,
+                             S_ISBLK(sb.st_mode) ? "block device" : S_ISSOCK(sb.st_mode) ? "socket" : "special file");
+        }
+        break;
+    }
+    *out = cur;
+    return WISP_OK;
+}
+
 
 static int write_model(const char *path, fill_fn fill, const void *ctx, uint64_t n, double bias,
                        int dtype, const char *meta, const char *columns)
@@ -855,9 +949,8 @@ static int write_model(const char *path, fill_fn fill, const void *ctx, uint64_t
     float *fbuf = wisp_malloc(CHUNK * sizeof(float));
     unsigned char *obuf = wisp_malloc(CHUNK * 4);
     char *mtext = wisp_malloc(mlen + 2);
-    char *tmp = wisp_malloc(strlen(path) + 64);
-    if (!fbuf || !obuf || !mtext || !tmp) {
-        wisp_free(fbuf); wisp_free(obuf); wisp_free(mtext); wisp_free(tmp);
+    if (!fbuf || !obuf || !mtext) {
+        wisp_free(fbuf); wisp_free(obuf); wisp_free(mtext);
         return wisp_fail(WISP_ENOMEM, "%s: out of memory", path);
     }
     memcpy(mtext, meta ? meta : "", mlen);
@@ -899,12 +992,38 @@ static int write_model(const char *path, fill_fn fill, const void *ctx, uint64_t
     uint64_t woff = align_up(clen ? coff + clen : moff + mlen, WEIGHTS_ALIGN);
     uint64_t wbytes = n * es, fsize = woff + wbytes;
 
+    /* where the bytes go: `path`, or the file a symlink at `path` names */
+    char *target = NULL;
+    bool direct = false;
+    if (rc == WISP_OK) rc = resolve_target(path, &target, &direct);
+    char *tmp = NULL;
+    if (rc == WISP_OK && !direct && !(tmp = wisp_malloc(strlen(target) + 64)))
+        rc = wisp_fail(WISP_ENOMEM, "%s: out of memory", path);
+
+    /* pass 2: the weights' checksum (the header, written first, holds it) */
+    uint64_t wsum = 0;
+    if (rc == WISP_OK) {
+        XXH64_state_t st;
+        XXH64_reset(&st, 0);
+        for (uint64_t start = 0; start < n; start += CHUNK) {
+            size_t k = (size_t)(n - start < CHUNK ? n - start : CHUNK);
+            encode_chunk(fill, ctx, start, k, dtype, scale, fbuf, obuf);
+            XXH64_update(&st, obuf, k * es);
+        }
+        wsum = XXH64_digest(&st);
+    }
+
+    /* a regular file (or a new one): a temporary file next to it, then rename;
+     * a character device or a FIFO: written directly, in offset order */
     int fd = -1;
     bool created = false;
-    if (rc == WISP_OK) {
+    if (rc == WISP_OK && direct) {
+        fd = open(target, O_WRONLY | O_CLOEXEC);
+        if (fd < 0) rc = wisp_fail(WISP_EIO, "%s: cannot open for writing: %s", path, errstr(errno, ebuf, sizeof ebuf));
+    } else if (rc == WISP_OK) {
         static atomic_uint counter;
         for (int tries = 0; tries < 100; tries++) {
-            snprintf(tmp, strlen(path) + 64, "%s.tmp-%ld-%u", path, (long)getpid(),
+            snprintf(tmp, strlen(target) + 64, "%s.tmp-%ld-%u", target, (long)getpid(),
                      atomic_fetch_add(&counter, 1) + 1);
             fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
             if (fd >= 0 || errno != EEXIST) break;
@@ -915,38 +1034,8 @@ static int write_model(const char *path, fill_fn fill, const void *ctx, uint64_t
     }
     int io_errno = 0;
     const char *what = NULL;
-    uint64_t wsum = 0;
     if (rc == WISP_OK) {
-        XXH64_state_t st;
-        XXH64_reset(&st, 0);
-        for (uint64_t start = 0; start < n; start += CHUNK) {
-            size_t k = (size_t)(n - start < CHUNK ? n - start : CHUNK);
-            fill(ctx, start, k, fbuf);
-            if (dtype == WISP_F32) {
-                memcpy(obuf, fbuf, k * 4);
-            } else if (dtype == WISP_F16) {
-                for (size_t i = 0; i < k; i++) {
-                    uint16_t h = wisp_float_to_half(fbuf[i]);
-                    memcpy(obuf + 2 * i, &h, 2);
-                }
-            } else {
-                for (size_t i = 0; i < k; i++) {
-                    double q = nearbyint((double)fbuf[i] / (double)scale);
-                    if (q > 127) q = 127;
-                    if (q < -127) q = -127;
-                    ((int8_t *)obuf)[i] = (int8_t)q;
-                }
-            }
-            XXH64_update(&st, obuf, k * es);
-            if (pwrite_all(fd, obuf, k * es, woff + start * es)) { io_errno = errno; what = "write"; break; }
-        }
-        wsum = XXH64_digest(&st);
-    }
-    if (rc == WISP_OK && !what) {
-        if ((mlen && pwrite_all(fd, mtext, mlen, moff)) ||
-            (clen && pwrite_all(fd, columns, clen, coff))) { io_errno = errno; what = "write"; }
-    }
-    if (rc == WISP_OK && !what) {
+        struct seq_out w = { fd, 0 };
         unsigned char head[HDR_SIZE + 3 * ENTRY_SIZE];
         memset(head, 0, sizeof head);
         memcpy(head + H_MAGIC, WISP_MAGIC, 8);
@@ -961,22 +1050,31 @@ static int write_model(const char *path, fill_fn fill, const void *ctx, uint64_t
         put_entry(t + ENTRY_SIZE, "weights", (uint32_t)dtype, scale, woff, wbytes, n, wsum);
         if (clen) put_entry(t + 2 * ENTRY_SIZE, "columns", DT_TEXT, 1.0f, coff, clen, clen, XXH64(columns, clen, 0));
         wr64(head + H_CHECKSUM, XXH64(head, HDR_SIZE + tsize, 0));
-        if (pwrite_all(fd, head, HDR_SIZE + tsize, 0)) { io_errno = errno; what = "write"; }
-        else if (ftruncate(fd, (off_t)fsize)) { io_errno = errno; what = "resize"; }
-        else if (fsync(fd)) { io_errno = errno; what = "fsync"; }
+        bool ok = seq_write(&w, 0, head, HDR_SIZE + tsize) == 0 && seq_write(&w, moff, mtext, mlen) == 0 &&
+                  (!clen || seq_write(&w, coff, columns, clen) == 0);
+        for (uint64_t start = 0; ok && start < n; start += CHUNK) {
+            size_t k = (size_t)(n - start < CHUNK ? n - start : CHUNK);
+            encode_chunk(fill, ctx, start, k, dtype, scale, fbuf, obuf);
+            ok = seq_write(&w, woff + start * es, obuf, k * es) == 0;
+        }
+        if (!ok) { io_errno = errno; what = "write"; }
+        else if (w.pos != fsize) { io_errno = EIO; what = "write"; }
+        /* fsync a file; a device or FIFO may not support it (EINVAL): its writes are done */
+        else if (fsync(fd) && !(direct && (errno == EINVAL || errno == EROFS || errno == ENOTSUP)))
+            { io_errno = errno; what = "fsync"; }
     }
     if (fd >= 0) {
         if (close(fd) && rc == WISP_OK && !what) { io_errno = errno; what = "close"; }
     }
-    if (rc == WISP_OK && !what && rename(tmp, path)) { io_errno = errno; what = "rename"; }
+    if (rc == WISP_OK && !what && !direct && rename(tmp, target)) { io_errno = errno; what = "rename"; }
     if (rc == WISP_OK && what)
         rc = wisp_fail(WISP_EIO, "%s: cannot %s %s: %s", path, what,
-                       strcmp(what, "rename") == 0 ? "the temporary file into place" : "the temporary file",
+                       direct ? "it" : strcmp(what, "rename") == 0 ? "the temporary file into place" : "the temporary file",
                        errstr(io_errno, ebuf, sizeof ebuf));
     if (rc != WISP_OK && created) unlink(tmp);
-    if (rc == WISP_OK) {
+    if (rc == WISP_OK && !direct) {
         /* make the rename durable: fsync the directory (best effort) */
-        char *dir = wisp_strdup(path);
+        char *dir = wisp_strdup(target);
         if (dir) {
             char *slash = strrchr(dir, '/');
             const char *d = slash ? (slash == dir ? "/" : (*slash = '\0', dir)) : ".";
@@ -985,7 +1083,7 @@ static int write_model(const char *path, fill_fn fill, const void *ctx, uint64_t
             wisp_free(dir);
         }
     }
-    wisp_free(fbuf); wisp_free(obuf); wisp_free(mtext); wisp_free(tmp);
+    wisp_free(fbuf); wisp_free(obuf); wisp_free(mtext); wisp_free(tmp); wisp_free(target);
     return rc;
 }
 

@@ -209,7 +209,12 @@ const char *wisp_model_meta_text(const wisp_model *m);
 const char *wisp_model_columns(const wisp_model *m);
 
 /* Write a model file atomically (a temporary file next to `path`, fsync,
- * rename), so a reader never sees half a file. `weights` holds
+ * rename), so a reader never sees half a file. A symbolic link at `path`
+ * is kept: the file it names is replaced. A character device or a FIFO at
+ * `path` (/dev/stdout, a named pipe) is written directly, in order, without
+ * a rename. A directory, a socket or a block device is refused (WISP_EINVAL)
+ * before anything is written; every failed or short write, fsync or close is
+ * WISP_EIO and leaves no temporary file behind. `weights` holds
  * num_features fp32 values, stored as `dtype` (fp16: round to nearest even;
  * int8: scale = max|w| / 127, w ~ scale * round(w / scale)). `meta` is
  * "key=value\n" lines (may be NULL); `columns` may be NULL. Thread-safe. */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -362,9 +363,9 @@ static void test_write_errors(void)
     CHECK_FAILS(wisp_model_write(P("e.wisp"), w, 4, 0, WISP_F32, "a=1\nb=2\na=3\n", NULL), WISP_EINVAL, "'a' appears more than once");
     CHECK(access(P("e.wisp"), F_OK) != 0);
     CHECK_FAILS(wisp_model_write(P("no/such/dir/e.wisp"), w, 4, 0, WISP_F32, NULL, NULL), WISP_EIO, "no/such/dir/e.wisp");
-    /* the target is a directory: the rename fails, the temporary file is removed */
+    /* the target is a directory: refused before anything is written, no temporary file */
     mkdir(P("adir"), 0755);
-    CHECK_FAILS(wisp_model_write(P("adir"), w, 4, 0, WISP_F32, NULL, NULL), WISP_EIO, "rename");
+    CHECK_FAILS(wisp_model_write(P("adir"), w, 4, 0, WISP_F32, NULL, NULL), WISP_EINVAL, "is a directory");
     CHECK(leftovers(tmpdir, "adir") == 0);
 
     /* a write that fails half way (file size limit) leaves the old file and no temporary */
@@ -399,6 +400,61 @@ static void test_write_errors(void)
     CHECK(leftovers(tmpdir, "keep.wisp") == 0);
     wisp_model_free(m1);
     wisp_model_free(m2);
+}
+
+/* where a write goes: a symlink's target (the link kept), a character device or
+ * FIFO directly (the node kept), /dev/full fails */
+static void test_write_targets(void)
+{
+    float w[4] = { 1, -2, 3, 0.5f };
+    struct stat sb;
+    /* a symlink (relative, through a second link) to an existing model, and a dangling one */
+    CHECK_OK(wisp_model_write(P("target.wisp"), w, 4, 0, WISP_F32, "v=1\n", NULL));
+    CHECK(symlink("target.wisp", P("link1.wisp")) == 0);
+    CHECK(symlink(P("link1.wisp"), P("link2.wisp")) == 0);
+    CHECK_OK(wisp_model_write(P("link2.wisp"), w, 2, 0, WISP_F16, "v=2\n", NULL));
+    CHECK(lstat(P("link2.wisp"), &sb) == 0 && S_ISLNK(sb.st_mode));
+    CHECK(lstat(P("link1.wisp"), &sb) == 0 && S_ISLNK(sb.st_mode));
+    wisp_model *m = NULL;
+    CHECK_OK(wisp_model_load(eng, P("target.wisp"), &m));
+    CHECK(m && wisp_model_num_features(m) == 2 && strcmp(wisp_model_meta(m, "v"), "2") == 0);
+    wisp_model_free(m);
+    CHECK(leftovers(tmpdir, "target.wisp") == 0 && leftovers(tmpdir, "link") == 0);
+    CHECK(symlink("newtarget.wisp", P("dangling.wisp")) == 0);
+    CHECK_OK(wisp_model_write(P("dangling.wisp"), w, 4, 0, WISP_I8, NULL, NULL));
+    CHECK(lstat(P("dangling.wisp"), &sb) == 0 && S_ISLNK(sb.st_mode));
+    CHECK(stat(P("newtarget.wisp"), &sb) == 0 && S_ISREG(sb.st_mode));
+    /* a link loop */
+    CHECK(symlink("loop2.wisp", P("loop1.wisp")) == 0 && symlink("loop1.wisp", P("loop2.wisp")) == 0);
+    CHECK_FAILS(wisp_model_write(P("loop1.wisp"), w, 4, 0, WISP_F32, NULL, NULL), WISP_EIO, "symbolic link");
+    /* character devices: written in place, /dev/null stays a device */
+    CHECK_OK(wisp_model_write("/dev/null", w, 4, 0, WISP_F32, NULL, NULL));
+    CHECK(stat("/dev/null", &sb) == 0 && S_ISCHR(sb.st_mode));
+    if (stat("/dev/full", &sb) == 0 && S_ISCHR(sb.st_mode))
+        CHECK_FAILS(wisp_model_write("/dev/full", w, 4, 0, WISP_F32, NULL, NULL), WISP_EIO, "No space left");
+    /* a FIFO: a reader gets exactly the file a regular write makes */
+    CHECK(mkfifo(P("pipe.wisp"), 0644) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *in = fopen(P("pipe.wisp"), "rb"), *out = fopen(P("frompipe.wisp"), "wb");
+        char buf[4096];
+        size_t k;
+        while (in && out && (k = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, k, out);
+        _exit(in && out && fclose(out) == 0 ? 0 : 1);
+    }
+    CHECK_OK(wisp_model_write(P("pipe.wisp"), w, 4, 0.5, WISP_F16, "via=fifo\n", "cols"));
+    int status = 1;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(lstat(P("pipe.wisp"), &sb) == 0 && S_ISFIFO(sb.st_mode));
+    CHECK_OK(wisp_model_write(P("regular.wisp"), w, 4, 0.5, WISP_F16, "via=fifo\n", "cols"));
+    size_t la = 0, lb = 0;
+    unsigned char *a = read_all(P("frompipe.wisp"), &la), *b = read_all(P("regular.wisp"), &lb);
+    CHECK(a && b && la == lb && memcmp(a, b, la) == 0);
+    free(a);
+    free(b);
+    CHECK(leftovers(tmpdir, "pipe.wisp") == 0);
 }
 
 /* ---- conversion ----------------------------------------------------------------- */
@@ -892,7 +948,7 @@ int main(void)
 
     static const struct { const char *name; void (*fn)(void); } parts[] = {
         { "dtypes", test_dtypes }, { "half", test_half }, { "roundtrips", test_roundtrips },
-        { "write_errors", test_write_errors }, { "convert", test_convert }, { "hostile", test_hostile },
+        { "write_errors", test_write_errors }, { "write_targets", test_write_targets }, { "convert", test_convert }, { "hostile", test_hostile },
         { "truncate_and_flip", test_truncate_and_flip }, { "alloc_faults", test_alloc_faults },
         { "liblinear_handmade", test_liblinear_handmade }, { "liblinear_parity", test_liblinear_parity },
     };
