@@ -31,6 +31,7 @@
 #include <Python.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
