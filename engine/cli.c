@@ -232,6 +232,51 @@ static void input_close(input *in)
     free(in->buf);
 }
 
+/* ---- outputs ---------------------------------------------------------------------
+ * Every command that writes: OUT may be a new file, a regular file (replaced:
+ * import/convert by rename, score by truncating it), a symbolic link (the
+ * file it names is written, the link kept), a character device or a FIFO
+ * (written directly). OUT may not be a directory, nor the same file as one of
+ * the command's inputs (also through a link or a hard link, or standard
+ * output redirected to the input): both are refused with exit status 2 before
+ * anything is read or written. Every failed write, fsync or close is an
+ * error (exit status 1). Standard output closed early by its reader (EPIPE):
+ * wisp dies of SIGPIPE like other filters (the shell sees 141), or, when the
+ * caller ignores SIGPIPE, says "Broken pipe" and exits 1. */
+
+typedef struct { const char *name; int fd; } named_input;   /* fd >= 0: fstat it, else stat(name) */
+
+/* 0, or 2 after the message. `out` NULL or "-": standard output (checked against the inputs when a regular file). */
+static int check_output(const char *out, const named_input *in, size_t n)
+{
+    struct stat so, si;
+    int to_stdout = !out || !strcmp(out, "-");
+    if (to_stdout ? fstat(STDOUT_FILENO, &so) != 0 || !S_ISREG(so.st_mode) : stat(out, &so) != 0)
+        return 0;                                 /* a new file (or a dangling link's target): nothing to clobber */
+    if (S_ISDIR(so.st_mode)) return die("%s is a directory; name the file to write", out), 2;
+    for (size_t i = 0; i < n; i++) {
+        if (!in[i].name || (in[i].fd >= 0 ? fstat(in[i].fd, &si) : stat(in[i].name, &si)) != 0) continue;
+        if (si.st_dev == so.st_dev && si.st_ino == so.st_ino && (S_ISREG(si.st_mode) || S_ISBLK(si.st_mode)))
+            return die("the output %s is the same file as the input %s; write to another file (and rename "
+                       "it over the input if that is what you want)", to_stdout ? "(standard output)" : out,
+                       in[i].name), 2;
+    }
+    return 0;
+}
+
+/* Flush and close an output stream: every error counts. 0, or 1 after the message. */
+static int close_output(FILE *f, const char *name)
+{
+    int failed = ferror(f), e = failed ? EIO : 0;
+    if (fflush(f) != 0) { failed = 1; e = errno; }
+    struct stat st;
+    if (!failed && fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && fsync(fileno(f)) != 0
+        && errno != EINVAL && errno != EROFS) { failed = 1; e = errno; }
+    if (fclose(f) != 0 && !failed && errno != EBADF) { failed = 1; e = errno; }
+    if (failed) return die("%s: write error: %s", name, strerror(e));
+    return 0;
+}
+
 /* ---- wisp score ---------------------------------------------------------------
  * The work is split into pieces of the input, cut at line ends, one or more per
  * thread. Each piece is parsed (by its format's parse function, into a batch of
@@ -509,6 +554,11 @@ static int cmd_score(int argc, char **argv)
     input in;
     uint64_t bad_total = 0, rows_total = 0, line_base = 0, t_start = wisp_now_ns(), ns_write = 0;
     if (input_open(&in, in_path)) goto done;
+    {
+        named_input ins[2] = { { in.name, in.fd }, { model_path, -1 } };
+        if ((rc = check_output(out_path, ins, 2)) != 0) goto done;
+        rc = 1;
+    }
     if (wisp_engine_new((int)threads, &eng) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
     if (wisp_model_load_ex(eng, model_path, hugepages ? WISP_LOAD_HUGEPAGES : 0, &m) != WISP_OK) {
         die("%s", wisp_errmsg()); goto done;
@@ -605,7 +655,11 @@ static int cmd_score(int argc, char **argv)
         in.pos += advanced;
         if (advanced == 0 && final) break;
     }
-    if (fflush(out) != 0) { die("%s: write error: %s", out_path ? out_path : "<stdout>", strerror(errno)); goto done; }
+    if (out != stdout) {
+        FILE *o = out;
+        out = NULL;
+        if (close_output(o, out_path)) goto done;
+    } else if (fflush(out) != 0) { die("<stdout>: write error: %s", strerror(errno)); goto done; }
     rc = bad_total ? 1 : 0;
     if (bad_total)
         fprintf(stderr, "%s: %s: %llu malformed line%s scored as nan (reported above); %llu rows in all\n", prog,
@@ -711,6 +765,8 @@ static int cmd_import(int argc, char **argv)
     int dtype;
     if (take_dtype(&argc, argv, &dtype)) return 2;
     if (argc != 4) return fputs(usage_import, stderr), 2;
+    named_input ins[1] = { { argv[2], -1 } };
+    if (check_output(argv[3], ins, 1)) return 2;
     if (!strcmp(argv[1], "vw")) return import_vw(argv[2], argv[3], dtype);
     if (strcmp(argv[1], "liblinear"))
         return die("import: unknown model kind '%s' (supported: liblinear, vw)", argv[1]), 2;
@@ -726,6 +782,8 @@ static int cmd_convert(int argc, char **argv)
     for (int i = 1; i < argc; i++) explicit |= !strncmp(argv[i], "--dtype", 7);
     if (take_dtype(&argc, argv, &dtype)) return 2;
     if (argc != 3 || !explicit) return fputs(usage_convert, stderr), 2;
+    named_input ins[1] = { { argv[1], -1 } };
+    if (check_output(argv[2], ins, 1)) return 2;
     wisp_engine *eng = NULL; wisp_model *m = NULL;
     int rc = 1;
     if (wisp_engine_new(1, &eng) != WISP_OK || wisp_model_load(eng, argv[1], &m) != WISP_OK) die("%s", wisp_errmsg());
@@ -817,6 +875,14 @@ static int cmd_devices(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    /* a closed standard descriptor (`>&-`) would be reused by the next open(), and the
+     * probabilities written into an input: hold it with /dev/null opened read-only, so
+     * writes to it fail (EBADF) and are reported */
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int nfd = open("/dev/null", O_RDONLY);
+            if (nfd >= 0 && nfd != fd) { dup2(nfd, fd); close(nfd); }
+        }
     if (argc < 2) { fputs(usage_main, stderr); return 2; }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) { fputs(usage_main, stdout); return 0; }
@@ -829,7 +895,12 @@ int main(int argc, char **argv)
             static char progname[64];
             snprintf(progname, sizeof progname, "wisp %s", cmd);
             prog = progname;
-            return cmds[i].fn(argc - 1, argv + 1);
+            int rc = cmds[i].fn(argc - 1, argv + 1);
+            /* what is still buffered for standard output, and its close, count too
+             * (after a failure the error is already reported) */
+            if (rc == 0) { if (close_output(stdout, "<stdout>")) rc = 1; }
+            else fflush(stdout);
+            return rc;
         }
     }
     fprintf(stderr, "wisp: unknown command '%s'\n\n%s", cmd, usage_main);

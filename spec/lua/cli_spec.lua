@@ -165,3 +165,159 @@ describe("wisp CLI", function()
     assert.same({ "3", "10", "10" }, l)
   end)
 end)
+
+-- Outputs that are not regular files or that are an input, lost writes, and inputs
+-- truncated while they are read (issue 14, classes 2 and 4).
+describe("wisp CLI outputs and changing inputs", function()
+  local dir, model, input, big
+  local BIG_ROWS = 60000
+  setup(function()
+    dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. dir) == 0 or true)
+    model = dir .. "/m.wisp"
+    local w = {}
+    for i = 1, 10 do w[i] = (i - 1) / 10 end
+    assert(wisp.write_model(model, w, { bias = 0.5 }))
+    input = dir .. "/in.txt"
+    write(input, "1 1:1 2:0.5\n0 3 9:2\n")
+    big = dir .. "/big.txt"                  -- output larger than a pipe's buffer
+    write(big, string.rep("1 1:1 2:0.5\n", BIG_ROWS))
+  end)
+  teardown(function() os.execute("rm -rf " .. dir) end)
+
+  local function sum(path) return (sh("cksum < " .. path)) end
+  local function kind(path) return (sh("stat -c %F " .. path):gsub("%s+$", "")) end
+
+  it("writes through a symbolic link to its target and keeps the link", function()
+    for _, cmd in ipairs {
+      "score -m " .. model .. " -d cpu " .. input .. " -o %s",
+      "convert " .. model .. " %s --dtype f16",
+    } do
+      os.remove(dir .. "/target"); os.remove(dir .. "/link")
+      assert(os.execute("ln -s target " .. dir .. "/link") == 0)
+      local out, rc = sh(WISP .. " " .. cmd:format(dir .. "/link"))
+      assert.equal(0, rc, out)
+      assert.equal("symbolic link", kind(dir .. "/link"))
+      assert.equal("regular file", kind(dir .. "/target"))
+    end
+    local m = assert(wisp.load(dir .. "/link"))
+    assert.equal("f16", m:dtype())
+  end)
+
+  it("writes character devices and FIFOs directly, never replacing the node", function()
+    -- a node of our own where we may make one (as root: a wisp that replaced its output by
+    -- rename would otherwise replace the system's /dev/null); else /dev/null itself
+    local null = dir .. "/null"
+    local _, mk = sh("mknod -m 666 " .. null .. " c 1 3")
+    if mk ~= 0 or kind(null) ~= "character special file" then null = "/dev/null" end
+    local out, rc = sh(WISP .. " convert " .. model .. " " .. null .. " --dtype i8")
+    assert.equal(0, rc, out)
+    assert.equal("character special file", kind(null))
+    out, rc = sh(WISP .. " score -m " .. model .. " -d cpu " .. input .. " -o " .. null)
+    assert.equal(0, rc, out)
+    assert.equal("character special file", kind(null))
+    local fifo = dir .. "/fifo"
+    assert(os.execute("mkfifo " .. fifo) == 0)
+    out, rc = sh("cat " .. fifo .. " > " .. dir .. "/from_fifo & " .. WISP .. " convert " .. model .. " " .. fifo ..
+                 " --dtype f16; rc=$?; wait; exit $rc")
+    assert.equal(0, rc, out)
+    assert.equal("fifo", kind(fifo))
+    local m = assert(wisp.load(dir .. "/from_fifo"))
+    assert.equal("f16", m:dtype())
+    assert.equal(10, m:num_features())
+  end)
+
+  it("refuses an output that is a directory or an input of the same command (exit 2, input intact)", function()
+    local before, before_in = sum(model), sum(input)
+    assert(os.execute("ln -sf m.wisp " .. dir .. "/mlink.wisp && ln -f " .. model .. " " .. dir .. "/mhard.wisp") == 0)
+    for _, c in ipairs {
+      { "convert " .. model .. " " .. model .. " --dtype f16", "is the same file as the input" },
+      { "convert " .. model .. " " .. dir .. "/mlink.wisp --dtype f16", "is the same file as the input" },
+      { "convert " .. dir .. "/mlink.wisp " .. dir .. "/mhard.wisp --dtype f16", "is the same file as the input" },
+      { "convert " .. model .. " " .. dir .. " --dtype f16", "is a directory" },
+      { "import liblinear " .. input .. " " .. input, "is the same file as the input" },
+      { "import vw " .. input .. " " .. dir .. "/mlink.wisp", nil },   -- not the same file: an import error (1)
+      { "score -m " .. model .. " " .. input .. " -o " .. input, "is the same file as the input" },
+      { "score -m " .. model .. " " .. input .. " -o " .. dir .. "/mhard.wisp", "is the same file as the input" },
+      { "score -m " .. model .. " " .. input .. " >> " .. input, "(standard output) is the same file as the input" },
+      { "score -m " .. model .. " -o " .. input .. " < " .. input, "is the same file as the input <stdin>" },
+      { "score -m " .. model .. " " .. input .. " -o " .. dir, "is a directory" },
+    } do
+      local out, rc = sh(WISP .. " " .. c[1])
+      if c[2] then
+        assert.equal(2, rc, c[1] .. ": " .. out)
+        assert.truthy(out:find(c[2], 1, true), c[1] .. ": " .. out)
+      else
+        assert.equal(1, rc, c[1] .. ": " .. out)
+      end
+      assert.equal(before, sum(model), c[1])
+      assert.equal(before_in, sum(input), c[1])
+    end
+  end)
+
+  it("makes every lost write an error: /dev/full, a closed stdout, a reader that quits", function()
+    local full = dir .. "/full"             -- our own node where we may make one (see above)
+    local _, mk = sh("mknod -m 666 " .. full .. " c 1 7")
+    if mk ~= 0 or kind(full) ~= "character special file" then full = "/dev/full" end
+    for _, c in ipairs {
+      { "score -m " .. model .. " -d cpu " .. input .. " > /dev/full", "No space left on device" },
+      { "score -m " .. model .. " -d cpu " .. input .. " -o " .. full, "No space left on device" },
+      { "info " .. model .. " > /dev/full", "No space left on device" },
+      { "devices > /dev/full", "No space left on device" },
+      { "convert " .. model .. " " .. full .. " --dtype f16", "No space left on device" },
+      { "score -m " .. model .. " -d cpu " .. input .. " >&-", "Bad file descriptor" },
+      { "info " .. model .. " >&-", "Bad file descriptor" },
+    } do
+      local out, rc = sh(WISP .. " " .. c[1])
+      assert.equal(1, rc, c[1] .. ": " .. out)
+      assert.truthy(out:find(c[2], 1, true), c[1] .. ": " .. out)
+    end
+    -- a reader that quits early: killed by SIGPIPE as filters are (141), or, with
+    -- SIGPIPE ignored by the caller, "Broken pipe" and exit status 1; never 0
+    local cmd = WISP .. " score -m " .. model .. " -d cpu " .. big .. " | head -1 > /dev/null; echo st=${PIPESTATUS[0]}"
+    local out = sh("bash -c '" .. cmd .. "'")
+    assert.truthy(out:find("st=141", 1, true), out)
+    out = sh("bash -c \"trap '' PIPE; " .. cmd:gsub("%$", "\\$") .. "\"")
+    assert.truthy(out:find("st=1\n", 1, true), out)
+    assert.truthy(out:find("Broken pipe", 1, true), out)
+  end)
+
+  it("never dies of a signal when its input is truncated while it is read", function()
+    local one = sigmoid(0.5 + 0.1 + 0.5 * 0.2)
+    local rows_at_cut = BIG_ROWS / 4        -- the cut lands on a line end
+    local cut_bytes = rows_at_cut * #"1 1:1 2:0.5\n"
+    local victim = dir .. "/victim.txt"
+    local seen = {}
+    for _, delay in ipairs { "0", "0.005", "0.01", "0.02", "0.04", "0.08" } do
+      sh("cp " .. big .. " " .. victim)
+      local out, rc = sh("(sleep " .. delay .. "; truncate -s " .. cut_bytes .. " " .. victim .. ") & " .. WISP ..
+                         " score -m " .. model .. " -d cpu -b 512 " .. victim .. " -o " .. dir .. "/probs; rc=$?; wait; exit $rc")
+      assert.is_true(rc == 0 or rc == 1, "exit status " .. tostring(rc) .. " (a signal?): " .. out)
+      if rc == 1 then
+        assert.truthy(out:find("changed while being read", 1, true), out)
+        seen.refused = true
+      else
+        -- the whole file was read before the cut, or the cut came before the open
+        local probs = lines(H.read_file(dir .. "/probs"))
+        assert.is_true(#probs == BIG_ROWS or #probs == rows_at_cut, #probs .. " rows")
+        for i = 1, #probs, 997 do assert.near(one, tonumber(probs[i]), 1e-6) end
+        seen[#probs] = true
+      end
+    end
+    print(string.format("  truncated input: refused mid-read %s, whole file %s, cut before open %s",
+                        tostring(seen.refused or false), tostring(seen[BIG_ROWS] or false),
+                        tostring(seen[rows_at_cut] or false)))
+  end)
+
+  it("refuses a model truncated or rewritten while wisp info / convert load it, with a message", function()
+    local copy = dir .. "/trunc.wisp"
+    sh("cp " .. model .. " " .. copy .. " && truncate -s 100 " .. copy)
+    for _, cmd in ipairs { "info " .. copy, "convert " .. copy .. " " .. dir .. "/c.wisp --dtype f16",
+                           "score -m " .. copy .. " " .. input } do
+      local out, rc = sh(WISP .. " " .. cmd)
+      assert.equal(1, rc, cmd .. ": " .. out)
+      assert.truthy(out:find("trunc.wisp", 1, true), out)
+    end
+  end)
+end)
