@@ -1,0 +1,109 @@
+#!/bin/sh
+# soak.sh — the concurrent reload soak against a real nginx (issue 14, classes 2 and 3): spec/nginx/soak.c's clients and file changes, once a mode.
+#
+#   sh spec/nginx/soak.sh          (make test runs it through spec/run.sh; WISP_NGINX=0 skips it)
+# Environment: WISP_BUILD (default build; the harness is $WISP_BUILD/test-tools/soak, built by
+# `make test-tools`), WISP_SOAK_SECONDS (per mode, default 25), WISP_SOAK_MODES (default
+# "inline thread": serve.sh --mode), WISP_SEED (default 1, printed), WISP_SOAK_CONNS (6).
+# Each mode: a fresh nginx (2 workers) serving ctr = a file this script renames, copies over,
+# truncates and corrupts (soak.c's reloader) while soak.c's clients check every answer; the
+# workers' pids before and after must be the same and the error log must hold no worker that
+# exited. The counts go to $WISP_BUILD/reliability/soak.<mode>.json (spec/reliability.sh puts
+# them in reliability.json). The last line is "soak: N passed, N failed".
+[ -z "$BASH_VERSION" ] && exec bash "$0" "$@"
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+root=$(pwd)
+build=${WISP_BUILD:-build}
+case "$build" in /*) ;; *) build="$root/$build";; esac
+W="$build/wisp"; S="$build/test-tools/soak"
+secs=${WISP_SOAK_SECONDS:-25}; modes=${WISP_SOAK_MODES:-inline thread}; seed=${WISP_SEED:-1}; conns=${WISP_SOAK_CONNS:-6}
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+finish() {
+    [ "$fail" -ne 0 ] && echo "replay: WISP_SEED=$seed WISP_SOAK_SECONDS=$secs WISP_SOAK_MODES='$modes' WISP_BUILD=$build sh spec/nginx/soak.sh"
+    echo "soak: $pass passed, $fail failed"
+}
+tmp=$(mktemp -d /tmp/wisp-soak.XXXXXX); chmod 755 "$tmp"
+prefix="$tmp/prefix"; d="$tmp/m"; mkdir -p "$d"; chmod 755 "$d"
+nginx_bin=""
+stop_nginx() {
+    if [ -n "$nginx_bin" ] && [ -f "$prefix/logs/nginx.pid" ]; then
+        pid=$(cat "$prefix/logs/nginx.pid" 2>/dev/null)
+        if [ -n "$pid" ]; then
+            kill -QUIT "$pid" 2>/dev/null
+            for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+            kill -KILL "$pid" 2>/dev/null
+        fi
+        rm -f "$prefix/logs/nginx.pid"
+    fi
+}
+cleanup() { stop_nginx; [ -n "${WISP_KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"; }
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+for t in curl "$W" "$S"; do
+    if ! command -v "$t" >/dev/null 2>&1; then bad "missing $t (make test-tools BUILD=...)"; finish; exit 1; fi
+done
+nginx_bin=$(command -v nginx 2>/dev/null || ls /usr/sbin/nginx /opt/devdeps/usr/sbin/nginx 2>/dev/null | head -n 1)
+if [ -z "$nginx_bin" ]; then bad "nginx not installed (make deps-test installs it)"; finish; exit 1; fi
+
+# ---- three versions, two broken files, the rows and every version's answers ------------------
+"$W" run spec/nginx/models.lua "$d" 2>/dev/null || { bad "spec/nginx/models.lua"; finish; exit 1; }
+mv "$d/ctr.wisp" "$d/v1.wisp"; mv "$d/ctr_v2.wisp" "$d/v2.wisp"
+"$W" run spec/nginx/soak_models.lua "$d" || { bad "spec/nginx/soak_models.lua"; finish; exit 1; }
+head -c 9000 "$d/v1.wisp" > "$d/trunc.wisp"
+cp "$d/v1.wisp" "$d/badsum.wisp"
+sz=$(stat -c %s "$d/v1.wisp")
+printf '\x55\xaa' | dd of="$d/badsum.wisp" bs=1 seek=$((sz / 2)) conv=notrunc 2>/dev/null
+for v in v1 v2 v3; do "$W" score -m "$d/$v.wisp" -d cpu "$d/rows.libsvm" > "$d/$v.txt" || { bad "wisp score $v"; finish; exit 1; }; done
+for f in trunc badsum; do
+    if "$W" info "$d/$f.wisp" >/dev/null 2>&1; then bad "the broken file $f.wisp loads"; fi
+done
+mkdir -p "$build/reliability"
+
+. "$root/spec/nginx/free_port.sh"
+workers() { pgrep -P "$(cat "$prefix/logs/nginx.pid")" 2>/dev/null | sort | tr '\n' ' '; }
+for mode in $modes; do
+    cp "$d/v1.wisp" "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
+    started=""
+    for _ in 1 2 3 4 5; do
+        port=$(free_port)
+        examples/openresty/serve.sh --render-only --prefix "$prefix" --port "$port" --models "ctr=$d/ctr.wisp" \
+            --workers 2 --mode "$mode" --max-body 4m --build "$build" --device cpu >/dev/null || break
+        if "$nginx_bin" -p "$prefix" -c conf/nginx.conf 2>"$tmp/start.err"; then started=1; break; fi
+        grep -q "Address already in use" "$tmp/start.err" || break
+    done
+    ready=""
+    for _ in $(seq 1 100); do
+        [ -n "$started" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")" = 200 ] && { ready=1; break; }
+        sleep 0.1
+    done
+    if [ -z "$ready" ]; then bad "[$mode] nginx starts and gets ready: $(head -c 300 "$tmp/start.err")"; stop_nginx; continue; fi
+    before=$(workers)
+    "$S" --port "$port" --dir "$d" --served "$d/ctr.wisp" --seconds "$secs" --conns "$conns" --seed "$seed" > "$tmp/soak.out" 2>&1
+    rc=$?
+    after=$(workers)
+    grep -v '^SOAK_JSON' "$tmp/soak.out" | grep -v '^soak: [0-9]* passed' | sed "s/^/     [$mode] /"
+    line=$(grep -E '^soak: [0-9]+ passed, [0-9]+ failed' "$tmp/soak.out" | tail -n 1)
+    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/'); f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+    if [ -z "$line" ]; then bad "[$mode] soak did not finish (exit $rc): $(tail -n 3 "$tmp/soak.out")"
+    else pass=$((pass + p)); fail=$((fail + f)); echo "     [$mode] soak.c: $p checks passed, $f failed"; fi
+    dead=$(grep -cE 'exited on signal|exited with code [1-9]' "$prefix/logs/error.log")
+    if [ "$before" = "$after" ] && [ "$dead" = 0 ]; then ok "[$mode] no worker died (pids $before)"
+    else bad "[$mode] workers died: pids before '$before', after '$after'; error.log: $(grep -E 'exited on signal|exited with code [1-9]' "$prefix/logs/error.log" | head -n 3 | cut -c1-200)"; fi
+    if grep -E '\[alert\]|\[emerg\]|lua entry thread aborted|runtime error' "$prefix/logs/error.log" | grep -v 'exited on signal' >/dev/null; then
+        bad "[$mode] error.log has alerts or Lua errors: $(grep -E '\[alert\]|\[emerg\]|aborted|runtime error' "$prefix/logs/error.log" | head -n 3 | cut -c1-300)"
+    else ok "[$mode] error.log: no alert, no Lua error"; fi
+    refused=$(grep -c 'reload failed' "$prefix/logs/error.log")
+    js=$(grep '^SOAK_JSON ' "$tmp/soak.out" | sed 's/^SOAK_JSON //')
+    if [ -n "$js" ]; then
+        echo "$js" | sed "s/^{/{\"mode\": \"$mode\", \"seed\": $seed, \"dead_workers\": $dead, \"refused_reloads_logged\": $refused, /" > "$build/reliability/soak.$mode.json"
+        echo "     [$mode] $(cat "$build/reliability/soak.$mode.json")"
+    fi
+    stop_nginx
+    [ "$fail" -ne 0 ] && [ -f "$prefix/logs/error.log" ] && { echo "     --- error.log (last 8 lines)"; tail -n 8 "$prefix/logs/error.log" | cut -c1-300; }
+    rm -f "$prefix/logs/error.log"
+done
+finish
+[ "$fail" -eq 0 ]
