@@ -4,7 +4,7 @@
 #   WISP_BUILD=build sh spec/python/run.sh
 #
 # - The virtual environment is $WISP_BUILD/py-venv (WISP_PY_VENV overrides);
-#   it is created when missing and reused after; pytest, numpy, scipy,
+#   it is created when missing and reused after; pytest, numpy, scipy, scikit-learn,
 #   setuptools and wheel are installed into it (never into the system's or
 #   the user's Python).
 # - The package is built from the repository root with `pip install
@@ -36,9 +36,9 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PY" -m venv "$VENV" || fail "cannot create a virtual environment in $VENV with $PY (Debian: apt-get install python3-venv)"
 fi
 VPY=$VENV/bin/python
-if ! "$VPY" -c "import pytest, numpy, scipy, wheel, setuptools; assert int(setuptools.__version__.split('.')[0]) >= 61" 2>/dev/null; then
-    "$VPY" -m pip install -q --disable-pip-version-check pytest numpy scipy "setuptools>=61" wheel >"$LOG" 2>&1 ||
-        { cat "$LOG" >&2; fail "pip could not install pytest, numpy, scipy, setuptools, wheel into $VENV"; }
+if ! "$VPY" -c "import pytest, numpy, scipy, sklearn, wheel, setuptools; assert int(setuptools.__version__.split('.')[0]) >= 61" 2>/dev/null; then
+    "$VPY" -m pip install -q --disable-pip-version-check pytest numpy scipy scikit-learn "setuptools>=61" wheel >"$LOG" 2>&1 ||
+        { cat "$LOG" >&2; fail "pip could not install pytest, numpy, scipy, scikit-learn, setuptools, wheel into $VENV"; }
 fi
 (cd "$ROOT" && WISP_PY_BUILD=$BUILD/py-build WISP_NVCC=${WISP_PY_NVCC-} \
     "$VPY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall . \

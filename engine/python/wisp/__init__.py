@@ -38,7 +38,7 @@ import numpy as np
 
 from . import _wisp
 
-__all__ = ["load", "devices", "version", "Model", "Session", "WispError", "BadRowError",
+__all__ = ["load", "devices", "version", "write_model", "from_sklearn", "Model", "Session", "WispError", "BadRowError",
            "InvalidArgumentError", "OutOfMemoryError", "WispIOError", "FormatError", "ChecksumError",
            "VersionError", "ParseError", "LimitError", "NoDeviceError", "DeviceError", "StateError"]
 
@@ -156,6 +156,79 @@ def load(path):
     WispError subclass naming the file and the problem (WispIOError for a
     missing file, FormatError/ChecksumError/VersionError for a bad one)."""
     return Model(path)
+
+
+def write_model(path, weights, bias, dtype="f32", meta=None, columns=None):
+    """Write a .wisp model file atomically (a temporary file, fsync, rename).
+
+    weights: 1-D array of the table (id j's weight at j; converted to
+    float32 once), bias: the intercept, dtype: how to store the weights
+    ("f32", "f16": round to nearest even, "i8": scale = max|w| / 127),
+    meta: a dict of str to str (no newlines; keys without '='), columns:
+    the feature-column description (a JSON text or a JSON-able object)."""
+    w = np.ascontiguousarray(weights, dtype=np.float32)
+    if w.ndim != 1:
+        raise ValueError("weights must be 1-D (id j's weight at j), not %d-D" % w.ndim)
+    text = ""
+    for k, v in (meta or {}).items():
+        k, v = str(k), str(v)
+        if "=" in k or "\n" in k or "\n" in v or not k:
+            raise ValueError("meta %r=%r: keys must be non-empty without '=', values without newlines" % (k, v))
+        text += "%s=%s\n" % (k, v)
+    if columns is not None and not isinstance(columns, str):
+        columns = json.dumps(columns)
+    _wisp.write_model(path, w, float(bias), dtype, text, columns)
+
+
+def from_sklearn(estimator, path, dtype="f32"):
+    """Write a fitted binary scikit-learn linear classifier as a .wisp model
+    at path and return it loaded (a Model).
+
+    Accepted: LogisticRegression and SGDClassifier(loss="log_loss") with
+    two classes. The model's score is the probability of classes_[1], so
+    Model.predict_proba(X) matches the estimator's predict_proba(X) (to
+    float32 rounding of the weights: 1e-6 in probability for ordinary
+    models), with classes_ kept. Column j of the estimator's input is
+    feature id j. Refused with the reason (ValueError): estimators without
+    probabilities (LinearSVC, SGDClassifier with another loss), more than
+    two classes, unfitted estimators, anything else. Pipelines come later."""
+    name = type(estimator).__name__
+    if name == "Pipeline":
+        raise ValueError("from_sklearn: Pipelines are not imported yet; pass the final classifier "
+                         "(its input must then be the hashed/vectorized features)")
+    if name == "LinearSVC":
+        raise ValueError("from_sklearn: LinearSVC gives no probabilities (its decision function is not a "
+                         "logistic model); train LogisticRegression or SGDClassifier(loss='log_loss')")
+    if name == "SGDClassifier":
+        loss = getattr(estimator, "loss", None)
+        if loss not in ("log_loss", "log"):
+            raise ValueError("from_sklearn: SGDClassifier(loss=%r) gives no probabilities; "
+                             "only loss='log_loss' is a logistic model" % (loss,))
+    elif name != "LogisticRegression":
+        raise ValueError("from_sklearn: %s is not supported (LogisticRegression, "
+                         "SGDClassifier(loss='log_loss'))" % name)
+    if not hasattr(estimator, "coef_") or not hasattr(estimator, "classes_"):
+        raise ValueError("from_sklearn: the %s is not fitted (no coef_)" % name)
+    classes = list(estimator.classes_)
+    if len(classes) != 2:
+        raise ValueError("from_sklearn: the %s has %d classes; wisp scores binary models" % (name, len(classes)))
+    coef = estimator.coef_
+    if hasattr(coef, "toarray"):
+        coef = coef.toarray()
+    coef = np.asarray(coef, dtype=np.float64)
+    if coef.ndim != 2 or coef.shape[0] != 1:
+        raise ValueError("from_sklearn: coef_ of shape %s; a binary model has (1, n_features)" % (coef.shape,))
+    intercept = float(np.asarray(estimator.intercept_, dtype=np.float64).reshape(-1)[0]) \
+        if getattr(estimator, "fit_intercept", True) else 0.0
+    plain = [c.item() if hasattr(c, "item") else c for c in classes]
+    try:
+        classes_json = json.dumps(plain)
+    except TypeError:
+        raise ValueError("from_sklearn: classes_ %r are not numbers or strings" % (classes,))
+    meta = {"source": "sklearn", "estimator": name, "classes_json": classes_json,
+            "score_class": "1", "n_features_in": str(coef.shape[1])}
+    write_model(path, coef[0], intercept, dtype, meta)
+    return load(path)
 
 
 # ---- input forms -----------------------------------------------------------------------
@@ -373,6 +446,14 @@ class Model:
         self.classes_, self._positive = self._classes()
 
     def _classes(self):
+        if "classes_json" in self.meta:              # written by from_sklearn: classes_[score_class] is scored
+            try:
+                classes = json.loads(self.meta["classes_json"])
+                pos = int(self.meta.get("score_class", "1"))
+                if isinstance(classes, list) and len(classes) == 2 and pos in (0, 1):
+                    return np.array(classes), pos
+            except ValueError:
+                pass
         labels = self.meta.get("labels", "").split()
         if len(labels) == 2:
             try:

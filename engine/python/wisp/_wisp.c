@@ -309,6 +309,42 @@ static inline double float_at(const arg_buf *b, size_t i)
     return neg ? (double)(int64_t)u : (double)u;
 }
 
+/* write_model(path, weights (float32 buffer), bias, dtype, meta, columns|None):
+ * wisp_model_write, the GIL released (it fsyncs). */
+static PyObject *py_write_model(PyObject *mod, PyObject *args)
+{
+    PyObject *path_obj, *o_w;
+    double bias;
+    const char *dtype_name, *meta, *columns = NULL;
+    if (!PyArg_ParseTuple(args, "O&Odss|z", PyUnicode_FSConverter, &path_obj, &o_w, &bias, &dtype_name, &meta,
+                          &columns))
+        return NULL;
+    int dtype = wisp_dtype_parse(dtype_name);
+    if (dtype < 0) {
+        Py_DECREF(path_obj);
+        PyErr_Format(PyExc_ValueError, "unknown weight dtype '%s' (use f32, f16 or i8)", dtype_name);
+        return NULL;
+    }
+    arg_buf bw;
+    if (get_buf(o_w, "weights", 0, 1, &bw) < 0 || bw.kind != K_FLOAT || bw.size != 4) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "weights: must be a float32 array");
+        rel_buf(&bw);
+        Py_DECREF(path_obj);
+        return NULL;
+    }
+    const char *path = PyBytes_AsString(path_obj);
+    int st;
+    char msg[1024] = "";
+    Py_BEGIN_ALLOW_THREADS
+    st = wisp_model_write(path, bw.view.buf, (uint64_t)bw.count, bias, dtype, meta, columns);
+    if (st != WISP_OK) copy_errmsg(msg, sizeof msg, st);
+    Py_END_ALLOW_THREADS
+    rel_buf(&bw);
+    Py_DECREF(path_obj);
+    if (st != WISP_OK) return raise_status(st, msg);
+    Py_RETURN_NONE;
+}
+
 /* ---- bad rows found here ------------------------------------------------------------ */
 
 enum { BAD_NEG_INDEX = 1, BAD_NONFINITE, BAD_NAN_SCORE, BAD_ENGINE };
@@ -860,6 +896,7 @@ static PyMethodDef module_methods[] = {
     { "register_errors", py_register_errors, METH_VARARGS, "register_errors(base, {status: class})" },
     { "devices",         py_devices,         METH_NOARGS,  "devices() -> ([(name, memory, capability, usable)], gpu_status, threads)" },
     { "version",         py_version,         METH_NOARGS,  "The engine's version string." },
+    { "write_model",     py_write_model,     METH_VARARGS, "write_model(path, weights, bias, dtype, meta, columns=None)" },
     { "stat_names",      py_stat_names,      METH_NOARGS,  "The statistics' names, in order." },
     { NULL, NULL, 0, NULL }
 };
