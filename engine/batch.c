@@ -38,17 +38,33 @@
  * from the same rule (vals without val_ptr means nvals = nnz).
  *
  * Ids. Input ids are uint64; an id >= 2^32 is stored as WISP_ID_NONE.
- * Values are stored as given (the text parser rejects NaN and infinities).
+ *
+ * Values: ONE RULE for every input path (wisp.h, batches). A value must be
+ * a finite float32: NaN, +-inf, or a decimal/double whose float32 rounding
+ * overflows (1e39, 3.4028236e38; FLT_MAX = 3.4028235e38 is fine, subnormals
+ * and values that underflow to 0 are kept: they are representable) make
+ * THAT row bad, with a message naming the feature and the value; the other
+ * rows are unaffected. It is enforced at the lowest layer each path shares:
+ * wisp_batch_add_row/_mixed here (an empty bad row in place of the row, the
+ * call returns WISP_OK: a bad value is data), wisp_batch_wrap here (the
+ * caller's vals are scanned once when wrapped, no copy; rows with a
+ * non-finite value are listed as bad rows, which keep their features in a
+ * wrapped batch and are answered NaN by every device, session.c), the
+ * text parsers (libsvm.c, vw.c, tsv.c: the decimal itself is checked, so
+ * the message quotes the text), the raw column setters (columns.c), and
+ * the Lua layer (init.lua) above them.
  *
  * Failure. Every append checks limits and reserves all memory before it
  * writes anything, so a failed append leaves the batch as it was (a grown
  * arena may have moved, with the same contents).
  *
  * Bad rows are kept in increasing row order (wisp_batch_mark_bad refuses
- * anything else); each is a row with no features.
+ * anything else); each is a row with no features, except in a wrapped
+ * batch (its rows are the caller's: see Values).
  */
 #include "internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -214,6 +230,23 @@ static int check_append(wisp_batch *b, size_t n, const char *fn)
     return WISP_OK;
 }
 
+static int push_bad(wisp_batch *b, size_t row, uint64_t line, const char *msg, const char *fn);
+
+/* The position of the first value of v[0..n) that is not a finite float32, or n. */
+static size_t first_nonfinite(const float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i])) return i;
+    return n;
+}
+
+/* "feature #k (id N): value nan is not a finite float32" (k 1-based, in the row) */
+static void nonfinite_msg(char *buf, size_t cap, size_t k, uint64_t id, float v)
+{
+    snprintf(buf, cap, "feature #%zu (id %llu): value %g is not a finite float32", k + 1, (unsigned long long)id,
+             (double)v);
+}
+
 static int add_row(wisp_batch *b, const uint64_t *vids, const float *vals, size_t nv,
                    const uint64_t *bids, size_t nb, const char *fn)
 {
@@ -226,6 +259,20 @@ static int add_row(wisp_batch *b, const uint64_t *vids, const float *vals, size_
     if ((nv && (!vids || !vals)) || (nb && !bids))
         return wisp_fail(WISP_EINVAL, "%s: row %zu: %s is NULL", fn, b->rows,
                          nv && !vids ? (nb ? "vids" : "ids") : nv && !vals ? "vals" : vids ? "bids" : "ids");
+    const size_t bad = nv ? first_nonfinite(vals, nv) : 0;
+    if (WISP_UNLIKELY(bad < nv)) {
+        /* a bad value is data: the row goes in empty, as a bad row naming it */
+        char msg[160];
+        nonfinite_msg(msg, sizeof msg, bad, vids[bad], vals[bad]);
+        if ((st = reserve_row(b, 0, 0)) != WISP_OK) return wisp_fail_context(st, "%s: row %zu", fn, b->rows);
+        commit_row(b, 0, 0);
+        if ((st = push_bad(b, b->rows - 1, 0, msg, fn)) != WISP_OK) {
+            b->rows--;                                 /* unchanged on failure */
+            update_mode(b);
+            return st;
+        }
+        return WISP_OK;
+    }
     if ((st = reserve_row(b, nv + nb, nv)) != WISP_OK) return wisp_fail_context(st, "%s: row %zu", fn, b->rows);
     if (nv && (st = ensure_val_ptr(b)) != WISP_OK) return wisp_fail_context(st, "%s: row %zu", fn, b->rows);
     uint32_t *ip = b->ids ? b->ids + b->nnz : NULL;   /* NULL + 0 is undefined: ids may not exist yet */
@@ -308,6 +355,25 @@ int wisp_batch_wrap(wisp_engine *eng, size_t rows, const uint32_t *row_ptr, cons
     b->val_ptr = (uint32_t *)val_ptr;
     b->vals = (float *)vals;
     update_mode(b);
+    /* the values rule (top of file): one pass over the caller's values, no
+     * copy; a row holding a non-finite value is listed bad (answered NaN) */
+    if (b->value_mode != WISP_VALUES_NONE) {
+        for (size_t r = 0; r < rows; r++) {
+            const size_t a = b->value_mode == WISP_VALUES_MIXED ? val_ptr[r] : row_ptr[r];
+            const size_t z = b->value_mode == WISP_VALUES_MIXED ? val_ptr[r + 1] : row_ptr[r + 1];
+            const size_t k = first_nonfinite(vals + a, z - a);
+            if (WISP_LIKELY(k == z - a)) continue;
+            char msg[160];
+            nonfinite_msg(msg, sizeof msg, k, ids[row_ptr[r] + k], vals[a + k]);
+            int st = push_bad(b, r, 0, msg, fn);
+            if (st != WISP_OK) {
+                wisp_free(b->bad);
+                wisp_free(b->msgs);
+                wisp_free(b);
+                return st;
+            }
+        }
+    }
     wisp_engine_retain(eng);
     *out = b;
     return WISP_OK;
@@ -343,6 +409,12 @@ int wisp_batch_mark_bad(wisp_batch *b, size_t row, uint64_t line, const char *ms
         return wisp_fail(WISP_EINVAL, "%s: row %zu has features; a bad row must have none", fn, row);
     if (b->nbad && row <= b->bad[b->nbad - 1].row)
         return wisp_fail(WISP_EINVAL, "%s: row %zu is not after the last bad row %zu", fn, row, b->bad[b->nbad - 1].row);
+    return push_bad(b, row, line, msg, fn);
+}
+
+/* Append (row, line, msg) to the bad-row list; row is after the last one. */
+static int push_bad(wisp_batch *b, size_t row, uint64_t line, const char *msg, const char *fn)
+{
     if (!msg) msg = "";
     size_t len = strlen(msg) + 1;
     if (b->msgs_len + len > UINT32_MAX)

@@ -20,6 +20,32 @@
  * UTF-8, as JSON requires); an array gives a sparse input its values. An
  * unknown key, a wrong type or malformed JSON make the row bad.
  *
+ * THE JSON DECISIONS, one list for every JSON reader (this one, and the
+ * service's bodies in lua/wisp/nginx.lua, which must match it): each
+ * refusal makes that row bad with a message naming the real type and value.
+ *   - values: a float32 value must round to a finite float32: 1e39, -1e39,
+ *     3.4028236e38 (rounds to inf) are refused; 3.4028235e38 (FLT_MAX) is
+ *     accepted; values that underflow (1e-50 -> 0, subnormals) are kept.
+ *     NaN, Infinity, -Infinity (json.dumps' defaults for non-finite floats)
+ *     are refused, naming the token. The same rule holds for CSV/TSV fields
+ *     ("nan", "inf", "1e39" in a float32 field: a bad row) and in every
+ *     other input path (batch.c, top comment).
+ *   - int64: an integer literal only, read exactly from the text (never
+ *     through a double, so 2^53 + 1 stays exact), in [-2^63, 2^63);
+ *     1.0, 1e3 and 1.5 for an int64 input are refused (not integer
+ *     literals), as is a value beyond the range.
+ *   - strings for numbers are refused: "input 'x': a float32 number
+ *     expected, got the string \"1\"" (no coercion); numbers for strings too.
+ *   - true/false refused for every input type; null is a missing value.
+ *   - nested arrays (and objects, and null inside an array) are refused;
+ *     an array only for a sparse input.
+ *   - leading zeros (01), a leading '+', '.5', '5.' are not JSON numbers:
+ *     refused as invalid JSON; -0 is 0 for int64 and -0.0 for float32.
+ *   - duplicate keys: a dense input given twice is refused ("takes one value
+ *     per row"); a sparse input's values are appended.
+ *   - \uXXXX escapes (json.dumps' ensure_ascii default) are decoded,
+ *     surrogate pairs to one code point; a lone surrogate is refused.
+ *
  * Speed: memchr finds line ends and delimiters; the common float32 field
  * (up to 7 significant digits, a small exponent) is one exact float
  * multiply or divide (Clinger's fast path for float32); everything else
@@ -346,6 +372,11 @@ static inline __attribute__((always_inline)) void put_field(wisp_raw *r, size_t 
         }
         if (WISP_UNLIKELY(wisp_parse_f32(s, len, 1, &v))) {
             wisp_raw__reject(r, "field %zu (%s): '%s' is not a number", f + 1, inp->name, excerpt(s, len, ex));
+            return;
+        }
+        if (WISP_UNLIKELY(!isfinite(v))) {               /* nan, inf, or a decimal beyond float32 (1e39) */
+            wisp_raw__reject(r, "field %zu (%s): value '%s' is not a finite float32", f + 1, inp->name,
+                             excerpt(s, len, ex));
             return;
         }
         ((float *)ri->vals)[ri->n++] = v;
@@ -712,8 +743,9 @@ static int json_scalar(wisp_raw *r, long in, const char **pp, const char *e, con
         if (err) { *pp = NULL; return wisp_raw__reject(r, "input '%s': %s at column %zu", inp->name, err, (size_t)(p - ls) + 1); }
         *pp = p;
         if (inp->dtype != WISP_INPUT_STRING)
-            return wisp_raw__reject(r, "input '%s': a string where %s is expected", inp->name,
-                                    inp->dtype == WISP_INPUT_INT64 ? "int64" : "float32");
+            return wisp_raw__reject(r, "input '%s': %s expected, got the string \"%s\"", inp->name,
+                                    inp->dtype == WISP_INPUT_INT64 ? "an int64" : "a float32 number",
+                                    excerpt(r->qbuf, len, ex));
         return wisp_raw__push_str(r, (size_t)in, r->qbuf, len);
     }
     size_t n = wisp_json__number_len(p, e);
@@ -728,7 +760,23 @@ static int json_scalar(wisp_raw *r, long in, const char **pp, const char *e, con
             if (rc) return wisp_raw__reject(r, "input '%s': %s is not an int64", inp->name, excerpt(p, n, ex));
             return wisp_raw__push_i64(r, (size_t)in, v);
         }
-        return wisp_raw__push_f32(r, (size_t)in, (float)parse_f64(p, n));
+        const float f = (float)parse_f64(p, n);
+        if (WISP_UNLIKELY(!isfinite(f)))                 /* 1e39, -1e39, 3.4028236e38: beyond float32 */
+            return wisp_raw__reject(r, "input '%s': value %s is not a finite float32", inp->name, excerpt(p, n, ex));
+        return wisp_raw__push_f32(r, (size_t)in, f);
+    }
+    /* NaN, Infinity, -Infinity: not JSON, but what Python's json.dumps writes
+     * for float('nan') and float('inf') by default (allow_nan=True) */
+    {
+        static const char *const nonjson[] = { "NaN", "Infinity", "-Infinity" };
+        for (int k = 0; k < 3; k++) {
+            const size_t kl = strlen(nonjson[k]);
+            if ((size_t)(e - p) >= kl && !memcmp(p, nonjson[k], kl)) {
+                *pp = NULL;
+                return wisp_raw__reject(r, "input '%s': %s is not a finite float32 (and not JSON: Python's json.dumps "
+                                        "writes it for a NaN or infinite float)", inp->name, nonjson[k]);
+            }
+        }
     }
     if (((size_t)(e - p) >= 4 && !memcmp(p, "true", 4)) || ((size_t)(e - p) >= 5 && !memcmp(p, "false", 5))) {
         *pp = p + (p[0] == 't' ? 4 : 5);

@@ -249,6 +249,17 @@ int  wisp_import_liblinear(const char *liblinear_path, const char *out_path, int
  * use, the memory is pinned (page-locked) so one copy moves it.
  * Malformed text rows are kept as rows with no features, marked bad, and
  * scored as NaN; the bad rows are listed with their line numbers.
+ *
+ * Values, one rule for every input path (builders, wrap, every text format,
+ * raw columns, the Lua layer, the service): a value that is not a finite
+ * float32 (NaN, +-inf, or a number whose float32 rounding overflows: 1e39,
+ * 3.4028236e38; FLT_MAX itself, subnormals and values that underflow to 0
+ * are kept) makes THAT row bad, with a message naming the feature and the
+ * value; the other rows are unaffected, and the call still returns WISP_OK
+ * (a bad value is data, not a caller mistake). The builders add the row
+ * empty, as a bad row; wisp_batch_wrap scans the caller's values once (no
+ * copy) and lists such rows as bad (they keep their features; every device
+ * answers them NaN).
  * ------------------------------------------------------------------------- */
 
 typedef struct wisp_batch wisp_batch;
@@ -260,7 +271,8 @@ void   wisp_batch_free(wisp_batch *b);
 void   wisp_batch_clear(wisp_batch *b);
 
 /* Append one row of n features; vals == NULL means every feature binary.
- * On failure (WISP_ELIMIT, WISP_ENOMEM) the batch is unchanged. */
+ * A value that is not finite makes the row a bad row (see Values above):
+ * WISP_OK. On failure (WISP_ELIMIT, WISP_ENOMEM) the batch is unchanged. */
 int    wisp_batch_add_row(wisp_batch *b, const uint64_t *ids, const float *vals, size_t n);
 /* Append one row with nv valued features and nb binary ones. */
 int    wisp_batch_add_row_mixed(wisp_batch *b, const uint64_t *vids, const float *vals, size_t nv,
@@ -556,9 +568,9 @@ int    wisp_raw_row_end(wisp_raw *r);
  * delim is '\t' or ','; with ',' double-quoted fields ("a,b", "say ""hi""")
  * are understood. Empty fields are missing. Numbers are parsed as
  * TensorFlow's decode_csv parses them (float32 fields rounded once,
- * directly to float32; "nan", "inf" accepted and then judged by the
- * column); a field of another type, or a line with another number of
- * fields, makes a bad row. Strings are taken byte for byte (TensorFlow
+ * directly to float32; "nan", "inf", and decimals beyond float32 such as
+ * 1e39 make a bad row: see Values, batches); a field of another type, or
+ * a line with another number of fields, makes a bad row. Strings are taken byte for byte (TensorFlow
  * hashes bytes: no UTF-8 check). WISP_EINVAL for a bad delimiter or
  * schema (a dense input of the description missing from it, or named twice). */
 int    wisp_raw_set_schema(wisp_raw *r, const char *schema, int delim);

@@ -1157,6 +1157,148 @@ static void test_arena(wisp_engine *eng)
     wisp_batch_free(b);
 }
 
+/* ---- the values rule: a value that is not a finite float32 makes its row bad, on every path ----
+ * (batch.c's top comment). Each path gets the same edge values between two good rows; the bad
+ * row's message names the value, the good rows keep their features, scores are NaN only there. */
+static const char *const edge_text[] = { "nan", "inf", "-inf", "1e39", "-1e39", "3.4028236e38", "3.4028235e38",
+                                         "1e-50", "1.4e-45" };
+static const int edge_bad[] = { 1, 1, 1, 1, 1, 1, 0, 0, 0 };   /* FLT_MAX, underflow to 0, a subnormal: kept */
+#define NEDGE (sizeof edge_bad / sizeof edge_bad[0])
+
+/* b holds [good, edge, good] x NEDGE rows in this order; check which are bad and what they say */
+static void check_edge_rows(const wisp_batch *b, const char *where, const char *quote_fmt)
+{
+    CHECK_MSG(wisp_batch_rows(b) == 3 * NEDGE, "%s: %zu rows", where, wisp_batch_rows(b));
+    size_t nbad = 0;
+    for (size_t k = 0; k < NEDGE; k++) nbad += (size_t)edge_bad[k];
+    CHECK_MSG(wisp_batch_bad_count(b) == nbad, "%s: %zu bad rows, want %zu", where, wisp_batch_bad_count(b), nbad);
+    size_t bi = 0;
+    const uint32_t *rp = wisp_batch_row_ptr(b);
+    for (size_t k = 0; k < NEDGE; k++) {
+        const size_t r = 3 * k + 1;
+        CHECK_MSG(rp[r] - rp[r - 1] == 2 && rp[r + 2] - rp[r + 1] == 2, "%s: the good rows around '%s' lost features",
+                  where, edge_text[k]);
+        if (!edge_bad[k]) continue;
+        size_t row = 0;
+        uint64_t line = 0;
+        const char *msg = "";
+        CHECK_OK(wisp_batch_bad_row(b, bi++, &row, &line, &msg));
+        char want[96];
+        snprintf(want, sizeof want, quote_fmt, edge_text[k]);
+        CHECK_MSG(row == r && strstr(msg, want) && strstr(msg, "not a finite "),
+                  "%s: value '%s': bad row %zu (want %zu) '%s' (want it to name '%s')", where, edge_text[k], row, r, msg, want);
+    }
+}
+
+static void test_values_rule(wisp_engine *eng)
+{
+    /* libsvm text: the decimal is quoted */
+    {
+        str t = { 0 };
+        for (size_t k = 0; k < NEDGE; k++)
+            sprintf_(&t, "1 1:0.5 2:1\n0 3:%s 4:1\n1 5:2 6:-1\n", edge_text[k]);
+        wisp_batch *b = NULL;
+        CHECK_OK(wisp_batch_new(eng, &b));
+        CHECK_OK(wisp_batch_parse_libsvm(b, t.s, t.len, 1, 0, NULL, NULL));
+        check_edge_rows(b, "libsvm", "'%s'");
+        wisp_batch_free(b);
+        free(t.s);
+    }
+    /* VW text */
+    {
+        wisp_vw *v = NULL;
+        CHECK_OK(wisp_vw_new("-b 18", &v));
+        str t = { 0 };
+        for (size_t k = 0; k < NEDGE; k++)
+            sprintf_(&t, "1 |a x:0.5\n0 |a y:%s\n1 |a z:2\n", edge_text[k]);
+        wisp_batch *b = NULL;
+        CHECK_OK(wisp_batch_new(eng, &b));
+        if (v) CHECK_OK(wisp_batch_parse_vw(b, v, t.s, t.len, 1, 0, NULL, NULL));
+        check_edge_rows(b, "vw", "'%s'");           /* each row: the feature and the constant */
+        wisp_batch_free(b);
+        wisp_vw_free(v);
+        free(t.s);
+    }
+    /* the builders: a float argument can only be NaN or +-inf (1e39 is inf once a float) */
+    {
+        const float fv[] = { NAN, INFINITY, -INFINITY, (float)1e39, (float)-1e39, INFINITY, FLT_MAX, 0.0f, 1.4e-45f };
+        wisp_batch *b = NULL, *m = NULL;
+        CHECK_OK(wisp_batch_new(eng, &b));
+        CHECK_OK(wisp_batch_new(eng, &m));
+        const uint64_t ids[2] = { 7, 9 };
+        for (size_t k = 0; k < NEDGE; k++) {
+            const float good[2] = { 0.5f, 1 }, edge[2] = { 1, fv[k] };
+            CHECK_OK(wisp_batch_add_row(b, ids, good, 2));
+            CHECK_OK(wisp_batch_add_row(b, ids, edge, 2));   /* a bad value is data: WISP_OK, a bad row */
+            CHECK_OK(wisp_batch_add_row(b, ids, good, 2));
+            CHECK_OK(wisp_batch_add_row_mixed(m, ids, good, 1, ids + 1, 1));
+            CHECK_OK(wisp_batch_add_row_mixed(m, ids, edge + 1, 1, ids + 1, 1));
+            CHECK_OK(wisp_batch_add_row_mixed(m, ids, good, 1, ids + 1, 1));
+        }
+        check_edge_rows(b, "wisp_batch_add_row", "(id 9): value ");
+        check_edge_rows(m, "wisp_batch_add_row_mixed", "(id 7): value ");
+        /* the message names the float: nan, inf, -inf */
+        size_t row;
+        uint64_t line;
+        const char *msg;
+        CHECK_OK(wisp_batch_bad_row(b, 0, &row, &line, &msg));
+        CHECK_MSG(strstr(msg, "feature #2 (id 9): value nan is not a finite float32") == msg, "'%s'", msg);
+        CHECK_OK(wisp_batch_bad_row(b, 2, &row, &line, &msg));
+        CHECK_MSG(strstr(msg, "value -inf is not a finite float32"), "'%s'", msg);
+        /* scores: NaN exactly on the bad rows */
+        float *w = calloc(16, sizeof *w);
+        for (int i = 0; i < 16; i++) w[i] = 0.1f * (float)(i - 8);
+        char path[] = "/tmp/wisp_test_batch_valuesXXXXXX";
+        int fd = mkstemp(path);
+        if (fd >= 0) close(fd);
+        wisp_model *mod = NULL;
+        wisp_session *s = NULL;
+        CHECK_OK(wisp_model_write(path, w, 16, 0.1, WISP_F32, NULL, NULL));
+        CHECK_OK(wisp_model_load(eng, path, &mod));
+        CHECK_OK(wisp_session_new(eng, mod, "cpu", &s));
+        float out[3 * NEDGE];
+        if (s) {
+            CHECK_OK(wisp_session_score(s, b, out));
+            for (size_t k = 0; k < NEDGE; k++) {
+                const double z = 0.1 + 0.5 * (double)w[7] + (double)w[9];
+                const double p = 1.0 / (1.0 + exp(-z));
+                CHECK_MSG(fabs(out[3 * k] - p) < 1e-6 && fabs(out[3 * k + 2] - p) < 1e-6, "good rows around %s", edge_text[k]);
+                CHECK_MSG(edge_bad[k] ? isnan(out[3 * k + 1]) : isfinite(out[3 * k + 1]), "edge row %s: %g",
+                          edge_text[k], (double)out[3 * k + 1]);
+            }
+        }
+        /* zero-copy: the caller's values are checked once when wrapped; bad rows keep their features */
+        uint32_t rp[3 * NEDGE + 1], wid[6 * NEDGE];
+        float wv[6 * NEDGE];
+        rp[0] = 0;
+        for (size_t r = 0; r < 3 * NEDGE; r++) {
+            wid[2 * r] = 7; wid[2 * r + 1] = 9;
+            wv[2 * r] = r % 3 == 1 ? 1 : 0.5f;
+            wv[2 * r + 1] = r % 3 == 1 ? fv[r / 3] : 1;
+            rp[r + 1] = (uint32_t)(2 * r + 2);
+        }
+        wisp_batch *wb = NULL;
+        CHECK_OK(wisp_batch_wrap(eng, 3 * NEDGE, rp, wid, NULL, wv, &wb));
+        if (wb) {
+            check_edge_rows(wb, "wisp_batch_wrap", "(id 9): value ");
+            if (s) {
+                float o2[3 * NEDGE];
+                CHECK_OK(wisp_session_score(s, wb, o2));
+                for (size_t r = 0; r < 3 * NEDGE; r++)
+                    CHECK_MSG(isnan(out[r]) ? isnan(o2[r]) : o2[r] == out[r], "wrapped row %zu: %g vs built %g", r,
+                              (double)o2[r], (double)out[r]);
+            }
+        }
+        wisp_batch_free(wb);
+        wisp_session_free(s);
+        wisp_model_free(mod);
+        unlink(path);
+        free(w);
+        wisp_batch_free(b);
+        wisp_batch_free(m);
+    }
+}
+
 int main(void)
 {
     wisp_engine *eng;
@@ -1176,6 +1318,7 @@ int main(void)
     test_builder_errors(eng);
     test_wrap(eng);
     test_bad_rows(eng);
+    test_values_rule(eng);
     test_parse_grammar(eng);
     test_parse_malformed(eng);
     test_parse_protocol(eng);

@@ -379,20 +379,21 @@ static void test_bad_rows(wisp_engine *eng)
     CHECK_OK(wisp_raw_row_begin(raw, 0));
     CHECK_OK(wisp_raw_row_reject(raw, "unknown input 'q'"));
     CHECK_OK(wisp_raw_row_end(raw));
-    /* row 6: -inf: the bucketized column takes it (TensorFlow's bucket 0) but the numeric column refuses it */
+    /* row 6: -inf (TensorFlow's bucket 0 for the bucketized column): not a finite float32, so the row is
+     * bad where the value is set (the values rule of batch.c), as NaN in row 1 */
     CHECK_OK(wisp_raw_row_begin(raw, 0));
     CHECK_OK(wisp_raw_add_float(raw, 0, -INFINITY));
     CHECK_OK(wisp_raw_row_end(raw));
     CHECK(wisp_raw_rows(raw) == 7);
-    CHECK(wisp_raw_bad_count(raw) == 4);
+    CHECK(wisp_raw_bad_count(raw) == 6);
     CHECK_OK(wisp_transform(raw, b));
     CHECK(wisp_batch_rows(b) == 7 && wisp_batch_bad_count(b) == 6);
     const char *want[][2] = { { "0", "line 7: input 'x': a string where float32 is expected" },
-                              { "1", "row 1: column 'x': the value is NaN" },
+                              { "1", "row 1: input 'x': value nan is not a finite float32" },
                               { "3", "row 3: input 's' is dense and takes one value per row" },
                               { "4", "row 4: input 'k': 1.5 where int64 is expected" },
                               { "5", "row 5: unknown input 'q'" },
-                              { "6", "row 6: column 'x': the value is -inf" } };
+                              { "6", "row 6: input 'x': value -inf is not a finite float32" } };
     for (size_t i = 0; i < 6; i++) {
         size_t row;
         uint64_t line;
@@ -477,13 +478,23 @@ static void test_text(wisp_engine *eng)
     CHECK_OK(wisp_raw_parse_tsv(r, text + used, strlen(text) - used, 0, 0, &line, &used));
     CHECK(used == 0 && wisp_raw_rows(r) == 4);
     CHECK_OK(wisp_raw_parse_tsv(r, "1\tw\t", 4, 1, 0, &line, &used));
-    CHECK(used == 4 && line == 5 && wisp_raw_rows(r) == 5 && wisp_raw_bad_count(r) == 0);
+    /* nan and 1e39 (inf as float32) are not finite float32 values: bad rows where they are read */
+    CHECK(used == 4 && line == 5 && wisp_raw_rows(r) == 5 && wisp_raw_bad_count(r) == 2);
+    {
+        size_t row;
+        uint64_t ln;
+        const char *msg;
+        CHECK_OK(wisp_raw_bad_row(r, 0, &row, &ln, &msg));
+        CHECK_MSG(row == 2 && ln == 3 && strstr(msg, "field 3 (n): value 'nan' is not a finite float32"), "%zu %s", row, msg);
+        CHECK_OK(wisp_raw_bad_row(r, 1, &row, &ln, &msg));
+        CHECK_MSG(row == 3 && ln == 4 && strstr(msg, "field 3 (n): value '1e39' is not a finite float32"), "%zu %s", row, msg);
+    }
     const uint32_t *rp, *off;
     const void *vals;
     CHECK_OK(wisp_raw_input(r, 1, &rp, &vals, &off));
     CHECK(off == NULL && rp == NULL);                        /* dense: value k is row k's */
     const float *nv = vals;
-    CHECK(nv[0] == 2.5f && nv[1] == 0 && isnan(nv[2]) && isinf(nv[3]) && nv[4] == 0);
+    CHECK(nv[0] == 2.5f && nv[1] == 0 && nv[4] == 0);       /* nv[2], nv[3]: the bad rows' placeholders */
     CHECK_OK(wisp_raw_input(r, 0, &rp, &vals, &off));
     CHECK(off != NULL && rp == NULL && off[2] - off[1] == 1 && off[3] == off[2]);   /* a missing string is "" */
     wisp_batch *b = NULL;
@@ -517,6 +528,96 @@ static void test_text(wisp_engine *eng)
     CHECK(wisp_raw_rows(r) == 3 && nv[0] == (float)0.1 && nv[1] == 0 && nv[2] == 16777216.0f);
     wisp_batch_free(b);
     wisp_raw_free(r);
+    wisp_columns_free(c);
+}
+
+/* ---- the values rule on the text readers (batch.c's top comment): a float32 field or JSON value
+ * that is not a finite float32 makes its row bad, named, and the rows around it keep theirs ---- */
+static void test_values_rule_text(wisp_engine *eng)
+{
+    const char *spec = "{\"format\":\"wisp-columns\",\"version\":1,\"inputs\":[{\"name\":\"a\",\"dtype\":\"string\"},"
+                       "{\"name\":\"n\",\"dtype\":\"float32\",\"default\":0}],\"columns\":["
+                       "{\"name\":\"a\",\"type\":\"hash_bucket\",\"key\":\"a\",\"buckets\":100,\"offset\":0},"
+                       "{\"name\":\"n\",\"type\":\"numeric\",\"key\":\"n\",\"offset\":100}]}";
+    static const char *const tx[] = { "nan", "inf", "-inf", "1e39", "-1e39", "3.4028236e38", "3.4028235e38", "1e-50",
+                                      "NaN", "Infinity", "-Infinity" };
+    static const int bad_text[] = { 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1 };     /* CSV/TSV: decode_csv's words too */
+    static const int bad_json[] = { -1, -1, -1, 1, 1, 1, 0, 0, 1, 1, 1 };  /* -1: not JSON at all (invalid) */
+    const size_t n = sizeof tx / sizeof tx[0];
+    wisp_columns *c = NULL;
+    CHECK_OK(wisp_columns_parse(spec, strlen(spec), &c));
+    if (!c) return;
+    for (int mode = 0; mode < 3; mode++) {               /* TSV, CSV, JSON lines */
+        wisp_raw *r = NULL;
+        CHECK_OK(wisp_raw_new(eng, c, &r));
+        if (!r) break;
+        char *text = malloc(n * 96 + 1);
+        size_t len = 0;
+        for (size_t k = 0; k < n; k++) {
+            if (mode == 2)
+                len += (size_t)sprintf(text + len, "{\"a\":\"x\",\"n\":0.5}\n{\"a\":\"y\",\"n\":%s}\n{\"a\":\"z\",\"n\":2}\n", tx[k]);
+            else
+                len += (size_t)sprintf(text + len, mode ? "x,0.5\ny,%s\nz,2\n" : "x\t0.5\ny\t%s\nz\t2\n", tx[k]);
+        }
+        if (mode < 2) CHECK_OK(wisp_raw_set_schema(r, "a,n", mode ? ',' : '\t'));
+        uint64_t line = 0;
+        if (mode < 2) CHECK_OK(wisp_raw_parse_tsv(r, text, len, 1, 0, &line, NULL));
+        else CHECK_OK(wisp_raw_parse_jsonl(r, text, len, 1, 0, &line, NULL));
+        const char *what = mode == 0 ? "tsv" : mode == 1 ? "csv" : "jsonl";
+        CHECK_MSG(wisp_raw_rows(r) == 3 * n, "%s: %zu rows", what, wisp_raw_rows(r));
+        size_t bi = 0, nbad = wisp_raw_bad_count(r);
+        for (size_t k = 0; k < n; k++) {
+            const int want = mode == 2 ? bad_json[k] : bad_text[k];
+            size_t row = 0;
+            uint64_t ln = 0;
+            const char *msg = "";
+            if (want == 0) continue;
+            CHECK_MSG(bi < nbad, "%s: '%s' is not a bad row", what, tx[k]);
+            if (bi >= nbad) continue;
+            CHECK_OK(wisp_raw_bad_row(r, bi++, &row, &ln, &msg));
+            const int named = want < 0 ? strstr(msg, "invalid JSON") != NULL
+                                       : strstr(msg, tx[k]) != NULL && strstr(msg, "is not a finite float32") != NULL;
+            CHECK_MSG(row == 3 * k + 1 && ln == 3 * k + 2 && named, "%s: value '%s': bad row %zu line %llu '%s'", what,
+                      tx[k], row, (unsigned long long)ln, msg);
+        }
+        CHECK_MSG(bi == nbad, "%s: %zu bad rows, %zu expected", what, nbad, bi);
+        /* the transform keeps exactly those bad and the others valued */
+        wisp_batch *b = NULL;
+        CHECK_OK(wisp_batch_new(eng, &b));
+        CHECK_OK(wisp_transform(r, b));
+        CHECK_MSG(wisp_batch_rows(b) == 3 * n && wisp_batch_bad_count(b) == nbad, "%s: transform: %zu rows, %zu bad", what,
+                  wisp_batch_rows(b), wisp_batch_bad_count(b));
+        wisp_batch_free(b);
+        free(text);
+        wisp_raw_free(r);
+    }
+    /* the raw setter: a double beyond float32 is named as given */
+    wisp_raw *r = NULL;
+    CHECK_OK(wisp_raw_new(eng, c, &r));
+    if (r) {
+        CHECK_OK(wisp_raw_row_begin(r, 0));
+        CHECK_OK(wisp_raw_add_float(r, 1, 1e39));
+        CHECK_OK(wisp_raw_row_end(r));
+        CHECK_OK(wisp_raw_row_begin(r, 0));
+        CHECK_OK(wisp_raw_add_float(r, 1, 3.4028235e38));
+        CHECK_OK(wisp_raw_row_end(r));
+        const char *msg = "";
+        CHECK(wisp_raw_bad_count(r) == 1);
+        CHECK_OK(wisp_raw_bad_row(r, 0, NULL, NULL, &msg));
+        CHECK_MSG(strstr(msg, "input 'n': value 1e+39 is not a finite float32"), "'%s'", msg);
+        wisp_raw_free(r);
+    }
+    /* a string for a number: the message names the string */
+    CHECK_OK(wisp_raw_new(eng, c, &r));
+    if (r) {
+        const char *jl = "{\"a\":\"x\",\"n\":\"1\"}\n";
+        CHECK_OK(wisp_raw_parse_jsonl(r, jl, strlen(jl), 1, 0, NULL, NULL));
+        const char *msg = "";
+        CHECK(wisp_raw_bad_count(r) == 1);
+        if (wisp_raw_bad_count(r)) CHECK_OK(wisp_raw_bad_row(r, 0, NULL, NULL, &msg));
+        CHECK_MSG(strstr(msg, "input 'n': a float32 number expected, got the string \"1\""), "'%s'", msg);
+        wisp_raw_free(r);
+    }
     wisp_columns_free(c);
 }
 
@@ -651,6 +752,7 @@ int main(void)
     test_transform_reference(eng);
     test_bad_rows(eng);
     test_text(eng);
+    test_values_rule_text(eng);
     test_paths_agree(eng);
     test_faults(eng);
     test_threads(eng);
