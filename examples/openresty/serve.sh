@@ -17,11 +17,14 @@
 # --user NAME|auto (the workers' user: started as root, nginx runs them as nobody, who must
 # read lua/, libwisp.so and the models; auto, the default, says root when started as root
 # and a directory above the checkout or the build is closed to others).
+# --admin-port N (a second listener on 127.0.0.1:N for the admin endpoints: :reload and
+# /metrics are then served there only, and answer 403 on --port; without it, the default,
+# every endpoint is on --port).
 # Works with Debian's nginx and with the same packages unpacked under /opt/devdeps.
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 prefix="$root/build/openresty"; port=8080; models=""; workers=2; device=auto; mode=device
-batching=off; threads=2; user=auto; max_body=8m; max_rows=10000; header_buffer=64k; affinity=off; build="${WISP_BUILD:-build}"; render_only=0
+batching=off; threads=2; user=auto; max_body=8m; max_rows=10000; header_buffer=64k; affinity=off; admin_port=""; build="${WISP_BUILD:-build}"; render_only=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --prefix) prefix=$2; shift 2;; --port) port=$2; shift 2;; --models) models=$2; shift 2;;
@@ -29,7 +32,7 @@ while [ $# -gt 0 ]; do
         --batching) batching=$2; shift 2;; --threads) threads=$2; shift 2;; --max-body) max_body=$2; shift 2;;
         --max-rows) max_rows=$2; shift 2;; --build) build=$2; shift 2;; --render-only) render_only=1; shift;;
         --user) user=$2; shift 2;; --header-buffer) header_buffer=$2; shift 2;;
-        --cpu-affinity) affinity=$2; shift 2;;
+        --cpu-affinity) affinity=$2; shift 2;; --admin-port) admin_port=$2; shift 2;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0;;
         *) echo "serve.sh: unknown option '$1' (try --help)" >&2; exit 2;;
     esac
@@ -87,8 +90,15 @@ case "$affinity" in
     *[!01\ ]*) echo "serve.sh: --cpu-affinity: auto, off or binary masks (\"01 10\") expected, got '$affinity'" >&2; exit 2;;
     *) affinity_line="worker_cpu_affinity $affinity;";;
 esac
+admin=open; admin_sed='/@ADMIN_BEGIN@/,/@ADMIN_END@/d'
+if [ -n "$admin_port" ]; then
+    case "$admin_port" in *[!0-9]*) echo "serve.sh: --admin-port: a port number expected, got '$admin_port'" >&2; exit 2;; esac
+    [ "$admin_port" = "$port" ] && { echo "serve.sh: --admin-port must differ from --port" >&2; exit 2; }
+    admin=separate; admin_sed='/@ADMIN_\(BEGIN\|END\)@/d'
+fi
 mkdir -p "$prefix/conf" "$prefix/logs" "$prefix/temp"
-sed -e "s|@MODULE_DIR@|$moddir|g" -e "s|@USER_LINE@|$user_line|g" -e "s|@AFFINITY_LINE@|$affinity_line|g" -e "s|@HEADER_BUFFER@|$header_buffer|g" -e "s|@WORKERS@|$workers|g" -e "s|@WISP_LIB@|$build/libwisp.so|g" \
+cp "$root/examples/openresty/errors.conf" "$prefix/conf/errors.conf"
+sed -e "$admin_sed" -e "s|@ADMIN_PORT@|$admin_port|g" -e "s|@ADMIN@|$admin|g" -e "s|@MODULE_DIR@|$moddir|g" -e "s|@USER_LINE@|$user_line|g" -e "s|@AFFINITY_LINE@|$affinity_line|g" -e "s|@HEADER_BUFFER@|$header_buffer|g" -e "s|@WORKERS@|$workers|g" -e "s|@WISP_LIB@|$build/libwisp.so|g" \
     -e "s|@THREADS@|$threads|g" -e "s|@MAX_BODY@|$max_body|g" -e "s|@LUA_PATH@|$lua_path|g" \
     -e "s|@LUA_CPATH@|$lua_cpath|g" -e "s|@MODELS@|$models|g" -e "s|@DEVICE@|$device|g" \
     -e "s|@MODE@|$mode|g" -e "s|@BATCHING@|$batching|g" -e "s|@MAX_ROWS@|$max_rows|g" -e "s|@PORT@|$port|g" \

@@ -10,9 +10,9 @@
 --
 -- configure{} only records options: it loads no library, creates no engine, no thread and
 -- touches no GPU, because nginx forks its workers after init_by_lua and neither CUDA
--- contexts nor thread pools survive fork(). Each worker maps the model files in
--- init_worker (wisp.load: mmap, so every worker shares one copy in the page cache),
--- makes its engine (its own CPU threads) and sessions; the CUDA backend is discovered
+-- contexts nor thread pools survive fork(). Each worker loads the model files in
+-- init_worker (wisp.load: a private copy of the bytes it verified, engine/model.c: a
+-- file changed under it cannot change or crash what it serves), makes its engine (its own CPU threads) and sessions; the CUDA backend is discovered
 -- there, on the first session that asks for a GPU. spec/nginx/run.sh checks that the
 -- master process holds one thread and has not mapped libwisp at all.
 --
@@ -23,12 +23,22 @@
 --        a sparse input; null or absent = missing), transformed exactly as wisp.columns does;
 --        a model without columns: row = {"ids": [0-based ids], "vals": [values]} (vals
 --        optional: then every feature is binary; when present, one value per id).
---        For a model with columns a body of exactly {"instances": [{...}, ...]} (no other
---        key) whose rows all parse goes to the C JSON-lines parser (the commas between the
---        instances become newlines in a per-worker buffer; no cjson); any other body, or
---        one with a bad row, is decoded by cjson as before, so the answers and messages
---        are the same either way (numbers: the C parser rounds a decimal straight to
---        float32, as wisp score does; cjson went through a double: can differ by 1 ulp).
+--        For a model with columns every body goes to the C JSON-lines parser (the commas
+--        between the instances become newlines in a per-worker buffer): one decode path,
+--        so a row scores bit for bit as `wisp score --format jsonl` scores it whatever its
+--        neighbours and the body's other keys ("signature_name" and any other key is
+--        skipped); numbers are read from their text (a decimal rounded straight to float32,
+--        an int64 exact beyond 2^53). cjson only checks that a body with other keys or a
+--        bad row is JSON at all (400 "bad JSON" if not); an instance that is not an object
+--        is a bad row ("an object of input values expected, got a number").
+--        For a model without columns (cjson): an id is a JSON number with an integer value,
+--        0 <= id < 2^64, ids at or beyond the model's features ignored when scored (as
+--        libsvm's; a double holds every id below 2^53 exactly and any id above is out of
+--        every model's range, so no score depends on its rounding); a value is a number
+--        that rounds to a finite float32 (1e39 does not). Anything else (an object or a
+--        string for "ids", "1", 1.5, null) makes the row bad with a message naming what was
+--        sent ('got the string "1"'). One limit of lua-cjson 2.1: {} and [] decode alike,
+--        so "ids": {} is read as an empty list.
 --     Content-Type: application/x-ndjson or application/jsonl   (a model with feature
 --        columns only; 415 otherwise) JSON lines: one object of raw inputs a line, as a
 --        row above ({"age": 37, "city": "Paris", "tags": ["a", "b"]}; null = missing),
@@ -46,24 +56,50 @@
 --     400 bad JSON / no "instances" list / empty request (also a body of blank lines);
 --     404 unknown model; 405 wrong method (Allow header); 413 body over
 --     client_max_body_size or more rows than max_rows_per_request (any format); 415 other
---     content types, or JSON lines for a model without columns; 503 model not loaded (yet).
---     Every error is JSON: {"error": "...", ...}.
+--     content types, JSON lines for a model without columns, or a Content-Encoding other
+--     than identity (gzip bodies are not decoded); 503 model not loaded (yet).
+--     Every error is JSON: {"error": "...", ...}, also those nginx answers itself before
+--     Lua runs (400 bad request line, 400 header too large, 408, 411, 414, 405 for TRACE,
+--     413, 500-504): examples/openresty/errors.conf, included by every server.
+--   Every prediction that is null has its "errors" entry (spec/nginx/run.sh checks it
+--   over every answer it gets).
 --   GET /v1/models, GET /v1/models/NAME   metadata (version = mtime, size, inode and the
 --        file's header checksum; features, dtype, columns, device, reload state)
 --   POST /v1/models/NAME:reload           reload now in every worker (the answering worker
---        reports its result; the others follow within reload_check_s)
+--        reports its result; the others follow within reload_check_s). Debounced: a file
+--        whose stat identity (inode, size, mtime) and header checksum are the serving
+--        version's is not read again: 200 {"reloaded": false, "unchanged": true}. A failed
+--        or refused reload: 500 with the reason, the loaded version keeps serving.
+--   Admin endpoints (:reload, /metrics): configure{admin = "open"} (the default) serves them
+--        on every listener; admin = "separate" answers them 403 except in a server whose
+--        handler is handle(true) (serve.sh --admin-port N renders that second listener).
 --   GET /healthz (200 while the worker runs), /readyz (200 only when every model is loaded
 --        and has scored a warm-up row on its device), /metrics (Prometheus text, summed
---        over the workers through the shared dict).
+--        over the workers through the shared dict). GET endpoints answer HEAD too.
 --
 -- Hot reload: every reload_check_s (default 1 s) a timer in each worker stats each model
 -- file (inode, size, mtime); a change, or a new generation posted by :reload, loads the
 -- file into a new entry (engine shared, new model + sessions + batcher) and swaps it in.
--- Requests hold the entry they started with; an old entry is closed when its last
--- in-flight request ends. A file that fails to load (truncated, bad checksum) leaves the
--- old entry serving; the failure goes to the error log, /v1/models/NAME ("reload.error")
--- and wisp_model_reloads_total{result="failed"}; that same file is not tried again until
--- it changes.
+-- A request takes the entry serving when its body has arrived (reading it yields, and a
+-- reload may swap the entry meanwhile), holds it (inflight) through parse, score, any
+-- wait (batcher, async, the thread pool) and the answer, in every mode; an old entry is
+-- closed when its last in-flight request ends. A file that fails to load (truncated, bad
+-- checksum) leaves the old entry serving; the failure goes to the error log,
+-- /v1/models/NAME ("reload.error", "file") and wisp_model_reloads_total{result="failed"};
+-- that same file is not tried again until it changes.
+-- The operator contract: replace a served model by rename in the same directory (write
+-- the new file next to it, then mv; wisp_model_write and `wisp convert` do so). What
+-- happens otherwise: a file changed in place (cp over it, truncate, bytes rewritten, even
+-- a touch: the serving version's inode with another size, mtime or header checksum) is
+-- refused without being read (it may be half-written; the worker's private copy keeps
+-- serving the verified bytes, so nothing crashes and no answer mixes versions), logged
+-- once per state of the file, counted as wisp_model_reloads_total{result="refused"} and
+-- reported: /v1/models/NAME "file": {"state": "changed in place, refused: <why>",
+-- "serving": <version>}, and /readyz models.NAME.warning. /readyz stays 200 then: the
+-- worker still serves a verified version, and every replica of a fleet gets the same cp,
+-- so answering 503 would turn one operator mistake into an outage of every replica; the
+-- warning says what to fix. Until a file is renamed in, the refusal stands (a file
+-- removed is "missing": the loaded version keeps serving too).
 --
 -- Blocking work and the event loop (mode = "inline" | "thread" | "async" | "auto"), measured
 -- by scripts/bench_nginx.sh (scripts/results/bench_nginx-dev-2core.json): the 2-core
@@ -129,9 +165,12 @@
 --           connections; the HTTP floor (an empty Lua handler reading the 30 KB body) is
 --           ~20 µs, the answer's JSON ~16 µs.
 --   thread  ngx.run_worker_thread(pool, "wisp.nginx", "thread_predict", ...): the body is
---           copied into a pool thread's own Lua VM, which maps the model itself (one load
+--           copied into a pool thread's own Lua VM, which loads the model itself (one load
 --           per VM; lua-nginx-module makes a VM per queued call, so calls are bounded by
---           thread_slots per worker) and returns the encoded answer. +29% CPU per 100-row
+--           thread_slots per worker) and returns the encoded answer. The VM scores only
+--           with the exact version the request holds (file stamp and header checksum); when
+--           the file at the path is another one by then (renamed over, broken), the worker
+--           scores the request inline with its entry (wisp_errors_total{kind="thread_stale"}). +29% CPU per 100-row
 --           request, 2.8x for 1 row. Its throughput can look higher on a busy machine (more
 --           runnable threads get more of the CPU), and it frees the event loop on a
 --           machine with idle cores; not the default.
@@ -174,6 +213,8 @@ local DEFAULTS = {
     max_rows_per_request = 10000, reload_check_s = 1, shm = "wisp", engine_threads = 1,
     flush_s = 0.2, lag_check_s = 0.01, thread_min_bytes = 16384, thread_slots = 2,
     cpu_mode = "inline", gpu_mode = "auto",     -- what mode = "device" (the default) picks
+    admin = "open",          -- "open": :reload and /metrics on every listener; "separate": only
+                             -- where nginx.conf calls handle(true) (serve.sh --admin-port)
 }
 local MODES = { inline = true, thread = true, async = true, auto = true }
 
@@ -558,6 +599,8 @@ local function instances_as_lines(body, blen)
     if i < len or not span then return nil end
     return p + span, spanlen, nobj, extra, firsts_buf, starts_buf
 end
+local function inst_firsts() return firsts_buf end
+local function inst_starts() return starts_buf end
 M._instances_as_lines = function(body)   -- for tests: the lines and the element count
     local ptr, n, nobj, extra = instances_as_lines(body)
     if not ptr then return nil end
@@ -612,7 +655,8 @@ local function instance_errors(errs, firsts, starts)
             er.error = "an object of input values expected, got " .. (FIRST_KIND[c] or "a number")
         else
             local ls = starts[r]
-            er.error = er.error:gsub("at column (%d+)", function(col) return "at byte " .. (ls + tonumber(col)) .. " of the body" end)
+            er.error = er.error:gsub("^line %d+: ", ""):gsub("at column (%d+)", function(col)
+                return "at byte " .. (ls + tonumber(col)) .. " of the body" end)
         end
         er.line = nil
     end
@@ -1234,6 +1278,9 @@ function M.configure(opts)
             error("wisp.nginx.configure: " .. k .. ": inline, thread, async or auto expected, got " .. tostring(c[k]), 2)
         end
     end
+    if c.admin ~= "open" and c.admin ~= "separate" then
+        error("wisp.nginx.configure: admin: open or separate expected, got " .. tostring(c.admin), 2)
+    end
     if c.batching == "on" or c.batching == "1" then c.batching = true
     elseif c.batching == "off" or c.batching == "0" then c.batching = false end
     for _, k in ipairs { "max_rows_per_request", "batch_max_rows", "batch_max_delay_us", "batch_queue",
@@ -1750,6 +1797,9 @@ predict_entry = function(e, slot, name, kind, body, blen, mode)
                             explained = true
                             if C.wisp_transform(e.tr._h, b._h) == 0 then
                                 local terrs, tbad = batch_bad_rows(b, true)
+                                -- an {"instances"} body: said in its terms (the scanner's
+                                -- buffers still hold this body's: nothing yielded since)
+                                if kind == "json" then terrs = instance_errors(terrs, inst_firsts(), inst_starts()) end
                                 if terrs then errs, bad = terrs, tbad end
                             end
                         end
@@ -1851,22 +1901,32 @@ end
 -- uri -> {name, verb} of /v1/models/NAME[:VERB], memoised (bounded: a client sends a few)
 local route_memo, route_memo_n = {}, 0
 
--- content_by_lua: the whole service (routes above).
-function M.handle()
+-- an admin endpoint asked for on a listener that does not serve them (admin = "separate")
+local function admin_only(what)
+    inc("wisp_errors_total", 'kind="admin_only"')
+    return fail(403, what .. " is served on the admin listener only (configure{admin = \"separate\"}: "
+        .. "the server block whose handler is handle(true), serve.sh --admin-port)")
+end
+
+-- content_by_lua: the whole service (routes above). admin: this listener serves the admin
+-- endpoints (:reload, /metrics) also when configure{admin = "separate"}.
+function M.handle(admin)
     local uri = ngx.var.uri
     local method = ngx.req.get_method()
+    local closed = cfg.admin == "separate" and not admin
     if uri == "/healthz" then
-        if method ~= "GET" and method ~= "HEAD" then return method_not_allowed("GET") end
+        if method ~= "GET" and method ~= "HEAD" then return method_not_allowed("GET, HEAD") end
         return send_json(200, { status = "ok", worker = ngx.worker.id(), pid = ngx.worker.pid() })
     elseif uri == "/readyz" then
-        if method ~= "GET" and method ~= "HEAD" then return method_not_allowed("GET") end
+        if method ~= "GET" and method ~= "HEAD" then return method_not_allowed("GET, HEAD") end
         local ok, list = ready_status()
         return send_json(ok and 200 or 503, { ready = ok, models = list })
     elseif uri == "/metrics" then
-        if method ~= "GET" then return method_not_allowed("GET") end
+        if closed then return admin_only("/metrics") end
+        if method ~= "GET" and method ~= "HEAD" then return method_not_allowed("GET, HEAD") end
         return send(200, M.metrics_text(), "text/plain; version=0.0.4")
     elseif uri == "/v1/models" or uri == "/v1/models/" then
-        if method ~= "GET" then return method_not_allowed("GET") end
+        if method ~= "GET" and method ~= "HEAD" then return method_not_allowed("GET, HEAD") end
         local list = {}
         for _, name in ipairs(model_names) do list[#list + 1] = model_meta(models[name]) end
         return send_json(200, { models = list })
@@ -1881,7 +1941,7 @@ function M.handle()
     end
     if not name then
         inc("wisp_errors_total", 'kind="not_found"')
-        return fail(404, "no such endpoint: " .. uri, { endpoints = { "POST /v1/models/NAME:predict",
+        return fail(404, "no such endpoint: " .. (#uri > 200 and uri:sub(1, 200) .. "..." or uri), { endpoints = { "POST /v1/models/NAME:predict",
             "GET /v1/models/NAME", "POST /v1/models/NAME:reload", "GET /healthz", "GET /readyz", "GET /metrics" } })
     end
     local slot = models[name]
@@ -1893,10 +1953,11 @@ function M.handle()
     if verb == ":predict" then
         status = predict(slot, name, method)
     elseif verb == "" then
-        if method ~= "GET" and method ~= "HEAD" then status = method_not_allowed("GET")
+        if method ~= "GET" and method ~= "HEAD" then status = method_not_allowed("GET, HEAD")
         else status = send_json(200, model_meta(slot)) end
     elseif verb == ":reload" then
-        if method ~= "POST" then status = method_not_allowed("POST")
+        if closed then status = admin_only("POST /v1/models/NAME:reload")
+        elseif method ~= "POST" then status = method_not_allowed("POST")
         else
             local dict = ngx.shared[cfg.shm]
             local gen = dict and dict:incr("gen\t" .. name, 1, 0) or 0
@@ -1920,6 +1981,7 @@ function M.handle()
 end
 
 -- error_page 413 target (nginx refused a body over client_max_body_size): a JSON answer.
+-- (nginx's other own errors answer JSON from examples/openresty/errors.conf, without Lua.)
 function M.too_large()
     inc("wisp_errors_total", 'kind="body_too_large"')
     return fail(413, "request body too large (client_max_body_size)")

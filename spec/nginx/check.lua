@@ -6,10 +6,42 @@
 --                                                  FIRST: the CLI line of prediction 0 (1-based, default 1)
 --   check.lua field RESP.json PATH [VALUE]         the field at PATH (a.b.1.c) exists [and equals VALUE]
 --   check.lua differ RESP.json CLI.txt             predictions differ from the CLI's (another model)
+--   check.lua has RESP.json PATH TEXT              the field at PATH is a string containing TEXT
+--   check.lua invariant RESP...                    every answer with "predictions": each null has its
+--                                                  "errors" entry and each entry's row is null (files
+--                                                  that are not such answers are skipped); prints
+--                                                  the number of answers checked
 -- Prints nothing and exits 0 on success; prints why and exits 1 otherwise.
 local cjson = require "cjson"
 local mode, file = arg[1], arg[2]
 local function die(...) io.stdout:write(table.concat({ ... }), "\n"); os.exit(1) end
+if mode == "invariant" then
+    local n = 0
+    for i = 2, #arg do
+        local fh = io.open(arg[i], "rb")
+        local txt = fh and fh:read("*a") or ""
+        if fh then fh:close() end
+        local okd, d = pcall(cjson.decode, txt)
+        if okd and type(d) == "table" and type(d.predictions) == "table" then
+            n = n + 1
+            local listed = {}
+            for _, e in ipairs(type(d.errors) == "table" and d.errors or {}) do
+                if type(e.index) ~= "number" or type(e.error) ~= "string" or e.error == "" then
+                    die(arg[i], ": an errors entry without index or message: ", cjson.encode(e))
+                end
+                if d.predictions[e.index + 1] ~= cjson.null then
+                    die(arg[i], ": errors lists row ", e.index, " but its prediction is ", tostring(d.predictions[e.index + 1]))
+                end
+                listed[e.index] = true
+            end
+            for k, v in ipairs(d.predictions) do
+                if v == cjson.null and not listed[k - 1] then die(arg[i], ": row ", k - 1, " is null with no errors entry") end
+            end
+        end
+    end
+    io.stdout:write(n, "\n")
+    os.exit(0)
+end
 local f = io.open(file, "rb")
 if not f then die("no such file ", file) end
 local text = f:read("*a"); f:close()
@@ -60,6 +92,16 @@ elseif mode == "field" then
     end
     if v == nil then die("no field ", arg[3], " in ", text:sub(1, 300)) end
     if arg[4] and tostring(v) ~= arg[4] then die(arg[3], " = ", tostring(v), ", expected ", arg[4]) end
+    os.exit(0)
+elseif mode == "has" then
+    local v = doc
+    for part in arg[3]:gmatch("[^.]+") do
+        if type(v) ~= "table" then die("no field ", arg[3], " in ", text:sub(1, 300)) end
+        v = v[tonumber(part) or part]
+    end
+    if type(v) ~= "string" or not v:find(arg[4], 1, true) then
+        die(arg[3], " = ", tostring(v), ", expected a text containing ", arg[4])
+    end
     os.exit(0)
 end
 die("usage: check.lua preds|field|differ ...")

@@ -136,3 +136,23 @@ local fh = assert(io.open(dir .. "/tricky.json", "wb"))
 fh:write(' {\n "instances" : [\n  ', table.concat(tricky, ' ,\n  '), '\n ]\n}\n'); fh:close()
 for i = 1, #tricky do tricky[i] = tricky[i]:gsub("\n", " ") end
 write_lines("tricky.ndjson", tricky)
+
+-- ints.wisp: an int64 input hashed into buckets (issue 14, class 1: an int64 above 2^53 must
+-- score by its exact value on every path). ints.ndjson: the rows, one a line (the CLI's
+-- input and the truth); ints.json: the same {"instances"}; ints_sig.json: with a
+-- "signature_name" key before them; ints_bad.json: with a bad row (a string for the int)
+-- in the middle (index 2), the others as in ints.ndjson
+local ispec = assert(fc.spec { fc.hash_bucket("uid", 100003, { dtype = "int64" }), fc.numeric("x", { default = 0 }) })
+local iw = {}
+local r3 = synth.rng(9)
+for i = 1, ispec:num_features() do iw[i] = r3:normal() end
+assert(wisp.write_model(dir .. "/ints.wisp", iw, { bias = 0.05, columns = ispec:json(), meta = { name = "ints" } }))
+local ilines = { '{"uid": 9007199254740993, "x": 0.5}', '{"uid": 9007199254740992, "x": 0.5}',
+                 '{"uid": 9223372036854775807, "x": 1}', '{"uid": 9007199254740995}', '{"uid": 12345, "x": -2}' }
+write_lines("ints.ndjson", ilines)
+fh = assert(io.open(dir .. "/ints.json", "wb")); fh:write('{"instances": [', table.concat(ilines, ", "), ']}\n'); fh:close()
+fh = assert(io.open(dir .. "/ints_sig.json", "wb"))
+fh:write('{"signature_name": "serving_default", "instances": [', table.concat(ilines, ", "), ']}\n'); fh:close()
+local ibad = { ilines[1], ilines[2], '{"uid": "12"}', ilines[3], ilines[4], ilines[5] }
+fh = assert(io.open(dir .. "/ints_bad.json", "wb")); fh:write('{"instances": [', table.concat(ibad, ", "), ']}\n'); fh:close()
+write_lines("ints_bad.ndjson", ibad)

@@ -75,7 +75,7 @@ pick_port() {
 }
 
 # "late" is missing at start: /readyz must say 503 until it appears
-models="ctr=$d/ctr.wisp,plain=$d/plain.wisp,late=$d/late.wisp"
+models="ctr=$d/ctr.wisp,plain=$d/plain.wisp,late=$d/late.wisp,uids=$d/ints.wisp"
 render() {   # render [extra serve.sh options]
     examples/openresty/serve.sh --render-only --prefix "$prefix" --port "$port" --models "$models" \
         --workers 2 --batching on --max-body 64k --max-rows 100 --build "$build" --device "$device" "$@" >/dev/null
@@ -118,9 +118,10 @@ if [ "$threads" = 1 ] && ! grep -q libwisp "/proc/$mpid/maps" && ! grep -qi cuda
     ok "master process: 1 thread, libwisp/CUDA not mapped (init_by_lua only records options)"
 else bad "master process: $threads threads, maps: $(grep -c -e libwisp -e cuda "/proc/$mpid/maps")"; fi
 wpids=$(pgrep -P "$mpid" | tr '\n' ' ')
-nmapped=0
-for w in $wpids; do grep -q "$d/ctr.wisp" "/proc/$w/maps" && nmapped=$((nmapped + 1)); done
-if [ "$nmapped" -ge 2 ]; then ok "each worker maps the model file itself ($nmapped workers)"; else bad "workers mapping ctr.wisp: $nmapped"; fi
+nloaded=0
+for w in $wpids; do grep -q "\[notice\] $w#.*model 'ctr' loaded (start)" "$prefix/logs/error.log" && nloaded=$((nloaded + 1)); done
+if [ "$nloaded" -ge 2 ]; then ok "each worker loads the model itself, in init_worker ($nloaded workers; a private verified copy each)"
+else bad "workers that logged loading ctr.wisp: $nloaded"; fi
 
 # ---- health, readiness ---------------------------------------------------------------
 if req health 200 "$base/healthz" && chk field "$tmp/health.json" status ok; then ok "/healthz 200"; else bad "/healthz"; fi
@@ -227,6 +228,112 @@ if [ -n "$lagn" ] && [ "$lagn" -ge 2 ] && [ -n "$(m 'wisp_event_loop_lag_seconds
     ok "metrics: the event loop's lag, measured by each worker's flush timer ($lagn ticks)"
 else bad "event-loop lag histogram: count '$lagn'"; grep -F wisp_event_loop "$tmp/metrics.txt"; fi
 
+# ---- issue 14, class 1: one row, one probability, whatever the path, format or neighbours ----
+# (the service runs batching on: a 1-row request goes through the batcher)
+"$W" score -m "$d/ints.wisp" -d cpu --format jsonl "$d/ints.ndjson" > "$d/ints.txt"
+"$W" score -m "$d/ints.wisp" -d cpu --format jsonl "$d/ints_bad.ndjson" > "$d/ints_bad.txt" 2>/dev/null
+if [ "$(sed -n 1p "$d/ints.txt")" != "$(sed -n 2p "$d/ints.txt")" ]; then
+    ok "the CLI scores uid 2^53+1 and 2^53 differently (the checks below can tell a double from the int64)"
+else bad "uid 2^53+1 and 2^53 score the same in the CLI: the int64 checks cannot fail"; fi
+if req i1 200 "${J[@]}" --data-binary @"$d/ints.json" "$base/v1/models/uids:predict" && chk preds "$tmp/i1.json" "$d/ints.txt" \
+   && req i2 200 "${J[@]}" --data-binary @"$d/ints_sig.json" "$base/v1/models/uids:predict" && chk preds "$tmp/i2.json" "$d/ints.txt" \
+   && req i3 200 "${N[@]}" --data-binary @"$d/ints.ndjson" "$base/v1/models/uids:predict" && chk preds "$tmp/i3.json" "$d/ints.txt"; then
+    ok "int64 inputs at and above 2^53: {\"instances\"}, with a signature_name key, and JSON lines equal the CLI"
+else bad "int64 inputs above 2^53 (instances / signature_name / JSON lines)"; fi
+if req i4 200 "${J[@]}" --data-binary @"$d/ints_bad.json" "$base/v1/models/uids:predict" && chk preds "$tmp/i4.json" "$d/ints_bad.txt" 2 \
+   && chk has "$tmp/i4.json" errors.1.error "string"; then
+    ok "int64 inputs above 2^53 next to a bad row (a string for the int): the others still equal the CLI"
+else bad "int64 inputs next to a bad row"; fi
+for k in 1 2 4 5; do
+    sed -n "${k}p" "$d/ints.ndjson" | sed 's/^/{"instances": [/; s/$/]}/' > "$d/int1_$k.json"
+done
+n1=0
+for k in 1 2 4 5; do
+    req "int1_$k" 200 "${J[@]}" --data-binary @"$d/int1_$k.json" "$base/v1/models/uids:predict" >/dev/null \
+        && chk preds "$tmp/int1_$k.json" "$d/ints.txt" "" "$k" >/dev/null && n1=$((n1 + 1))
+done
+if [ "$n1" = 4 ]; then ok "each int64 row alone (1-row requests: the batcher) equals its CLI line"; else bad "1-row int64 requests: $n1/4"; fi
+# valued libsvm rows alone: the batcher must keep their values (it read "1 1:0.5" as 1 1:1)
+printf '1 1:0.5 7:0.25\n1 3:2.5\n1 1:0.5 7\n1 9007199254740993:1 3:0.5\n' > "$d/valued.libsvm"
+"$W" score -m "$d/plain.wisp" -d cpu "$d/valued.libsvm" > "$d/valued.txt"
+nv=0
+for k in 1 2 3 4; do
+    sed -n "${k}p" "$d/valued.libsvm" > "$d/valued_$k.libsvm"
+    req "val_$k" 200 "${L[@]}" --data-binary @"$d/valued_$k.libsvm" "$base/v1/models/plain:predict" >/dev/null \
+        && chk preds "$tmp/val_$k.json" "$d/valued.txt" "" "$k" >/dev/null && nv=$((nv + 1))
+done
+if [ "$nv" = 4 ]; then ok "1-row libsvm requests with values (all valued, mixed, an id beyond 2^53) equal the CLI"; else bad "1-row valued libsvm: $nv/4 equal the CLI"; fi
+nv=0
+k=1
+for body in '{"instances": [{"ids": [1, 7], "vals": [0.5, 0.25]}]}' '{"instances": [{"ids": [3], "vals": [2.5]}]}' \
+            '{"signature_name": "x", "instances": [{"ids": [9007199254740993, 3], "vals": [1, 0.5]}]}'; do
+    line=$k; [ "$k" = 3 ] && line=4
+    req "valj_$k" 200 "${J[@]}" --data-binary "$body" "$base/v1/models/plain:predict" >/dev/null \
+        && chk preds "$tmp/valj_$k.json" "$d/valued.txt" "" "$line" >/dev/null && nv=$((nv + 1))
+    k=$((k + 1))
+done
+if [ "$nv" = 3 ]; then ok "1-row JSON {ids, vals} requests (values kept; an id beyond 2^53 ignored as libsvm's) equal the CLI"; else bad "1-row JSON ids/vals: $nv/3 equal the CLI"; fi
+
+# ---- issue 14, classes 5 and 7: values a float32 cannot hold, ids of the wrong JSON type --------
+cat > "$d/types.json" <<'JSON'
+{"instances": [{"ids": [1, 7], "vals": [0.5, 0.25]}, {"ids": [1], "vals": [1e39]}, {"ids": [1, 2], "vals": [1e39, -1e39]},
+ {"ids": [1], "vals": [1e400]}, {"ids": {"0": 5}}, {"ids": "1"}, {"ids": [1.5]}, {"ids": ["1"]},
+ {"ids": [18446744073709551616]}, {"ids": [1], "vals": ["0.5"]}, [1, 2], {"ids": [1], "vals": null}]}
+JSON
+{ printf '1 1:0.5 7:0.25\n'; for _ in $(seq 1 11); do printf '1 1\n'; done; } > "$d/types.libsvm"   # rows 1-10 null
+"$W" score -m "$d/plain.wisp" -d cpu "$d/types.libsvm" > "$d/types.txt"
+if req ty 200 "${J[@]}" --data-binary @"$d/types.json" "$base/v1/models/plain:predict" && chk preds "$tmp/ty.json" "$d/types.txt" 1,2,3,4,5,6,7,8,9,10 \
+   && chk has "$tmp/ty.json" errors.1.error "not a finite float32" && chk has "$tmp/ty.json" errors.2.error "not a finite float32" \
+   && chk has "$tmp/ty.json" errors.3.error "not a finite float32" && chk has "$tmp/ty.json" errors.4.error "got an object" \
+   && chk has "$tmp/ty.json" errors.5.error 'got the string "1"' && chk has "$tmp/ty.json" errors.6.error "got 1.5" \
+   && chk has "$tmp/ty.json" errors.7.error 'got the string "1"' && chk has "$tmp/ty.json" errors.8.error "overflows 64 bits" \
+   && chk has "$tmp/ty.json" errors.9.error 'got the string "0.5"' && chk has "$tmp/ty.json" errors.10.error "got a list"; then
+    ok "{ids, vals}: 1e39, [1e39, -1e39], 1e400, ids an object / a string / 1.5 / [\"1\"] / 2^64, vals [\"0.5\"], a list row: each null with a message naming it"
+else bad "JSON values and id types"; fi
+if req cty 200 "${J[@]}" --data-binary '{"instances": [{"age": 30, "city": "Paris"}, {"age": 1e39}, {"age": [1e39, -1e39]}, 5, "x", null]}' \
+       "$base/v1/models/ctr:predict" && chk has "$tmp/cty.json" errors.1.error "finite" && chk has "$tmp/cty.json" errors.3.error "got a number" \
+   && chk has "$tmp/cty.json" errors.4.error "got a string" && chk has "$tmp/cty.json" errors.5.error "got null" \
+   && chk field "$tmp/cty.json" errors.2.index 2; then
+    ok "raw rows: 1e39, a list for a number, instances that are not objects: null + errors naming them"
+else bad "raw rows with out-of-range values and non-object instances"; fi
+expect_error "instances with a trailing comma: bad JSON, for every model" tc1 400 "${J[@]}" --data-binary '{"instances": [{"age": 3},]}' "$base/v1/models/ctr:predict"
+expect_error "a bad row inside a body that is not JSON: 400 bad JSON" tc2 400 "${J[@]}" --data-binary '{"instances": [{"age": "x"}, {"age": 1} x]}' "$base/v1/models/ctr:predict"
+expect_error "instances given twice" tc3 400 "${J[@]}" --data-binary '{"instances": [{"age": 3}], "instances": [{"age": 4}]}' "$base/v1/models/ctr:predict"
+
+# ---- issue 14, class 6: the HTTP surface --------------------------------------------------------
+if req gz 415 "${J[@]}" -H 'Content-Encoding: gzip' --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict" \
+   && chk has "$tmp/gz.json" error "Content-Encoding gzip is not supported" \
+   && req br 415 "${L[@]}" -H 'Content-Encoding: br' --data-binary @"$d/rows.libsvm" "$base/v1/models/ctr:predict" \
+   && req idn 200 "${L[@]}" -H 'Content-Encoding: identity' --data-binary @"$d/rows.libsvm" "$base/v1/models/ctr:predict"; then
+    ok "Content-Encoding gzip or br -> 415 naming it; identity is scored"
+else bad "Content-Encoding"; fi
+hh=$(curl -s -I "$base/healthz" | tr -d '\r')
+hm=$(curl -s -I "$base/v1/models/ctr" | tr -d '\r')
+if echo "$hh" | grep -q '^HTTP/1.1 200' && echo "$hm" | grep -q '^HTTP/1.1 200' && echo "$hm" | grep -qi '^content-type: application/json' \
+   && [ "$(curl -s -I -o /dev/null -w '%{http_code}' "$base/metrics")" = 200 ] \
+   && curl -s -D - -o /dev/null -X POST "$base/healthz" | tr -d '\r' | grep -qi '^Allow: GET, HEAD$'; then
+    ok "HEAD /healthz, /v1/models/ctr, /metrics -> 200; 405 on a GET endpoint says Allow: GET, HEAD"
+else bad "HEAD and Allow ($(echo "$hh" | head -n 1) / $(echo "$hm" | head -n 1))"; fi
+# the errors nginx answers itself are JSON too (errors.conf): a request line it cannot parse, a
+# URI or a header over large_client_header_buffers, a method nginx refuses (TRACE)
+raw_http() {   # raw_http NAME TEXT: send TEXT on a fresh connection, the answer in $tmp/NAME.raw
+    { exec 3<>"/dev/tcp/127.0.0.1/$port" && printf '%b' "$2" >&3 && timeout 5 cat <&3 > "$tmp/$1.raw"; exec 3<&- 3>&-; } 2>/dev/null
+}
+json_answer() {   # json_answer NAME STATUS: the raw answer has that status, a JSON content type, a JSON {"error"} body
+    head -n 1 "$tmp/$1.raw" | grep -q "^HTTP/1.1 $2 " && grep -qi '^content-type: application/json' "$tmp/$1.raw" \
+        && sed '1,/^\r$/d' "$tmp/$1.raw" > "$tmp/$1.json" && chk field "$tmp/$1.json" error
+}
+raw_http nx400 'GARBAGE\r\n\r\n'
+long=$(head -c 70000 /dev/zero | tr '\0' 'a')
+raw_http nx414 "GET /$long HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+raw_http nx494 "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: $long\r\nConnection: close\r\n\r\n"
+raw_http nx405 "TRACE / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+nj=0; for t in nx400:400 nx414:414 nx494:400 nx405:405; do json_answer "${t%%:*}" "${t##*:}" && nj=$((nj + 1)); done
+if [ "$nj" = 4 ]; then ok "nginx's own 400 (bad request line), 414, 400 (header too large), 405 (TRACE) answer JSON {\"error\"}"
+else bad "nginx's own errors as JSON: $nj/4 ($(for f in nx400 nx414 nx494 nx405; do head -n 1 "$tmp/$f.raw" | tr -d '\r'; echo -n ' | '; done))"; fi
+if curl -s -D - -o "$tmp/big2.json" "${L[@]}" --data-binary @"$d/big.txt" "$base/v1/models/ctr:predict" | tr -d '\r' | grep -qi '^content-type: application/json' \
+   && chk field "$tmp/big2.json" error; then ok "413 from nginx (body too large) is JSON with a JSON content type"; else bad "413 content type"; fi
+
 # ---- hot reload under load ----------------------------------------------------------------
 if command -v wrk >/dev/null 2>&1; then
     wrk -t2 -c8 -d3s -s spec/nginx/wrk_post.lua "$base/v1/models/ctr:predict" -- "$d/rows.json" application/json 60 > "$tmp/wrk.txt" 2>&1 &
@@ -288,6 +395,90 @@ for i in $(seq 1 8); do
 done
 if [ "$nv1" = 8 ]; then ok "after :reload every worker serves the restored file (8/8)"; else bad "after :reload: $nv1/8"; fi
 
+# ---- issue 14, class 3: a body still arriving while a new version is renamed in ---------------
+# (headers and half the body, a rename, a reload check, then the rest: the answer is 200 from
+# one version, whole; it was 415 for JSON lines and an HTML 500 for libsvm: the request kept
+# the entry it saw before its body arrived, which the reload closed)
+slow_post() {   # slow_post NAME CTYPE BODY NEWMODEL -> $tmp/NAME.raw, $tmp/NAME.json
+    len=$(wc -c < "$3"); half=$((len / 2))
+    exec 3<>"/dev/tcp/127.0.0.1/$port"
+    printf 'POST /v1/models/ctr:predict HTTP/1.1\r\nHost: x\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n' "$2" "$len" >&3
+    head -c "$half" "$3" >&3
+    sleep 0.3
+    cp "$4" "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
+    sleep 1.4
+    tail -c +$((half + 1)) "$3" >&3
+    timeout 5 cat <&3 > "$tmp/$1.raw"
+    exec 3<&- 3>&-
+    sed '1,/^\r$/d' "$tmp/$1.raw" > "$tmp/$1.json"
+}
+one_version() {   # one_version NAME: the answer equals v1's or v2's CLI answers, whole
+    chk preds "$tmp/$1.json" "$d/ctr_v1.txt" >/dev/null || chk preds "$tmp/$1.json" "$d/ctr_v2.txt" >/dev/null
+}
+slow_post slow1 application/x-ndjson "$d/rows.ndjson" "$d/ctr_v2.wisp"
+slow_post slow2 text/x-libsvm "$d/rows.libsvm" "$d/ctr_v1.wisp"
+slow_post slow3 application/json "$d/rows.json" "$d/ctr_v2.wisp"
+slow_post slow4 text/x-libsvm "$d/rows.libsvm" "$d/ctr_v1.wisp"
+nslow=0
+for s in slow1 slow2 slow3 slow4; do head -n 1 "$tmp/$s.raw" | grep -q '^HTTP/1.1 200 ' && one_version "$s" && nslow=$((nslow + 1)); done
+if [ "$nslow" = 4 ]; then ok "bodies arriving across a rename (JSON lines, libsvm, JSON): 200, every answer whole from one version"
+else bad "bodies across a rename: $nslow/4 ($(for s in slow1 slow2 slow3 slow4; do head -n 1 "$tmp/$s.raw" | tr -d '\r'; echo -n ' | '; done))"; fi
+
+# ---- issue 14, class 2: the served file changed in place ---------------------------------------
+# cp over it (another model's bytes, same inode), truncated, a few bytes rewritten: the workers
+# keep serving the version they verified, refuse the file with a logged reason, and say so in
+# /v1/models/NAME ("file") and /readyz (still 200: a verified version serves; "warning")
+sleep 1.2
+wp0=$(pgrep -P "$mpid" | sort | tr '\n' ' ')
+req ipv 200 "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict" >/dev/null
+v1id=$(grep -o '"version":"[^"]*"' "$tmp/ipv.json" | head -n 1 | sed 's/.*:"//; s/"//')
+if chk preds "$tmp/ipv.json" "$d/ctr_v1.txt" && req rlu 200 -X POST "$base/v1/models/ctr:reload" && chk field "$tmp/rlu.json" unchanged true \
+   && chk field "$tmp/rlu.json" reloaded false; then
+    ok "POST :reload of an unchanged file: 200 {\"unchanged\": true}, nothing mapped again"
+else bad "debounced :reload"; fi
+inplace_check() {   # inplace_check LABEL
+    sleep 1.3
+    nin=0
+    for i in $(seq 1 8); do
+        code=$(curl -s -o "$tmp/inp_$i.json" -w '%{http_code}' "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict")
+        [ "$code" = 200 ] && chk preds "$tmp/inp_$i.json" "$d/ctr_v1.txt" >/dev/null && nin=$((nin + 1))
+    done
+    if [ "$nin" = 8 ] && req ipm 200 "$base/v1/models/ctr" && chk has "$tmp/ipm.json" file.state "changed in place, refused" \
+       && chk field "$tmp/ipm.json" file.serving "$v1id" && req ipr 200 "$base/readyz" && chk has "$tmp/ipr.json" models.ctr.warning "changed in place" \
+       && chk field "$tmp/ipr.json" models.ctr.serving "$v1id"; then
+        ok "$1: 8/8 answers are the verified version's, /v1/models/ctr and /readyz (200) report it refused"
+    else bad "$1: $nin/8 answers from the verified version; $(head -c 300 "$tmp/ipm.json")"; fi
+}
+cp "$d/ctr_v2.wisp" "$d/ctr.wisp"                 # cp over the served file: same inode, new bytes
+inplace_check "another model cp'd over the served file"
+truncate -s 9000 "$d/ctr.wisp"
+inplace_check "the served file truncated in place"
+cp "$d/ctr_v1.wisp" "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"       # a fresh inode, v1 again
+sleep 1.3
+printf '\125\252\125' | dd of="$d/ctr.wisp" bs=1 seek=6000 conv=notrunc 2>/dev/null
+inplace_check "three bytes of the weights rewritten in place"
+if req rlx 500 -X POST "$base/v1/models/ctr:reload" && chk has "$tmp/rlx.json" error "changed in place" \
+   && grep -q "changed in place, refused" "$prefix/logs/error.log"; then
+    ok "POST :reload of a file changed in place: refused (500, the reason), and the error log says why"
+else bad ":reload of a file changed in place"; fi
+cp "$d/ctr_v2.wisp" "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
+sleep 1.3
+nv2=0
+for i in $(seq 1 8); do
+    curl -s -o "$tmp/ipn_$i.json" "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict"
+    chk preds "$tmp/ipn_$i.json" "$d/ctr_v2.txt" >/dev/null && nv2=$((nv2 + 1))
+done
+if [ "$nv2" = 8 ] && req ipm2 200 "$base/v1/models/ctr" && chk field "$tmp/ipm2.json" file.state serving \
+   && req ipr2 200 "$base/readyz" && ! chk field "$tmp/ipr2.json" models.ctr.warning >/dev/null; then
+    ok "then a good file renamed in: served (8/8 v2), the warning gone"
+else bad "rename after in-place changes: $nv2/8 v2"; fi
+wp1=$(pgrep -P "$mpid" | sort | tr '\n' ' ')
+if [ "$wp0" = "$wp1" ] && ! grep -q "exited on signal" "$prefix/logs/error.log"; then
+    ok "no worker died through the in-place changes (pids $wp1)"
+else bad "workers: before $wp0, after $wp1; $(grep 'exited on signal' "$prefix/logs/error.log" | head -n 2)"; fi
+cp "$d/ctr_v1.wisp" "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
+sleep 1.3
+
 # ---- scripts/loadgen.c (bench_nginx.sh's open-loop generator) against the service ----------
 if cc -O2 -pthread -o "$tmp/loadgen" scripts/loadgen.c -lm 2> "$tmp/loadgen.err"; then
     line=$("$tmp/loadgen" --port "$port" --path /v1/models/ctr:predict --body "$d/rows.json" --ctype application/json \
@@ -299,6 +490,8 @@ if cc -O2 -pthread -o "$tmp/loadgen" scripts/loadgen.c -lm 2> "$tmp/loadgen.err"
     else bad "scripts/loadgen.c: '$line' $(cat "$tmp/loadgen.out")"; fi
 else bad "scripts/loadgen.c does not build: $(head -c 300 "$tmp/loadgen.err")"; fi
 
+# a 60-row libsvm body over thread_min_bytes (16 KB: mode auto sends it to the thread pool)
+{ cat "$d/rows.libsvm"; for i in $(seq 1 200); do echo "# padding line $i: comments make no row ........................................"; done; } > "$d/big60.libsvm"
 # ---- the other modes: nginx -s reload (HUP) with mode = thread, then async -------------------
 for mode in thread async auto; do
     render --mode "$mode" && "$nginx_bin" -p "$prefix" -c conf/nginx.conf -s reload 2>/dev/null
@@ -309,6 +502,21 @@ for mode in thread async auto; do
             && chk field "$tmp/mode_$mode.json" mode_chosen_by configuration >/dev/null 2>&1 && { okm=1; break; }
     done
     sleep 0.3     # old workers drain
+    if [ "$mode" = thread ] || [ "$mode" = auto ]; then
+        # a broken file renamed in before the pool's VMs mapped anything: they must not load
+        # it (nor any file but the version the request holds): answers stay the loaded version's
+        head -c 9000 "$d/ctr_v1.wisp" > "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
+        sleep 1.3
+        nk=0
+        for i in $(seq 1 6); do
+            code=$(curl -s -o "$tmp/tk_${mode}_$i.json" -w '%{http_code}' "${L[@]}" --data-binary @"$d/big60.libsvm" "$base/v1/models/ctr:predict")
+            [ "$code" = 200 ] && chk preds "$tmp/tk_${mode}_$i.json" "$d/ctr_v1.txt" >/dev/null && nk=$((nk + 1))
+        done
+        if [ "$nk" = 6 ]; then ok "mode=$mode: a broken file renamed in, 17 KB bodies (the thread pool): 6/6 answers 200 from the loaded version"
+        else bad "mode=$mode, broken file renamed in: $nk/6 from the loaded version ($(head -c 200 "$tmp/tk_${mode}_1.json"))"; fi
+        cp "$d/ctr_v1.wisp" "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
+        sleep 1.3
+    fi
     if [ "$okm" = 1 ] && req "pm_$mode" 200 "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict" \
        && chk preds "$tmp/pm_$mode.json" "$d/ctr_v1.txt" \
        && req "pl_$mode" 200 "${L[@]}" --data-binary @"$d/badline.libsvm" "$base/v1/models/ctr:predict" \
@@ -356,6 +564,26 @@ if [ "$okm" = 1 ] && chk preds "$tmp/pl_split.json" "$d/ctr_v1.txt" \
     ok "a $(wc -c < "$d/rows.libsvm" | tr -d ' ')-byte libsvm body and a JSON lines body read past a 1 KB header buffer equal the CLI; the answer has Content-Length, no chunked encoding"
 else bad "bodies past a 1 KB header buffer (mode inline: $okm; headers: $(echo "$hdr" | head -n 8 | tr '\n' ' '))"; fi
 expect_error "empty libsvm body (inline, 1 KB header buffer)" ebl 400 "${L[@]}" --data-binary '' "$base/v1/models/ctr:predict"
+
+# ---- issue 14, class 6: the admin endpoints on their own listener (serve.sh --admin-port) --------
+aport=$(free_port)
+render --mode inline --admin-port "$aport" && "$nginx_bin" -p "$prefix" -c conf/nginx.conf -s reload 2>/dev/null
+okm=0
+for _ in $(seq 1 40); do
+    sleep 0.15
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$base/metrics")" = 403 ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$aport/healthz")" = 200 ] && { okm=1; break; }
+done
+sleep 0.3
+if [ "$okm" = 1 ] && req ad1 403 -X POST "$base/v1/models/ctr:reload" && chk has "$tmp/ad1.json" error "admin listener" \
+   && req ad2 403 "$base/metrics" && req ad3 200 -X POST "http://127.0.0.1:$aport/v1/models/ctr:reload" && chk field "$tmp/ad3.json" unchanged true \
+   && curl -s "http://127.0.0.1:$aport/metrics" | grep -q '^wisp_requests_total' \
+   && req ad4 200 "${L[@]}" --data-binary @"$d/rows.libsvm" "$base/v1/models/ctr:predict" && chk preds "$tmp/ad4.json" "$d/ctr_v1.txt"; then
+    ok "--admin-port: :reload and /metrics answer 403 (JSON) on the prediction port and are served on the admin port; predictions unchanged"
+else bad "admin listener (listener up: $okm)"; fi
+
+# every answer with predictions seen in this run: each null has its errors entry, and back
+if ninv=$(chk invariant "$tmp"/*.json "$tmp"/*.out); then ok "every null prediction has its errors entry ($ninv answers checked)"
+else bad "null predictions without errors: $ninv"; fi
 
 if grep -E '\[(alert|crit|emerg)\]|lua entry thread aborted|runtime error' "$prefix/logs/error.log" >/dev/null; then
     bad "error.log has alerts or Lua errors:"; grep -E '\[(alert|crit|emerg)\]|aborted|runtime error' "$prefix/logs/error.log" | head -n 5
