@@ -138,7 +138,7 @@ static const char repl_prelude[] =
     "local path = ...\n"
     "if path then\n"
     "  local m, err = wisp.load(path)\n"
-    "  if not m then error(err, 0) end\n"
+    "  if not m then return tostring(err) end\n"
     "  model = m\n"
     "  session = m:session('auto')\n"
     "end\n"
@@ -200,9 +200,15 @@ int wisp_cli_repl(int argc, char **argv)
     if (st == 0) {
         int nargs = 0;
         if (argc == 2) { lua_pushstring(L, argv[1]); nargs = 1; }
-        st = docall(L, nargs, 0);
+        st = docall(L, nargs, 1);
     }
     if (report(L, st)) { lua_close(L); return 1; }
+    if (lua_isstring(L, -1)) {        /* the model did not load: one line, no traceback, exit 1 */
+        fprintf(stderr, "wisp repl: %s\n", lua_tostring(L, -1));
+        lua_close(L);
+        return 1;
+    }
+    lua_settop(L, 0);
 
     int tty = isatty(STDIN_FILENO);
     char hist[PATH_MAX] = "";

@@ -26,11 +26,26 @@ local help = {
     { ":placement save|load FILE", "save / load the calibrated policy (.json or .lua)" },
     { ":batcher", "the batching policy (max_rows, max_delay_us, preferred, max_queue)" },
     { ":batcher k=v ...", "change it, e.g. :batcher max_rows=128 max_delay_us=500 preferred=32,64" },
-    { ":batcher run [CALLERS]", "CALLERS coroutines (default 64) send one row each through the batcher" },
-    { ":bench [ROWS] [CALLS]", "score CALLS (default 50) fresh batches of ROWS rows (default 1000); stage table" },
+    { ":batcher run [CALLERS]", "CALLERS coroutines (default 64, at most 100000) send one row each through the batcher" },
+    { ":bench [ROWS] [CALLS]", "score CALLS (default 50, at most 1e6) fresh batches of ROWS rows (default 1000, at most 1e6); stage table" },
     { ":trace FILE [ROWS] [CALLS]", "the same, writing a Chrome/Perfetto trace to FILE" },
     { ":stats [reset]", "the session's accumulated per-stage statistics" },
 }
+
+-- Counts typed at the prompt: a whole number from 1 to `limit` (digits, or a
+-- number like 1e4 that is exactly an integer), else nil after a usage line.
+-- Checked before anything is allocated.
+local LIMITS = { rows = 1000000, calls = 1000000, callers = 100000 }
+local function count_arg(s, name, default, usage)
+    if s == nil then return default end
+    local n = tonumber(s)
+    local limit = LIMITS[name]
+    if not n or n ~= n or n < 1 or n > limit or n ~= floor(n) then
+        out("%s: %s must be a whole number from 1 to %d, got '%s'", usage, name, limit, tostring(s))
+        return nil
+    end
+    return n
+end
 
 local function need_model(G)
     if not G.model or G.model:is_closed() then
@@ -127,10 +142,12 @@ local function bench_batches(G, rows, count)
 end
 
 local function run_bench(G, rows, calls, trace_path)
+    local usage = trace_path and "usage: :trace FILE [ROWS] [CALLS]" or "usage: :bench [ROWS] [CALLS]"
+    rows = count_arg(rows, "rows", 1000, usage)
+    if not rows then return end
+    calls = count_arg(calls, "calls", 50, usage)
+    if not calls then return end
     if not need_model(G) then return end
-    rows = floor(tonumber(rows) or 1000)
-    calls = floor(tonumber(calls) or 50)
-    if rows < 1 or calls < 1 then out("rows and calls must be >= 1"); return end
     local nb = max(1, math.min(8, floor(2e6 / rows)))
     local batches = bench_batches(G, rows, nb)
     local pipe = G.pipeline
@@ -158,8 +175,9 @@ local function run_bench(G, rows, calls, trace_path)
 end
 
 local function batcher_run(G, callers)
+    callers = count_arg(callers, "callers", 64, "usage: :batcher run [CALLERS]")
+    if not callers then return end
     if not need_model(G) then return end
-    callers = floor(tonumber(callers) or 64)
     local sched = batcher.scheduler()
     local pol = batching(G)
     local b = assert(batcher.new { pipeline = G.pipeline, runtime = sched.runtime, max_rows = pol.max_rows,

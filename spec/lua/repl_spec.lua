@@ -128,3 +128,47 @@ describe("wisp repl (through a terminal)", function()
         expect("bad option max_rows")
     end)
 end)
+
+-- The REPL's arguments and counts, through a pipe (no terminal needed).
+describe("wisp repl arguments", function()
+    after_each(H.cleanup)
+
+    it("says in one line that a model cannot be loaded, and exits 1 (no traceback)", function()
+        if not H.file_exists(WISP) then return pending("no wisp CLI built") end
+        local missing = H.tmpname(".wisp")
+        os.remove(missing)
+        local out, rc = H.sh("echo 'print(1)' | " .. WISP .. " repl " .. missing)
+        assert.equal(1, rc, out)
+        assert.equal("wisp repl: " .. missing .. ": cannot open: No such file or directory\n", out)
+        local bad = H.tmpname(".wisp")
+        H.write_file(bad, "not a model")
+        out, rc = H.sh("echo 'print(1)' | " .. WISP .. " repl " .. bad)
+        assert.equal(1, rc, out)
+        assert.is_nil(out:find("traceback", 1, true), out)
+        assert.truthy(out:find("^wisp repl: " .. bad:gsub("%p", "%%%0") .. ": "), out)
+    end)
+
+    it("checks every count before it allocates (:bench, :trace, :batcher run)", function()
+        if not H.file_exists(WISP) then return pending("no wisp CLI built") end
+        local model = (H.random_model(wisp, 500))
+        local cmds = {
+            { ":bench 1e12", "rows must be a whole number from 1 to 1000000, got '1e12'" },
+            { ":bench 100 1e12", "calls must be a whole number from 1 to 1000000, got '1e12'" },
+            { ":bench abc", "rows must be a whole number from 1 to 1000000, got 'abc'" },
+            { ":bench 0", "got '0'" }, { ":bench -5", "got '-5'" }, { ":bench 2.5", "got '2.5'" },
+            { ":bench nan", "got 'nan'" }, { ":bench inf", "got 'inf'" },
+            { ":trace /nonexistent/t.json 1e9", "usage: :trace FILE [ROWS] [CALLS]: rows must be" },
+            { ":batcher run 1e12", "usage: :batcher run [CALLERS]: callers must be a whole number from 1 to 100000" },
+        }
+        local script = {}
+        for _, c in ipairs(cmds) do script[#script + 1] = c[1] end
+        script[#script + 1] = ":bench 20 2"
+        local input = H.tmpname(".txt")
+        H.write_file(input, table.concat(script, "\n") .. "\n")
+        local out, rc = H.sh(WISP .. " repl " .. model .. " < " .. input)
+        assert.equal(0, rc, out)
+        for _, c in ipairs(cmds) do assert.truthy(out:find(c[2], 1, true), c[1] .. ": " .. out) end
+        assert.truthy(out:find("2 calls x 20 rows on", 1, true), out)   -- valid counts still run
+        assert.is_nil(out:find("error:", 1, true), out)
+    end)
+end)
