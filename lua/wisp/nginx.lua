@@ -601,7 +601,8 @@ local function instances_as_lines(body, blen)
 end
 local function inst_firsts() return firsts_buf end
 local function inst_starts() return starts_buf end
-M._instances_as_lines = function(body)   -- for tests: the lines and the element count
+M._instances_as_lines = function(body)   -- for tests: the lines, the element count, extra keys
+    load_libs()
     local ptr, n, nobj, extra = instances_as_lines(body)
     if not ptr then return nil end
     return ffi.string(ptr, n), nobj, extra
