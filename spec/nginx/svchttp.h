@@ -66,6 +66,7 @@ typedef struct {
     char *body; size_t body_len;/* decoded body (chunks joined), NUL-terminated */
     char ctype[128];
     bool has_clen, chunked, complete;
+    int interim;                /* 1xx answers skipped (100 Continue) */
     const char *why;            /* why incomplete */
 } svc_answer;
 
@@ -134,6 +135,18 @@ static int svc_read_answer(int fd, svc_answer *a, int timeout_ms, bool head_only
             if (!e) continue;
             a->hdr_len = (size_t)(e - a->raw) + 4;
             if (sscanf(a->raw, "HTTP/1.%*1[01] %d", &a->status) != 1 || a->status < 100 || a->status > 999) a->status = 0;
+            if (a->status >= 100 && a->status < 200 && a->status != 101) {   /* 100 Continue: the answer follows */
+                a->interim++;
+                memmove(a->raw, a->raw + a->hdr_len, a->len - a->hdr_len);
+                a->len -= a->hdr_len;
+                a->raw[a->len] = '\0';
+                a->hdr_len = 0; a->status = 0;
+                if (a->len && memmem(a->raw, a->len, "\r\n\r\n", 4)) { e = NULL; }
+                else continue;
+                e = memmem(a->raw, a->len, "\r\n\r\n", 4);
+                a->hdr_len = (size_t)(e - a->raw) + 4;
+                if (sscanf(a->raw, "HTTP/1.%*1[01] %d", &a->status) != 1 || a->status < 100 || a->status > 999) a->status = 0;
+            }
             size_t vl;
             const char *v = svc_header(a, "Content-Type", &vl);
             if (v) { if (vl >= sizeof a->ctype) vl = sizeof a->ctype - 1; memcpy(a->ctype, v, vl); a->ctype[vl] = '\0'; }

@@ -1,0 +1,94 @@
+#!/bin/sh
+# svcfuzz.sh — the service fuzzer against a real nginx: spec/nginx/svcfuzz.c for a bounded time, then the workers' check.
+#
+#   sh spec/nginx/svcfuzz.sh                 (make test runs it through spec/run.sh; WISP_NGINX=0 skips it)
+#   sh spec/nginx/svcfuzz.sh --replay FILE   start the same nginx, send FILE (a saved request), print the answer
+# Environment: WISP_BUILD (default build; the harness is $WISP_BUILD/test-tools/svcfuzz, built by
+# `make test-tools`), WISP_SVCFUZZ_SECONDS (default 30), WISP_SEED (default 1, printed),
+# WISP_SVCFUZZ_MODE (serve.sh --mode, default thread: the pool, the event loop and the
+# fallbacks all run), WISP_SVCFUZZ_CONNS (2). Failing requests are kept in
+# $WISP_BUILD/svcfuzz/ (svcfuzz-PROPERTY-N.req). The executions go to
+# $WISP_BUILD/reliability/svcfuzz.json (spec/reliability.sh puts them in reliability.json).
+# The last line is "svcfuzz: N passed, N failed" (one per property, plus the workers' check).
+[ -z "$BASH_VERSION" ] && exec bash "$0" "$@"
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+root=$(pwd)
+build=${WISP_BUILD:-build}
+case "$build" in /*) ;; *) build="$root/$build";; esac
+W="$build/wisp"; F="$build/test-tools/svcfuzz"
+secs=${WISP_SVCFUZZ_SECONDS:-30}; seed=${WISP_SEED:-1}; mode=${WISP_SVCFUZZ_MODE:-thread}; conns=${WISP_SVCFUZZ_CONNS:-2}
+replay=""; [ "${1:-}" = --replay ] && replay=${2:-}
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+finish() {
+    [ "$fail" -ne 0 ] && [ -z "$replay" ] && echo "replay the run: WISP_SEED=$seed WISP_SVCFUZZ_SECONDS=$secs WISP_SVCFUZZ_MODE=$mode WISP_BUILD=$build sh spec/nginx/svcfuzz.sh (a saved request: sh spec/nginx/svcfuzz.sh --replay FILE)"
+    echo "svcfuzz: $pass passed, $fail failed"
+}
+tmp=$(mktemp -d /tmp/wisp-svcfuzz.XXXXXX); chmod 755 "$tmp"
+prefix="$tmp/prefix"; d="$tmp/m"; mkdir -p "$d"; chmod 755 "$d"
+nginx_bin=""
+stop_nginx() {
+    if [ -n "$nginx_bin" ] && [ -f "$prefix/logs/nginx.pid" ]; then
+        pid=$(cat "$prefix/logs/nginx.pid" 2>/dev/null)
+        if [ -n "$pid" ]; then
+            kill -QUIT "$pid" 2>/dev/null
+            for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+            kill -KILL "$pid" 2>/dev/null
+        fi
+    fi
+}
+cleanup() { stop_nginx; [ -n "${WISP_KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"; }
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+for t in "$W" "$F" curl; do
+    if ! command -v "$t" >/dev/null 2>&1; then bad "missing $t (make test-tools BUILD=...)"; finish; exit 1; fi
+done
+nginx_bin=$(command -v nginx 2>/dev/null || ls /usr/sbin/nginx /opt/devdeps/usr/sbin/nginx 2>/dev/null | head -n 1)
+if [ -z "$nginx_bin" ]; then bad "nginx not installed (make deps-test installs it)"; finish; exit 1; fi
+
+"$W" run spec/nginx/models.lua "$d" 2>/dev/null || { bad "spec/nginx/models.lua"; finish; exit 1; }
+. "$root/spec/nginx/free_port.sh"
+started=""
+for _ in 1 2 3 4 5; do
+    port=$(free_port)
+    examples/openresty/serve.sh --render-only --prefix "$prefix" --port "$port" --models "ctr=$d/ctr.wisp,plain=$d/plain.wisp" \
+        --workers 2 --mode "$mode" --max-body 1m --max-rows 1000 --build "$build" --device cpu >/dev/null || break
+    if "$nginx_bin" -p "$prefix" -c conf/nginx.conf 2>"$tmp/start.err"; then started=1; break; fi
+    grep -q "Address already in use" "$tmp/start.err" || break
+done
+ready=""
+for _ in $(seq 1 100); do
+    [ -n "$started" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")" = 200 ] && { ready=1; break; }
+    sleep 0.1
+done
+if [ -z "$ready" ]; then bad "nginx starts and gets ready: $(head -c 300 "$tmp/start.err")"; finish; exit 1; fi
+if [ -n "$replay" ]; then
+    "$F" --port "$port" --replay "$replay"; rc=$?
+    [ $rc = 0 ] && ok "replay $replay" || bad "replay $replay"
+    echo "--- error.log (last 5 lines)"; grep -v '\[notice\]' "$prefix/logs/error.log" | tail -n 5 | cut -c1-300
+    finish; [ "$fail" -eq 0 ]; exit
+fi
+workers() { pgrep -P "$(cat "$prefix/logs/nginx.pid")" 2>/dev/null | sort | tr '\n' ' '; }
+before=$(workers)
+saved="$build/svcfuzz"; mkdir -p "$saved"; rm -f "$saved"/svcfuzz-*.req
+"$F" --port "$port" --dir "$d" --seconds "$secs" --seed "$seed" --conns "$conns" --out "$saved" > "$tmp/fuzz.out" 2>&1
+rc=$?
+after=$(workers)
+grep -av "^svcfuzz: [0-9]* passed" "$tmp/fuzz.out"
+line=$(grep -E '^svcfuzz: [0-9]+ passed, [0-9]+ failed' "$tmp/fuzz.out" | tail -n 1)
+p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/'); f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+if [ -z "$line" ]; then bad "svcfuzz did not finish (exit $rc): $(tail -n 3 "$tmp/fuzz.out")"; else pass=$((pass + p)); fail=$((fail + f)); fi
+dead=$(grep -cE 'exited on signal|exited with code [1-9]' "$prefix/logs/error.log")
+if [ "$before" = "$after" ] && [ "$dead" = 0 ]; then ok "workers: no worker died (pids $before the same after the run)"
+else bad "workers died: pids before '$before', after '$after'; error.log: $(grep -E 'exited on signal|exited with code' "$prefix/logs/error.log" | head -n 3 | cut -c1-200)"; fi
+if grep -E '\[alert\]|\[emerg\]|lua entry thread aborted|runtime error' "$prefix/logs/error.log" | grep -v 'exited on signal' >/dev/null; then
+    bad "error.log has alerts or Lua errors: $(grep -E '\[alert\]|\[emerg\]|aborted|runtime error' "$prefix/logs/error.log" | grep -v 'exited on signal' | head -n 3 | cut -c1-300)"
+else ok "error.log: no alert, no Lua error"; fi
+execs=$(sed -nE 's/^svcfuzz: executions ([0-9]+).*/\1/p' "$tmp/fuzz.out")
+mkdir -p "$build/reliability"
+printf '{"mode": "%s", "seed": %s, "seconds": %s, "executions": %s, "properties_failed": %s, "dead_workers": %s}\n' \
+    "$mode" "$seed" "$secs" "${execs:-0}" "$fail" "$dead" > "$build/reliability/svcfuzz.json"
+finish
+[ "$fail" -eq 0 ]
