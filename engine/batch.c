@@ -50,9 +50,12 @@
  * caller's vals are scanned once when wrapped, no copy; rows with a
  * non-finite value are listed as bad rows, which keep their features in a
  * wrapped batch and are answered NaN by every device, session.c), the
- * text parsers (libsvm.c, vw.c, tsv.c: the decimal itself is checked, so
- * the message quotes the text), the raw column setters (columns.c), and
- * the Lua layer (init.lua) above them.
+ * text parsers (libsvm.c, vw.c: the decimal itself is checked, so the
+ * message quotes the text), and the Lua layer (init.lua) above them. The
+ * feature-column path (raw inputs, tsv.c, columns.c) reads numbers as
+ * TensorFlow does (1e39 -> inf) and applies the rule where a value meets
+ * a weight: a numeric column's non-finite value makes the row bad
+ * (tsv.c's opening comment lists the JSON decisions).
  *
  * Failure. Every append checks limits and reserves all memory before it
  * writes anything, so a failed append leaves the batch as it was (a grown

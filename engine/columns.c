@@ -1548,11 +1548,7 @@ int wisp_raw_add_float(wisp_raw *r, size_t input, double v)
     if (st) return st;
     const struct wisp_input *in = &r->cols->inputs[input];
     switch (in->dtype) {
-    case WISP_INPUT_FLOAT32:
-        /* the values rule (batch.c): NaN, +-inf and doubles beyond float32 make the row bad */
-        if (WISP_UNLIKELY(!isfinite((float)v)))
-            return wisp_raw__reject(r, "input '%s': value %.9g is not a finite float32", in->name, v);
-        return wisp_raw__push_f32(r, input, (float)v);
+    case WISP_INPUT_FLOAT32: return wisp_raw__push_f32(r, input, (float)v);
     case WISP_INPUT_INT64:
         if (v == floor(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0)
             return wisp_raw__push_i64(r, input, (int64_t)v);

@@ -23,19 +23,24 @@
  * THE JSON DECISIONS, one list for every JSON reader (this one, and the
  * service's bodies in lua/wisp/nginx.lua, which must match it): each
  * refusal makes that row bad with a message naming the real type and value.
- *   - values: a float32 value must round to a finite float32: 1e39, -1e39,
- *     3.4028236e38 (rounds to inf) are refused; 3.4028235e38 (FLT_MAX) is
- *     accepted; values that underflow (1e-50 -> 0, subnormals) are kept.
- *     NaN, Infinity, -Infinity (json.dumps' defaults for non-finite floats)
- *     are refused, naming the token. The same rule holds for CSV/TSV fields
- *     ("nan", "inf", "1e39" in a float32 field: a bad row) and in every
- *     other input path (batch.c, top comment).
+ *   - values: NaN, Infinity, -Infinity (json.dumps' defaults for non-finite
+ *     floats; not JSON) are refused, naming the token. A number is read as
+ *     TensorFlow reads it (json.loads, then numpy float32): 1e39 and
+ *     3.4028236e38 become inf, as "nan"/"inf"/"1e39" do in a CSV/TSV field
+ *     (decode_csv, absl::SimpleAtof). The values rule (batch.c, wisp.h)
+ *     applies where a value meets a weight: a numeric column whose value is
+ *     not a finite float32 makes the row bad (columns.c, naming the column
+ *     and NaN/+inf/-inf); a bucketized column puts it in TensorFlow's
+ *     bucket (NaN and +inf last, -inf first: spec/data/tf_golden.json), as
+ *     it is a bucket id, not a value. FLT_MAX is kept, and values that
+ *     underflow (1e-50 -> 0, subnormals) too. The service's "vals" (a
+ *     value per weight: lua/wisp/nginx.lua) follow the values rule.
  *   - int64: an integer literal only, read exactly from the text (never
  *     through a double, so 2^53 + 1 stays exact), in [-2^63, 2^63);
  *     1.0, 1e3 and 1.5 for an int64 input are refused (not integer
  *     literals), as is a value beyond the range.
- *   - strings for numbers are refused: "input 'x': a float32 number
- *     expected, got the string \"1\"" (no coercion); numbers for strings too.
+ *   - strings for numbers are refused: "input 'x': a string where float32
+ *     is expected, got the string \"1\"" (no coercion); numbers for strings too.
  *   - true/false refused for every input type; null is a missing value.
  *   - nested arrays (and objects, and null inside an array) are refused;
  *     an array only for a sparse input.
@@ -372,11 +377,6 @@ static inline __attribute__((always_inline)) void put_field(wisp_raw *r, size_t 
         }
         if (WISP_UNLIKELY(wisp_parse_f32(s, len, 1, &v))) {
             wisp_raw__reject(r, "field %zu (%s): '%s' is not a number", f + 1, inp->name, excerpt(s, len, ex));
-            return;
-        }
-        if (WISP_UNLIKELY(!isfinite(v))) {               /* nan, inf, or a decimal beyond float32 (1e39) */
-            wisp_raw__reject(r, "field %zu (%s): value '%s' is not a finite float32", f + 1, inp->name,
-                             excerpt(s, len, ex));
             return;
         }
         ((float *)ri->vals)[ri->n++] = v;
@@ -743,9 +743,8 @@ static int json_scalar(wisp_raw *r, long in, const char **pp, const char *e, con
         if (err) { *pp = NULL; return wisp_raw__reject(r, "input '%s': %s at column %zu", inp->name, err, (size_t)(p - ls) + 1); }
         *pp = p;
         if (inp->dtype != WISP_INPUT_STRING)
-            return wisp_raw__reject(r, "input '%s': %s expected, got the string \"%s\"", inp->name,
-                                    inp->dtype == WISP_INPUT_INT64 ? "an int64" : "a float32 number",
-                                    excerpt(r->qbuf, len, ex));
+            return wisp_raw__reject(r, "input '%s': a string where %s is expected, got the string \"%s\"", inp->name,
+                                    inp->dtype == WISP_INPUT_INT64 ? "int64" : "float32", excerpt(r->qbuf, len, ex));
         return wisp_raw__push_str(r, (size_t)in, r->qbuf, len);
     }
     size_t n = wisp_json__number_len(p, e);
@@ -760,10 +759,7 @@ static int json_scalar(wisp_raw *r, long in, const char **pp, const char *e, con
             if (rc) return wisp_raw__reject(r, "input '%s': %s is not an int64", inp->name, excerpt(p, n, ex));
             return wisp_raw__push_i64(r, (size_t)in, v);
         }
-        const float f = (float)parse_f64(p, n);
-        if (WISP_UNLIKELY(!isfinite(f)))                 /* 1e39, -1e39, 3.4028236e38: beyond float32 */
-            return wisp_raw__reject(r, "input '%s': value %s is not a finite float32", inp->name, excerpt(p, n, ex));
-        return wisp_raw__push_f32(r, (size_t)in, f);
+        return wisp_raw__push_f32(r, (size_t)in, (float)parse_f64(p, n));
     }
     /* NaN, Infinity, -Infinity: not JSON, but what Python's json.dumps writes
      * for float('nan') and float('inf') by default (allow_nan=True) */

@@ -250,8 +250,9 @@ int  wisp_import_liblinear(const char *liblinear_path, const char *out_path, int
  * Malformed text rows are kept as rows with no features, marked bad, and
  * scored as NaN; the bad rows are listed with their line numbers.
  *
- * Values, one rule for every input path (builders, wrap, every text format,
- * raw columns, the Lua layer, the service): a value that is not a finite
+ * Values, one rule for every input path (builders, wrap, libsvm, VW, the
+ * Lua layer, the service; with feature columns, every numeric column's
+ * value: see wisp_raw_set_schema): a value that is not a finite
  * float32 (NaN, +-inf, or a number whose float32 rounding overflows: 1e39,
  * 3.4028236e38; FLT_MAX itself, subnormals and values that underflow to 0
  * are kept) makes THAT row bad, with a message naming the feature and the
@@ -568,9 +569,11 @@ int    wisp_raw_row_end(wisp_raw *r);
  * delim is '\t' or ','; with ',' double-quoted fields ("a,b", "say ""hi""")
  * are understood. Empty fields are missing. Numbers are parsed as
  * TensorFlow's decode_csv parses them (float32 fields rounded once,
- * directly to float32; "nan", "inf", and decimals beyond float32 such as
- * 1e39 make a bad row: see Values, batches); a field of another type, or
- * a line with another number of fields, makes a bad row. Strings are taken byte for byte (TensorFlow
+ * directly to float32; "nan", "inf" and decimals beyond float32 such as
+ * 1e39 read as NaN/inf, as there: a numeric column then makes the row bad
+ * (see Values, batches), a bucketized one uses TensorFlow's bucket); a
+ * field of another type, or a line with another number of fields, makes
+ * a bad row. Strings are taken byte for byte (TensorFlow
  * hashes bytes: no UTF-8 check). WISP_EINVAL for a bad delimiter or
  * schema (a dense input of the description missing from it, or named twice). */
 int    wisp_raw_set_schema(wisp_raw *r, const char *schema, int delim);

@@ -575,14 +575,30 @@ local function fill_ids(depth, argn, fname, where, dst, off, ids, n)
     end
 end
 
+-- Doubles at or beyond this magnitude round to an infinite float32 (halfway
+-- between FLT_MAX and 2^128, which round-to-nearest-even sends up).
+local F32_OVERFLOW = 2 ^ 128 - 2 ^ 103
+
+-- Copy Lua vals[1..n] into dst[0..n). Returns the position (1-based) of the
+-- first value that is not a finite float32 (NaN, +-inf, 1e39), or nil: such
+-- a value makes the row bad (the values rule, wisp.h), it is not a caller
+-- mistake; a value that is not a number is.
 local function fill_vals(depth, argn, fname, where, dst, vals, n)
+    local bad
     for i = 1, n do
         local v = vals[i]
         if type(v) ~= "number" then
             argerror(depth + 1, argn, fname, fmt("%svalue #%d: number expected, got %s", where, i, typename(v)))
         end
+        if not (v > -F32_OVERFLOW and v < F32_OVERFLOW) and not bad then bad = i end
         dst[i - 1] = v
     end
+    return bad
+end
+
+-- The reason a row is bad for its value #k (ids[k], value v).
+local function value_reason(k, id, v)
+    return fmt("feature #%d (id %s): value %s is not a finite float32", k, tostring(id), tostring(v))
 end
 
 -- A batch submitted to a session and not yet returned by its wait belongs
@@ -620,14 +636,14 @@ local function add_row(depth, fname, where, self, h, ids, vals, bids, a1, a2, a3
     if vals ~= nil and #vals ~= n then
         argerror(depth + 1, a2, fname, fmt("%s%d values for %d ids", where, #vals, n))
     end
-    local rc
+    local rc, bad
     if bids == nil then
         local ip = id_scratch(self, n)
         fill_ids(depth + 1, a1, fname, where, ip, 0, ids, n)
         local vp = nil
         if vals ~= nil then
             vp = val_scratch(self, n)
-            fill_vals(depth + 1, a2, fname, where, vp, vals, n)
+            bad = fill_vals(depth + 1, a2, fname, where, vp, vals, n)
         end
         rc = C.wisp_batch_add_row(h, ip, vp, n)
     else
@@ -636,21 +652,28 @@ local function add_row(depth, fname, where, self, h, ids, vals, bids, a1, a2, a3
         fill_ids(depth + 1, a1, fname, where, ip, 0, ids, n)
         fill_ids(depth + 1, a3, fname, where, ip, n, bids, nb)
         local vp = val_scratch(self, n)
-        if vals ~= nil then fill_vals(depth + 1, a2, fname, where, vp, vals, n) end
+        if vals ~= nil then bad = fill_vals(depth + 1, a2, fname, where, vp, vals, n) end
         rc = C.wisp_batch_add_row_mixed(h, ip, vp, n, ip + n, nb)
     end
+    -- a value beyond float32 (or NaN/inf): C added the row empty, as a bad
+    -- row (its float is inf or NaN there); the reason names the Lua number
+    if bad and rc == 0 then return rc, value_reason(bad, ids[bad], vals[bad]) end
     return rc
 end
 
 -- batch:add(ids[, vals]): append one row. ids: a Lua array of 0-based
 -- feature ids; vals: nil (every feature binary, value 1) or an array of
--- #ids numbers. Returns true, or nil, err (a limit, out of memory) with the
--- batch unchanged.
+-- #ids numbers. Returns true when a row was added; or nil, err (a limit,
+-- out of memory) with the batch unchanged. A value that is not a finite
+-- float32 (NaN, +-inf, 1e39: the values rule of wisp.h) is data, not a
+-- caller mistake: the row is added as a bad row (scored NaN, listed by
+-- bad_rows) and add returns true, reason ("feature #2 (id 9): value 1e+39
+-- is not a finite float32"), so row indices stay aligned with the caller's.
 function Batch:add(ids, vals)
     local h = growable(self, "add")
-    local rc = add_row(1, "add", "", self, h, ids, vals, nil, 1, 2, 3)
+    local rc, reason = add_row(1, "add", "", self, h, ids, vals, nil, 1, 2, 3)
     if rc ~= 0 then return nil, last_error(rc, "add") end
-    return true
+    return true, reason
 end
 
 -- batch:add_mixed(vids, vals, bids): one row with valued features vids
@@ -659,9 +682,9 @@ function Batch:add_mixed(vids, vals, bids)
     local h = growable(self, "add_mixed")
     if vals == nil then expected(1, 2, "add_mixed", "table", vals) end
     if bids == nil then expected(1, 3, "add_mixed", "table", bids) end
-    local rc = add_row(1, "add_mixed", "", self, h, vids, vals, bids, 1, 2, 3)
+    local rc, reason = add_row(1, "add_mixed", "", self, h, vids, vals, bids, 1, 2, 3)
     if rc ~= 0 then return nil, last_error(rc, "add_mixed") end
-    return true
+    return true, reason
 end
 
 -- The text arguments of the parse_* methods of fname, from argument #n on:

@@ -379,21 +379,20 @@ static void test_bad_rows(wisp_engine *eng)
     CHECK_OK(wisp_raw_row_begin(raw, 0));
     CHECK_OK(wisp_raw_row_reject(raw, "unknown input 'q'"));
     CHECK_OK(wisp_raw_row_end(raw));
-    /* row 6: -inf (TensorFlow's bucket 0 for the bucketized column): not a finite float32, so the row is
-     * bad where the value is set (the values rule of batch.c), as NaN in row 1 */
+    /* row 6: -inf: the bucketized column takes it (TensorFlow's bucket 0) but the numeric column refuses it */
     CHECK_OK(wisp_raw_row_begin(raw, 0));
     CHECK_OK(wisp_raw_add_float(raw, 0, -INFINITY));
     CHECK_OK(wisp_raw_row_end(raw));
     CHECK(wisp_raw_rows(raw) == 7);
-    CHECK(wisp_raw_bad_count(raw) == 6);
+    CHECK(wisp_raw_bad_count(raw) == 4);
     CHECK_OK(wisp_transform(raw, b));
     CHECK(wisp_batch_rows(b) == 7 && wisp_batch_bad_count(b) == 6);
     const char *want[][2] = { { "0", "line 7: input 'x': a string where float32 is expected" },
-                              { "1", "row 1: input 'x': value nan is not a finite float32" },
+                              { "1", "row 1: column 'x': the value is NaN" },
                               { "3", "row 3: input 's' is dense and takes one value per row" },
                               { "4", "row 4: input 'k': 1.5 where int64 is expected" },
                               { "5", "row 5: unknown input 'q'" },
-                              { "6", "row 6: input 'x': value -inf is not a finite float32" } };
+                              { "6", "row 6: column 'x': the value is -inf" } };
     for (size_t i = 0; i < 6; i++) {
         size_t row;
         uint64_t line;
@@ -478,23 +477,13 @@ static void test_text(wisp_engine *eng)
     CHECK_OK(wisp_raw_parse_tsv(r, text + used, strlen(text) - used, 0, 0, &line, &used));
     CHECK(used == 0 && wisp_raw_rows(r) == 4);
     CHECK_OK(wisp_raw_parse_tsv(r, "1\tw\t", 4, 1, 0, &line, &used));
-    /* nan and 1e39 (inf as float32) are not finite float32 values: bad rows where they are read */
-    CHECK(used == 4 && line == 5 && wisp_raw_rows(r) == 5 && wisp_raw_bad_count(r) == 2);
-    {
-        size_t row;
-        uint64_t ln;
-        const char *msg;
-        CHECK_OK(wisp_raw_bad_row(r, 0, &row, &ln, &msg));
-        CHECK_MSG(row == 2 && ln == 3 && strstr(msg, "field 3 (n): value 'nan' is not a finite float32"), "%zu %s", row, msg);
-        CHECK_OK(wisp_raw_bad_row(r, 1, &row, &ln, &msg));
-        CHECK_MSG(row == 3 && ln == 4 && strstr(msg, "field 3 (n): value '1e39' is not a finite float32"), "%zu %s", row, msg);
-    }
+    CHECK(used == 4 && line == 5 && wisp_raw_rows(r) == 5 && wisp_raw_bad_count(r) == 0);
     const uint32_t *rp, *off;
     const void *vals;
     CHECK_OK(wisp_raw_input(r, 1, &rp, &vals, &off));
     CHECK(off == NULL && rp == NULL);                        /* dense: value k is row k's */
     const float *nv = vals;
-    CHECK(nv[0] == 2.5f && nv[1] == 0 && nv[4] == 0);       /* nv[2], nv[3]: the bad rows' placeholders */
+    CHECK(nv[0] == 2.5f && nv[1] == 0 && isnan(nv[2]) && isinf(nv[3]) && nv[4] == 0);
     CHECK_OK(wisp_raw_input(r, 0, &rp, &vals, &off));
     CHECK(off != NULL && rp == NULL && off[2] - off[1] == 1 && off[3] == off[2]);   /* a missing string is "" */
     wisp_batch *b = NULL;
@@ -531,8 +520,10 @@ static void test_text(wisp_engine *eng)
     wisp_columns_free(c);
 }
 
-/* ---- the values rule on the text readers (batch.c's top comment): a float32 field or JSON value
- * that is not a finite float32 makes its row bad, named, and the rows around it keep theirs ---- */
+/* ---- the values rule on the text readers (tsv.c's JSON decisions): a float32 field or JSON number
+ * is read as TensorFlow reads it (1e39 -> inf), and the numeric column, where the value meets its
+ * weight, makes a row whose value is not a finite float32 bad, naming the column; NaN/Infinity
+ * tokens in JSON lines are refused where read, named; the rows around keep theirs ---- */
 static void test_values_rule_text(wisp_engine *eng)
 {
     const char *spec = "{\"format\":\"wisp-columns\",\"version\":1,\"inputs\":[{\"name\":\"a\",\"dtype\":\"string\"},"
@@ -541,8 +532,16 @@ static void test_values_rule_text(wisp_engine *eng)
                        "{\"name\":\"n\",\"type\":\"numeric\",\"key\":\"n\",\"offset\":100}]}";
     static const char *const tx[] = { "nan", "inf", "-inf", "1e39", "-1e39", "3.4028236e38", "3.4028235e38", "1e-50",
                                       "NaN", "Infinity", "-Infinity" };
-    static const int bad_text[] = { 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1 };     /* CSV/TSV: decode_csv's words too */
-    static const int bad_json[] = { -1, -1, -1, 1, 1, 1, 0, 0, 1, 1, 1 };  /* -1: not JSON at all (invalid) */
+    /* 1: bad (a value that is not a finite float32), 0: kept; in JSON lines nan/inf/-inf are not
+     * tokens at all (invalid JSON) and NaN/Infinity/-Infinity are named where read */
+    static const int bad[] = { 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1 };
+    static const char *const why_text[] = { "the value is NaN", "the value is +inf", "the value is -inf", "the value is +inf",
+                                            "the value is -inf", "the value is +inf", "", "", "the value is NaN",
+                                            "the value is +inf", "the value is -inf" };
+    static const char *const why_json[] = { "invalid JSON", "invalid JSON", "invalid JSON", "the value is +inf",
+                                            "the value is -inf", "the value is +inf", "", "",
+                                            "NaN is not a finite float32 (and not JSON", "Infinity is not a finite float32",
+                                            "-Infinity is not a finite float32" };
     const size_t n = sizeof tx / sizeof tx[0];
     wisp_columns *c = NULL;
     CHECK_OK(wisp_columns_parse(spec, strlen(spec), &c));
@@ -565,49 +564,33 @@ static void test_values_rule_text(wisp_engine *eng)
         else CHECK_OK(wisp_raw_parse_jsonl(r, text, len, 1, 0, &line, NULL));
         const char *what = mode == 0 ? "tsv" : mode == 1 ? "csv" : "jsonl";
         CHECK_MSG(wisp_raw_rows(r) == 3 * n, "%s: %zu rows", what, wisp_raw_rows(r));
-        size_t bi = 0, nbad = wisp_raw_bad_count(r);
-        for (size_t k = 0; k < n; k++) {
-            const int want = mode == 2 ? bad_json[k] : bad_text[k];
-            size_t row = 0;
-            uint64_t ln = 0;
-            const char *msg = "";
-            if (want == 0) continue;
-            CHECK_MSG(bi < nbad, "%s: '%s' is not a bad row", what, tx[k]);
-            if (bi >= nbad) continue;
-            CHECK_OK(wisp_raw_bad_row(r, bi++, &row, &ln, &msg));
-            const int named = want < 0 ? strstr(msg, "invalid JSON") != NULL
-                                       : strstr(msg, tx[k]) != NULL && strstr(msg, "is not a finite float32") != NULL;
-            CHECK_MSG(row == 3 * k + 1 && ln == 3 * k + 2 && named, "%s: value '%s': bad row %zu line %llu '%s'", what,
-                      tx[k], row, (unsigned long long)ln, msg);
-        }
-        CHECK_MSG(bi == nbad, "%s: %zu bad rows, %zu expected", what, nbad, bi);
-        /* the transform keeps exactly those bad and the others valued */
         wisp_batch *b = NULL;
         CHECK_OK(wisp_batch_new(eng, &b));
         CHECK_OK(wisp_transform(r, b));
-        CHECK_MSG(wisp_batch_rows(b) == 3 * n && wisp_batch_bad_count(b) == nbad, "%s: transform: %zu rows, %zu bad", what,
-                  wisp_batch_rows(b), wisp_batch_bad_count(b));
+        size_t bi = 0, nbad = wisp_batch_bad_count(b);
+        CHECK_MSG(wisp_batch_rows(b) == 3 * n, "%s: transform: %zu rows", what, wisp_batch_rows(b));
+        const uint32_t *rp = wisp_batch_row_ptr(b);
+        for (size_t k = 0; k < n && rp; k++) {
+            CHECK_MSG(rp[3 * k + 1] - rp[3 * k] == 2 && rp[3 * k + 3] - rp[3 * k + 2] == 2,
+                      "%s: the rows around '%s' lost features", what, tx[k]);
+            if (!bad[k]) continue;
+            CHECK_MSG(bi < nbad, "%s: '%s' is not a bad row", what, tx[k]);
+            if (bi >= nbad) continue;
+            size_t row = 0;
+            uint64_t ln = 0;
+            const char *msg = "";
+            CHECK_OK(wisp_batch_bad_row(b, bi++, &row, &ln, &msg));
+            const char *why = mode == 2 ? why_json[k] : why_text[k];
+            CHECK_MSG(row == 3 * k + 1 && ln == 3 * k + 2 && strstr(msg, why), "%s: value '%s': bad row %zu line %llu '%s' (want '%s')",
+                      what, tx[k], row, (unsigned long long)ln, msg, why);
+        }
+        CHECK_MSG(bi == nbad, "%s: %zu bad rows, %zu expected", what, nbad, bi);
         wisp_batch_free(b);
         free(text);
         wisp_raw_free(r);
     }
-    /* the raw setter: a double beyond float32 is named as given */
-    wisp_raw *r = NULL;
-    CHECK_OK(wisp_raw_new(eng, c, &r));
-    if (r) {
-        CHECK_OK(wisp_raw_row_begin(r, 0));
-        CHECK_OK(wisp_raw_add_float(r, 1, 1e39));
-        CHECK_OK(wisp_raw_row_end(r));
-        CHECK_OK(wisp_raw_row_begin(r, 0));
-        CHECK_OK(wisp_raw_add_float(r, 1, 3.4028235e38));
-        CHECK_OK(wisp_raw_row_end(r));
-        const char *msg = "";
-        CHECK(wisp_raw_bad_count(r) == 1);
-        CHECK_OK(wisp_raw_bad_row(r, 0, NULL, NULL, &msg));
-        CHECK_MSG(strstr(msg, "input 'n': value 1e+39 is not a finite float32"), "'%s'", msg);
-        wisp_raw_free(r);
-    }
     /* a string for a number: the message names the string */
+    wisp_raw *r = NULL;
     CHECK_OK(wisp_raw_new(eng, c, &r));
     if (r) {
         const char *jl = "{\"a\":\"x\",\"n\":\"1\"}\n";
@@ -615,7 +598,7 @@ static void test_values_rule_text(wisp_engine *eng)
         const char *msg = "";
         CHECK(wisp_raw_bad_count(r) == 1);
         if (wisp_raw_bad_count(r)) CHECK_OK(wisp_raw_bad_row(r, 0, NULL, NULL, &msg));
-        CHECK_MSG(strstr(msg, "input 'n': a float32 number expected, got the string \"1\""), "'%s'", msg);
+        CHECK_MSG(strstr(msg, "input 'n': a string where float32 is expected, got the string \"1\""), "'%s'", msg);
         wisp_raw_free(r);
     }
     wisp_columns_free(c);

@@ -495,3 +495,79 @@ describe("batches", function()
         assert.equal(1, wisp.batch_from_rows({ { 1 } }):rows())
     end)
 end)
+
+describe("the values rule: a value that is not a finite float32 makes its row bad", function()
+    local EDGE = { { 0 / 0, true, "nan" }, { math.huge, true, "inf" }, { -math.huge, true, "-inf" },
+                   { 1e39, true, "1e+39" }, { -1e39, true, "-1e+39" }, { 3.4028236e38, true, "3.4028236e+38" },
+                   { 3.4028235e38, false }, { 1e-50, false }, { 1.4e-45, false } }
+    local function reason_for(k, e)
+        return string.format("feature #%d (id 9): value %s is not a finite float32", k, e[3])
+    end
+    it("batch:add and add_mixed: the row is bad, its neighbours are kept, add returns true and the reason", function()
+        for _, mixed in ipairs({ false, true }) do
+            local b = wisp.batch()
+            local want_bad = {}
+            for i, e in ipairs(EDGE) do
+                assert(b:add({ 1, 2 }, { 0.5, 1 }))
+                local ok, why
+                if mixed then ok, why = b:add_mixed({ 9 }, { e[1] }, { 4 })
+                else ok, why = b:add({ 3, 9 }, { 1, e[1] }) end
+                assert.is_true(ok)
+                if e[2] then
+                    assert.equal(reason_for(mixed and 1 or 2, e), why)
+                    want_bad[#want_bad + 1] = 3 * (i - 1) + 1
+                else
+                    assert.is_nil(why)
+                end
+                assert(b:add({ 5 }, { 2 }))
+            end
+            assert.equal(3 * #EDGE, b:rows())
+            local bad = b:bad_rows()
+            assert.equal(#want_bad, #bad)
+            for j, r in ipairs(want_bad) do
+                assert.equal(r, bad[j].row)
+                assert.truthy(bad[j].msg:find("is not a finite float32", 1, true), bad[j].msg)
+            end
+            local c = b:csr()
+            for i = 1, #EDGE do
+                local r = 3 * (i - 1)                                 -- good rows keep their features
+                assert.equal(2, c.row_ptr[r + 2] - c.row_ptr[r + 1])
+                assert.equal(1, c.row_ptr[r + 4] - c.row_ptr[r + 3])
+            end
+            b:close()
+        end
+    end)
+    it("batch_from_rows and batch_from_ffi follow the same rule; scores are NaN only there", function()
+        local rows, fv = {}, ffi.new("float[?]", 2 * #EDGE)
+        local rp, ids = ffi.new("uint32_t[?]", #EDGE + 1), ffi.new("uint32_t[?]", 2 * #EDGE)
+        for i, e in ipairs(EDGE) do
+            rows[i] = { ids = { 3, 9 }, vals = { 1, e[1] } }
+            ids[2 * i - 2], ids[2 * i - 1] = 3, 9
+            fv[2 * i - 2], fv[2 * i - 1] = 1, e[1]
+            rp[i] = 2 * i
+        end
+        rp[0] = 0
+        local path = os.tmpname()
+        local w = {}
+        for i = 1, 16 do w[i] = (i - 8) / 10 end
+        assert(wisp.write_model(path, w, { bias = 0.1 }))
+        local m = assert(wisp.load(path))
+        local s = m:session("cpu")
+        for _, b in ipairs({ assert(wisp.batch_from_rows(rows)), assert(wisp.batch_from_ffi(#EDGE, rp, ids, nil, fv)) }) do
+            local bad, k = b:bad_rows(), 0
+            local out = s:score_table(b)
+            for i, e in ipairs(EDGE) do
+                if e[2] then
+                    k = k + 1
+                    assert.equal(i - 1, bad[k].row)
+                    assert.truthy(out[i] ~= out[i], "row " .. i .. " should be NaN")
+                else
+                    assert.truthy(out[i] == out[i], "row " .. i .. " should be scored")
+                end
+            end
+            assert.equal(k, #bad)
+            b:close()
+        end
+        s:close(); m:close(); os.remove(path)
+    end)
+end)
