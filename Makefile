@@ -112,10 +112,18 @@ $(BUILD)/test/%: spec/c/%.c $(wildcard spec/c/*.h) $(BUILD)/libwisp.a
 	@mkdir -p $(dir $@)
 	$(CC) $(XCFLAGS) $(CFLAGS) -Ispec/c -o $@ $< $(BUILD)/libwisp.a $(CUDA_LIBS) $(LDLIBS)
 
-test: deps-test all $(C_TESTS)
+# the service harnesses of spec/nginx (raw-socket clients, no library): the reload soak and the fuzzer
+TEST_TOOLS := $(BUILD)/test-tools/soak $(BUILD)/test-tools/svcfuzz
+$(BUILD)/test-tools/%: spec/nginx/%.c spec/nginx/svchttp.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE -pthread $(WFLAGS) $(CFLAGS) -o $@ $< -lm
+.PHONY: test-tools
+test-tools: $(TEST_TOOLS)
+
+test: deps-test all $(C_TESTS) $(TEST_TOOLS)
 	@WISP_BUILD=$(BUILD) sh spec/run.sh
 
-test-gpu: deps-test all $(C_TESTS)
+test-gpu: deps-test all $(C_TESTS) $(TEST_TOOLS)
 	@WISP_BUILD=$(BUILD) WISP_TEST_GPU=1 sh spec/run.sh
 
 # the OpenResty prediction service on the demo model (examples/openresty/serve.sh --help)

@@ -18,7 +18,9 @@
 #   tsan      the C tests under ThreadSanitizer
 #   valgrind  the C tests of the normal build under valgrind memcheck, WISP_TEST_QUICK=1
 # Environment: WISP_BUILD (default build), WISP_FUZZ_SECONDS, WISP_RELIABILITY_JSON=path: write
-# the figures there as JSON (scripts/results/reliability.json is made that way).
+# the figures there as JSON (scripts/results/reliability.json is made that way); its "service"
+# section holds what spec/nginx/soak.sh and svcfuzz.sh left in $WISP_BUILD/reliability (the soak's
+# requests, file changes of each kind, wrong answers, dead workers; the fuzzer's executions).
 build=${WISP_BUILD:-build}
 cd "$(dirname "$0")/.." || exit 2
 case "$build" in /*) ;; *) build="$PWD/$build" ;; esac
@@ -278,6 +280,15 @@ write_json() {
     fi
     printf '\n  ],\n'
     printf '  "crashes_found_by_fuzzing": %d,\n' "$(grep -c 'found by fuzz_' spec/fuzz/regress/FINDINGS 2>/dev/null)"
+    # the service's harnesses (spec/nginx/soak.sh, svcfuzz.sh: spec/run.sh runs them before this
+    # script) leave one JSON object each in $res: the soak's counts per mode, the fuzzer's executions
+    printf '  "service": {"soak": ['
+    sep=""
+    for f in "$res"/soak.*.json; do
+        [ -f "$f" ] || continue
+        printf '%s\n    %s' "$sep" "$(tr -d '\n' <"$f")"; sep=","
+    done
+    printf '\n  ], "svcfuzz": %s},\n' "$( [ -f "$res/svcfuzz.json" ] && tr -d '\n' <"$res/svcfuzz.json" || echo null)"
     printf '  "open_defects": %d\n}\n' "$failed"
 }
 if [ -n "$WISP_RELIABILITY_JSON" ]; then

@@ -58,6 +58,30 @@ if [ -f spec/nginx/run.sh ] && [ "${WISP_NGINX:-1}" != 0 ]; then
     if [ "$f" -ne 0 ]; then sed 's/^/    /' "$log" | tail -n 60; fail_recap "nginx (spec/nginx): $f failed"; fi
 fi
 
+# the service's property test, fuzzer and reload soak against a real nginx (spec/nginx/property.sh,
+# svcfuzz.sh, soak.sh: each prints "NAME: N passed, N failed" last; bounded: ~15 s, 30 s, 2 x 25 s;
+# WISP_SVCFUZZ_SECONDS, WISP_SOAK_SECONDS change that, WISP_SEED replays)
+if [ "${WISP_NGINX:-1}" != 0 ]; then
+    for h in property svcfuzz soak; do
+        [ -f "spec/nginx/$h.sh" ] || continue
+        start=$(date +%s)
+        sh "spec/nginx/$h.sh" >"$log" 2>&1
+        rc=$?
+        line=$(grep -aE "^$h: [0-9]+ passed, [0-9]+ failed" "$log" | tail -n 1)
+        p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
+        f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+        if [ -z "$line" ]; then p=0; f=1; fi
+        if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+        passed=$((passed + p)); failed=$((failed + f))
+        printf '%-24s %5d passed, %d failed  (%ds)\n' "$h (spec/nginx)" "$p" "$f" $(( $(date +%s) - start ))
+        if [ "$f" -ne 0 ]; then
+            grep -a -v '^ok ' "$log" | sed 's/^/    /' | tail -n 60
+            echo "  $h (spec/nginx): $f failed" >>"$recap"
+            grep -a -m 4 -E "^FAIL|replay" "$log" | cut -c1-200 | sed 's/^/    | /' >>"$recap"
+        fi
+    done
+fi
+
 # libwisp.so exports exactly the functions of wisp.h (+ the test hooks of the Makefile): each one defined
 if [ -f "$build/libwisp.map" ] && command -v nm >/dev/null 2>&1; then
     want=$(grep -oE '^wisp_[a-z0-9_]+' "$build/libwisp.map" | sort -u)
