@@ -1735,6 +1735,7 @@ predict_entry = function(e, slot, name, kind, body, blen, mode)
             return fail(500, "transform: " .. c_error(rc))
         end
         errs, bad = batch_bad_rows(b, true)
+        if kind == "json" then errs = instance_errors(errs, inst_firsts(), inst_starts()) end
         raw = false
     end
     record(ps.parse, clock() - t0)
