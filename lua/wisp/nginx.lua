@@ -949,6 +949,17 @@ local function sort_by_index(a, b) return a.index < b.index end
 -- -> status, JSON text of the answer ending in "\n". bad: 0-based set of unscored rows
 -- (or nil); errs: list of {index, error[, line]} (or nil).
 local function encode_answer(e, n, out, bad, errs, device)
+    -- the invariant of every answer: a null has its errors entry. A row scored NaN (or
+    -- anything but a probability) that no parser or transform marked bad gets one here,
+    -- whatever the path (inline, async, the batcher, a thread)
+    for i = 0, n - 1 do
+        local p = out[i]
+        if not (p >= 0 and p <= 1) and not (bad and bad[i]) then
+            errs, bad = errs or {}, bad or {}
+            errs[#errs + 1] = { index = i, error = "the row scored " .. tostring(p) .. ", not a probability" }
+            bad[i] = true
+        end
+    end
     local heads = e.heads
     if not heads then heads = {}; e.heads = heads end
     local head = heads[device]

@@ -525,6 +525,11 @@ for mode in thread async auto; do
        && chk preds "$tmp/pn_$mode.json" "$d/ctr_v1.txt" 2,5,7 && chk field "$tmp/pn_$mode.json" errors.3.line 9; then
         ok "mode=$mode after nginx -s reload: JSON, libsvm and JSON lines (with bad lines) equal the CLI"
     else bad "mode=$mode"; fi
+    # a body arriving across a rename (the same bytes renamed in: a new entry, one version)
+    slow_post "slowm_$mode" text/x-libsvm "$d/big60.libsvm" "$d/ctr_v1.wisp"
+    if head -n 1 "$tmp/slowm_$mode.raw" | grep -q '^HTTP/1.1 200 ' && chk preds "$tmp/slowm_$mode.json" "$d/ctr_v1.txt"; then
+        ok "mode=$mode: a 19 KB body arriving across a rename: 200, equal to the CLI"
+    else bad "mode=$mode: a body across a rename: $(head -n 1 "$tmp/slowm_$mode.raw") $(head -c 200 "$tmp/slowm_$mode.json")"; fi
 done
 
 # ---- a device default that needs a thread pool nginx.conf does not have: mode = "device"
