@@ -408,16 +408,18 @@ static int write_all(FILE *f, const char *p, size_t n, const char *name)
     return 0;
 }
 
-/* Cut text[0..len) into at most n pieces ending at line ends. The last piece
+/* Cut text[0..len) into at most n pieces ending at line ends (csv: at record
+ * ends, never inside a quoted field: wisp__csv_record_end, tsv.c). The last piece
  * takes the rest when `final`, else it ends at the last '\n'. Returns the count. */
-static size_t cut_pieces(piece *pc, size_t n, const char *text, size_t len, int final, size_t piece_bytes)
+static size_t cut_pieces(piece *pc, size_t n, const char *text, size_t len, int final, size_t piece_bytes, int csv)
 {
     size_t k = 0, pos = 0;
     while (k < n && pos < len) {
         size_t want = pos + piece_bytes < len ? pos + piece_bytes : len, end;
         if (want >= len && final) end = len;
         else {
-            const char *nl = memchr(text + want - (want > pos ? 1 : 0), '\n', len - want + (want > pos ? 1 : 0));
+            const char *nl = csv ? wisp__csv_record_end(text + pos, text + len, text + want - (want > pos ? 1 : 0), NULL)
+                                 : memchr(text + want - (want > pos ? 1 : 0), '\n', len - want + (want > pos ? 1 : 0));
             if (!nl) {
                 if (!final) break;                  /* an incomplete last line: wait for more text */
                 end = len;
@@ -620,7 +622,7 @@ static int cmd_score(int argc, char **argv)
         const char *text; size_t len; int final;
         if (input_text(&in, piece_bytes * (size_t)npieces, &text, &len, &final)) goto done;
         if (len == 0 && in.eof) break;
-        size_t k = cut_pieces(pc, (size_t)npieces, text, len, final, piece_bytes);
+        size_t k = cut_pieces(pc, (size_t)npieces, text, len, final, piece_bytes, format == FMT_CSV);
         if (k == 0) {   /* no complete line yet: read more, or the line is too long */
             if (len > WISP_MAX_LINE_BYTES) { die("%s:%llu: line longer than %u bytes", in.name,
                                                  (unsigned long long)line_base + 1, WISP_MAX_LINE_BYTES); goto done; }

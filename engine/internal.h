@@ -475,6 +475,16 @@ int  wisp__read_file(const char *path, const char *what, char **out, size_t *len
  * bytes as '?', "..." when cut; buf holds 44 bytes (libsvm.c; vw.c uses it too). */
 const char *wisp__excerpt(const char *s, const char *e, char *buf);
 
+/* CSV records (RFC 4180, tsv.c): a quoted field may hold newlines, so a
+ * record ends at the first '\n' outside quotes. From p, a record's start,
+ * returns the '\n' that ends the first record ending at or after `want`
+ * (want = p: p's own record), or NULL when the text [p, e) ends first
+ * (inside a quoted field, or without a newline): the caller waits for more
+ * text, or takes the rest as the last record. *inner (may be NULL): the
+ * newlines inside quoted fields of the record it returns. The cut for
+ * splitting CSV text into pieces (cli.c) and the CSV reader's record loop. */
+const char *wisp__csv_record_end(const char *p, const char *e, const char *want, uint64_t *inner);
+
 /* The streaming text parsers' line cut (libsvm.c, vw.c): the line starting at
  * text[pos] ends at *e (its '\n', or the end of the text when final) and the
  * next one starts at *next. Returns 1 for a line; 0 when the line is not

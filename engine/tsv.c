@@ -647,6 +647,46 @@ static int parse_delimited_line(wisp_raw *r, const char *p, const char *e, const
 
 typedef int (*line_fn)(wisp_raw *r, const char *p, const char *e, const char *bufend, uint64_t line, void *ctx);
 
+/* The end of a CSV record (RFC 4180): see internal.h. Outside quotes the
+ * scan jumps from quote to quote with memchr (newlines between them end
+ * records); a quote opens a quoted field only at a field's start (after
+ * ',' or at a record's start), elsewhere it is a literal byte, as the
+ * field parser takes it; inside, "" is a quote and newlines are data. */
+const char *wisp__csv_record_end(const char *p, const char *e, const char *want, uint64_t *inner)
+{
+    const char *s = p;
+    uint64_t n_in = 0;
+    while (s < e) {
+        const char *q = memchr(s, '"', (size_t)(e - s));
+        const char *lim = q ? q : e;
+        for (const char *x = s; x < lim;) {              /* newlines before the quote end records */
+            const char *nl = memchr(x, '\n', (size_t)(lim - x));
+            if (!nl) break;
+            if (nl >= want) {
+                if (inner) *inner = n_in;
+                return nl;
+            }
+            n_in = 0;                                    /* a record ended: count the next one's */
+            x = nl + 1;
+        }
+        if (!q) break;
+        if (!(q == p || q[-1] == ',' || q[-1] == '\n')) { s = q + 1; continue; }   /* a literal quote */
+        const char *c = q + 1;                           /* a quoted field: to its closing quote */
+        for (;;) {
+            const char *z = memchr(c, '"', (size_t)(e - c));
+            if (!z || z + 1 >= e) return NULL;           /* the text ends inside (or at the end of) the field */
+            if (z[1] == '"') { c = z + 2; continue; }
+            for (const char *x = q + 1; (x = memchr(x, '\n', (size_t)(z - x))) != NULL; x++) n_in++;
+            s = z + 1;
+            break;
+        }
+    }
+    return NULL;
+}
+
+/* A UTF-8 byte order mark (Excel's "CSV UTF-8", pandas' utf-8-sig) */
+static const char utf8_bom[3] = { '\xEF', '\xBB', '\xBF' };
+
 /* The line loop shared by both formats (the contract of wisp_batch_parse_libsvm). */
 static int parse_lines(wisp_raw *r, const char *text, size_t len, int final, size_t max_rows, uint64_t *line_no,
                        size_t *consumed, line_fn fn, void *ctx, const char *fname)
@@ -659,18 +699,37 @@ static int parse_lines(wisp_raw *r, const char *text, size_t len, int final, siz
     const char *p = text, *end = text + len;
     size_t added = 0;
     int st = WISP_OK;
+    /* a byte order mark at the start of the input (no lines before) is not data */
+    if (line == 0 && len >= 3 && !memcmp(p, utf8_bom, 3)) p += 3;
+    /* CSV: a record may span lines (a quoted field holding newlines) */
+    const bool csv = fn == parse_delimited_line && r->delim == ',';
     while (p < end && (max_rows == 0 || added < max_rows)) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        uint64_t inner = 0;
+        const char *nl = csv ? wisp__csv_record_end(p, end, p, &inner) : memchr(p, '\n', (size_t)(end - p));
+        if (!nl && !final) {
+            if (csv && (size_t)(end - p) > WISP_MAX_LINE_BYTES) {
+                /* an open quote and no record end in reach: one bad line, then on from the next line */
+                nl = memchr(p, '\n', (size_t)(end - p));
+                if (!nl) break;
+                inner = 0;
+            } else {
+                break;
+            }
+        }
         const char *le = nl ? nl : end;
-        if (!nl && !final) break;
+        if (csv && !nl) {                                         /* final: the rest is one record */
+            for (const char *x = p; (x = memchr(x, '\n', (size_t)(end - x))) != NULL; x++) inner++;
+        }
         if ((size_t)(le - p) > WISP_MAX_LINE_BYTES) {
-            /* an over-long line: a bad row, skipped whole */
+            /* an over-long line (record): a bad row; skipped to the next line end, so an unclosed
+             * quote costs one row, not the rest of the input */
             line++;
             if ((st = wisp_raw_row_begin(r, line))) break;
             wisp_raw__reject(r, "the line is longer than WISP_MAX_LINE_BYTES (%u)", WISP_MAX_LINE_BYTES);
             if ((st = wisp_raw_row_end(r))) break;
             added++;
-            p = nl ? nl + 1 : end;
+            const char *pl = memchr(p, '\n', (size_t)(end - p));
+            p = pl ? pl + 1 : end;
             continue;
         }
         const char *e = le;
@@ -687,6 +746,7 @@ static int parse_lines(wisp_raw *r, const char *text, size_t len, int final, siz
         st = fn(r, p, e, end, line, ctx);
         if (st) { line--; break; }
         added++;
+        line += inner;                                            /* the record's other lines */
         p = nl ? nl + 1 : end;
     }
     if (line_no) *line_no = line;

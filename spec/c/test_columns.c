@@ -604,6 +604,125 @@ static void test_values_rule_text(wisp_engine *eng)
     wisp_columns_free(c);
 }
 
+/* ---- text real tools write (RFC 4180 CSV: Excel, pandas, Spark; json.dumps) -------------------
+ * A quoted field may hold newlines ("" is a quote), so a record may span lines: one row, reported
+ * at its first line, and every later row keeps its own line and values; CRLF line ends; a UTF-8
+ * byte order mark; a last line without a newline; any chunking of the text (a chunk may end inside
+ * a quoted field). */
+static void test_csv_real_tools(wisp_engine *eng)
+{
+    const char *spec = "{\"format\":\"wisp-columns\",\"version\":1,\"inputs\":[{\"name\":\"a\",\"dtype\":\"string\"},"
+                       "{\"name\":\"n\",\"dtype\":\"float32\",\"default\":0}],\"columns\":["
+                       "{\"name\":\"a\",\"type\":\"hash_bucket\",\"key\":\"a\",\"buckets\":1000,\"offset\":0},"
+                       "{\"name\":\"n\",\"type\":\"numeric\",\"key\":\"n\",\"offset\":1000}]}";
+    /* what pandas.DataFrame.to_csv writes for a = ["x", "two\nlines", "say \"hi\"", "a,b", "", "\r\nz"],
+     * n = [1, 2, 3, 4, NaN, 6], through utf-8-sig and lineterminator="\r\n"; then a last line without one */
+    const char *csv = "\xEF\xBB\xBF" "a,n\r\n"
+                      "x,1\r\n"
+                      "\"two\nlines\",2\r\n"
+                      "\"say \"\"hi\"\"\",3\r\n"
+                      "\"a,b\",4\r\n"
+                      "\"\",\r\n"
+                      "\"\r\nz\",6\r\n"
+                      "tail,7";
+    static const char *const want_a[] = { "x", "two\nlines", "say \"hi\"", "a,b", "", "\r\nz", "tail" };
+    static const float want_n[] = { 1, 2, 3, 4, 0, 6, 7 };
+    static const uint64_t want_line[] = { 2, 3, 5, 6, 7, 8, 10 };
+    const size_t nrows = 7, len = strlen(csv);
+    wisp_columns *c = NULL;
+    CHECK_OK(wisp_columns_parse(spec, strlen(spec), &c));
+    if (!c) return;
+    /* whole, then in every split into two chunks (final = 0, then the rest with final = 1) */
+    for (size_t cut = 0; cut <= len; cut++) {
+        wisp_raw *r = NULL;
+        CHECK_OK(wisp_raw_new(eng, c, &r));
+        if (!r) break;
+        CHECK_OK(wisp_raw_set_schema(r, "header", ','));
+        uint64_t line = 0;
+        size_t used = 0, pos = 0;
+        if (cut < len) {
+            CHECK_OK(wisp_raw_parse_tsv(r, csv, cut, 0, 0, &line, &used));
+            pos = used;
+        }
+        CHECK_OK(wisp_raw_parse_tsv(r, csv + pos, len - pos, 1, 0, &line, &used));
+        CHECK_MSG(pos + used == len && line == 10, "cut %zu: used %zu of %zu, %llu lines", cut, pos + used, len,
+                  (unsigned long long)line);
+        CHECK_MSG(wisp_raw_rows(r) == nrows && wisp_raw_bad_count(r) == 0, "cut %zu: %zu rows, %zu bad", cut,
+                  wisp_raw_rows(r), wisp_raw_bad_count(r));
+        if (wisp_raw_bad_count(r)) {
+            const char *msg;
+            wisp_raw_bad_row(r, 0, NULL, NULL, &msg);
+            printf("cut %zu: %s\n", cut, msg);
+        }
+        const uint32_t *rp, *off;
+        const void *vals;
+        if (wisp_raw_rows(r) == nrows && wisp_raw_input(r, 0, &rp, &vals, &off) == WISP_OK && off) {
+            const char *bytes = vals;
+            for (size_t i = 0; i < nrows; i++) {
+                size_t n = off[i + 1] - off[i];
+                CHECK_MSG(n == strlen(want_a[i]) && !memcmp(bytes + off[i], want_a[i], n), "cut %zu: row %zu: a = '%.*s'",
+                          cut, i, (int)n, bytes + off[i]);
+            }
+            CHECK_OK(wisp_raw_input(r, 1, &rp, &vals, &off));
+            const float *nv = vals;
+            for (size_t i = 0; i < nrows; i++) CHECK_MSG(nv[i] == want_n[i], "cut %zu: row %zu: n = %g", cut, i, (double)nv[i]);
+        }
+        /* the line of each row: a bad value in every row (a string for n) reports its record's first line */
+        wisp_raw_free(r);
+        if (cut != len / 2 && cut != 0) continue;
+        CHECK_OK(wisp_raw_new(eng, c, &r));
+        if (!r) break;
+        CHECK_OK(wisp_raw_set_schema(r, "a,n", ','));
+        char *bad = malloc(len * 2 + 64);
+        size_t bl = 0;
+        /* the same records with n replaced by the word "no": every row bad, at its first line */
+        const char *p = csv + 3;
+        p = strchr(p, '\n') + 1;
+        bl += (size_t)sprintf(bad, "a,n\n");
+        for (size_t i = 0; i < nrows; i++) {
+            const char *q = wisp__csv_record_end(p, csv + len, p, NULL);
+            const char *e = q ? q : csv + len;
+            const char *comma = e;
+            while (comma > p && *comma != ',') comma--;
+            memcpy(bad + bl, p, (size_t)(comma - p));
+            bl += (size_t)(comma - p);
+            bl += (size_t)sprintf(bad + bl, ",no\n");
+            p = q ? q + 1 : csv + len;
+        }
+        line = 0;
+        CHECK_OK(wisp_raw_parse_tsv(r, bad + 4, bl - 4, 1, 0, &line, NULL));
+        CHECK_MSG(wisp_raw_rows(r) == nrows && wisp_raw_bad_count(r) == nrows, "bad lines: %zu rows, %zu bad",
+                  wisp_raw_rows(r), wisp_raw_bad_count(r));
+        for (size_t i = 0; i < wisp_raw_bad_count(r) && i < nrows; i++) {
+            size_t row;
+            uint64_t ln;
+            const char *msg;
+            CHECK_OK(wisp_raw_bad_row(r, i, &row, &ln, &msg));
+            CHECK_MSG(row == i && ln == want_line[i] - 1, "bad row %zu: row %zu line %llu (want %llu): %s", i, row,
+                      (unsigned long long)ln, (unsigned long long)(want_line[i] - 1), msg);
+        }
+        free(bad);
+        wisp_raw_free(r);
+    }
+    /* the cut for pieces (cli.c): never inside a quoted field */
+    const char *t = "a,1\n\"b\nc\",2\n\"d\"\"\n\",3\nx\"y\n,4\n";
+    const char *te = t + strlen(t);
+    const char *cuts[] = { "a,1\n", "a,1\n\"b\nc\",2\n", "a,1\n\"b\nc\",2\n\"d\"\"\n\",3\n",
+                           "a,1\n\"b\nc\",2\n\"d\"\"\n\",3\nx\"y\n" };
+    for (size_t w = 0; w < strlen(t); w++) {
+        const char *nl = wisp__csv_record_end(t, te, t + w, NULL);
+        size_t got = nl ? (size_t)(nl - t) + 1 : 0, want = 0;
+        for (size_t k = 0; k < 4; k++)
+            if (strlen(cuts[k]) > w) { want = strlen(cuts[k]); break; }
+        if (!want) want = strlen(t);                   /* the last record's own newline */
+        CHECK_MSG(got == want, "cut at or after %zu: %zu (want %zu)", w, got, want);
+    }
+    uint64_t inner = 0;
+    CHECK(wisp__csv_record_end(t + 4, te, t + 4, &inner) == t + 11 && inner == 1);
+    CHECK(wisp__csv_record_end("\"open\n", (const char *)"\"open\n" + 6, "\"open\n", NULL) == NULL);
+    wisp_columns_free(c);
+}
+
 /* ---- 5b. the column-major transform against the row-wise reference, random descriptions ---- */
 
 static void test_paths_agree(wisp_engine *eng)
@@ -736,6 +855,7 @@ int main(void)
     test_bad_rows(eng);
     test_text(eng);
     test_values_rule_text(eng);
+    test_csv_real_tools(eng);
     test_paths_agree(eng);
     test_faults(eng);
     test_threads(eng);
