@@ -174,3 +174,41 @@ def test_submit_and_score_async(model_path, rows, expected):
         return await s.score_async(libsvm_text(indptr, indices, values))
     same(asyncio.run(main()), expected)
     s.close()
+
+
+def test_lists_and_odd_layouts(session, rows, expected):
+    indptr, indices, values = rows
+    # Python lists, big-endian and float16 arrays are converted by numpy first
+    same(session.score((indptr.tolist(), indices.tolist(), values.tolist())), expected)
+    same(session.score((indptr.astype(">i4"), indices.astype(">i8"), values.astype(">f4"))), expected)
+    v16 = values.astype(np.float16)
+    want = session.score((indptr, indices, v16.astype(np.float32)))
+    np.testing.assert_array_equal(session.score((indptr, indices, v16)), want)
+
+
+def test_fork_child_scores(model_path, rows, expected):
+    import os
+    m = wisp.load(model_path)
+    s = m.session("cpu")
+    same(s.score(rows), expected)             # the engine's threads run in the parent
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                              # child: the same session, after fork
+        try:
+            ok = np.array_equal(cli_format(s.score(rows)), expected)
+            os.write(w, b"ok" if ok else b"mismatch")
+        except BaseException as e:            # noqa: BLE001 - reported to the parent
+            os.write(w, repr(e).encode()[:200])
+        finally:
+            os._exit(0)
+    os.close(w)
+    msg = os.read(r, 256)
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert msg == b"ok"
+
+
+def test_set_threads_after_start(model_path):
+    wisp.load(model_path)
+    with pytest.raises(wisp.StateError, match="already runs with"):
+        wisp.set_threads(1)

@@ -38,7 +38,7 @@ import numpy as np
 
 from . import _wisp
 
-__all__ = ["load", "devices", "version", "write_model", "from_sklearn", "Model", "Session", "WispError", "BadRowError",
+__all__ = ["load", "devices", "version", "set_threads", "write_model", "from_sklearn", "Model", "Session", "WispError", "BadRowError",
            "InvalidArgumentError", "OutOfMemoryError", "WispIOError", "FormatError", "ChecksumError",
            "VersionError", "ParseError", "LimitError", "NoDeviceError", "DeviceError", "StateError"]
 
@@ -135,6 +135,14 @@ _wisp.register_errors(WispError, {c.status: c for c in (
 def version():
     """The engine's version string ("0.1.0")."""
     return _wisp.version()
+
+
+def set_threads(threads):
+    """The number of CPU threads the process's engine scores with (0, the
+    default: one per core; the calling thread counts as one). Must be
+    called before the engine starts (the first load() or devices()): a
+    server forking N workers may want 1 each. StateError afterwards."""
+    _wisp.set_threads(threads)
 
 
 def devices():
@@ -332,6 +340,12 @@ class Session:
         s = self._s
         if s is None:
             raise StateError("the session is closed")
+        if type(X) is tuple:
+            if len(X) == 3:
+                return self._csr(X[0], X[1], X[2])
+            if len(X) == 2:
+                return self._csr(X[0], X[1], None)
+            raise ValueError("a tuple X is (indptr, indices) or (indptr, indices, values)")
         if isinstance(X, (str, bytes, bytearray, memoryview)):
             data = X.encode("utf-8") if isinstance(X, str) else X
             rows = s.parse_libsvm(data)
@@ -342,33 +356,41 @@ class Session:
                 X = X.tocsr()
             if X.ndim != 2:
                 raise ValueError("a sparse X must be 2-D")
-            # scipy keeps indices/indptr of one integer type; duplicates and
-            # unsorted indices are scored as given (each entry counts)
-            return self._csr(X.indptr, X.indices, X.data, X.shape[0])
-        if isinstance(X, tuple):
-            if len(X) not in (2, 3):
-                raise ValueError("a tuple X is (indptr, indices) or (indptr, indices, values)")
-            values = X[2] if len(X) == 3 else None
-            indptr = np.asarray(X[0])
-            return self._csr(indptr, X[1], values, max(indptr.shape[0] - 1, 0) if indptr.ndim == 1 else -1)
+            # duplicates and unsorted indices are scored as given (each entry counts)
+            return self._csr(X.indptr, X.indices, X.data)
         A = np.asarray(X)
         if A.ndim != 2:
             raise ValueError("X must be 2-D (rows x columns), a scipy.sparse matrix, a CSR tuple or libsvm "
                              "text; got a %d-D array" % A.ndim)
-        A = _native(A, _NUM_OK, "X")
         out = np.empty(A.shape[0], dtype=np.float32)
-        return out, s.score_dense(A, out)
+        try:
+            return out, s.score_dense(A, out)
+        except (TypeError, BufferError, ValueError) as e:
+            # a layout or type the C side does not read (Fortran order, float16,
+            # big-endian): numpy converts it, once; a real error is raised again
+            if isinstance(e, WispError):
+                raise
+            B = _native(A, _NUM_OK, "X")
+            if B is A:
+                raise
+        return out, s.score_dense(B, out)
 
-    def _csr(self, indptr, indices, values, rows):
-        indptr = _native(indptr, _IDX_OK, "indptr")
-        indices = _native(indices, _IDX_OK, "indices")
-        if indptr.ndim != 1 or indices.ndim != 1:
-            raise ValueError("indptr and indices must be 1-D")
-        if values is not None:
-            values = _native(values, _NUM_OK, "values")
-            if values.ndim != 1:
-                raise ValueError("values must be 1-D")
-        out = np.empty(max(indptr.shape[0] - 1, 0), dtype=np.float32)
+    def _csr(self, indptr, indices, values):
+        # fast path: the C side reads every C-contiguous native integer/float
+        # array itself (in place, or converting once); anything else (lists,
+        # strided or big-endian arrays, float16) is converted by numpy first
+        try:
+            out = np.empty(max(len(indptr) - 1, 0), dtype=np.float32)
+            return out, self._s.score_csr(indptr, indices, values, out)
+        except (TypeError, BufferError, ValueError) as e:
+            if isinstance(e, WispError):
+                raise
+            conv = (_native(indptr, _IDX_OK, "indptr"), _native(indices, _IDX_OK, "indices"),
+                    None if values is None else _native(values, _NUM_OK, "values"))
+            if conv[0] is indptr and conv[1] is indices and conv[2] is values:
+                raise                         # nothing to convert: the error is the input's
+        indptr, indices, values = conv
+        out = np.empty(max(indptr.shape[0] - 1, 0) if indptr.ndim == 1 else 0, dtype=np.float32)
         return out, self._s.score_csr(indptr, indices, values, out)
 
     def submit(self, X, errors="nan"):

@@ -85,11 +85,12 @@ static PyObject *py_register_errors(PyObject *mod, PyObject *args)
 /* ---- the engine ----------------------------------------------------------------- */
 
 static wisp_engine *engine;
+static int engine_threads;        /* for the engine not yet created; 0: one per core */
 
 static wisp_engine *get_engine(void)
 {
     if (engine) return engine;
-    int st = wisp_engine_new(0, &engine);
+    int st = wisp_engine_new(engine_threads, &engine);
     if (st != WISP_OK) {
         char msg[512];
         copy_errmsg(msg, sizeof msg, st);
@@ -118,6 +119,24 @@ static PyObject *py_devices(PyObject *mod, PyObject *noargs)
     }
     const char *status = wisp_engine_gpu_status(eng);
     return Py_BuildValue("(Nsi)", gpus, status ? status : "", wisp_engine_threads(eng));
+}
+
+static PyObject *py_set_threads(PyObject *mod, PyObject *arg)
+{
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (n < 0 || n > 1024) {
+        PyErr_Format(PyExc_ValueError, "threads must be 0 (one per core) .. 1024, not %ld", n);
+        return NULL;
+    }
+    if (engine) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "the engine already runs with %d threads: call wisp.set_threads before the "
+                 "first wisp.load or wisp.devices", wisp_engine_threads(engine));
+        return raise_status(WISP_ESTATE, msg);
+    }
+    engine_threads = (int)n;
+    Py_RETURN_NONE;
 }
 
 static PyObject *py_version(PyObject *mod, PyObject *noargs)
@@ -895,6 +914,7 @@ static PyType_Spec Session_spec = { "wisp._wisp.Session", sizeof(SessionObject),
 static PyMethodDef module_methods[] = {
     { "register_errors", py_register_errors, METH_VARARGS, "register_errors(base, {status: class})" },
     { "devices",         py_devices,         METH_NOARGS,  "devices() -> ([(name, memory, capability, usable)], gpu_status, threads)" },
+    { "set_threads",     py_set_threads,     METH_O,       "set_threads(n): CPU threads of the engine (before first use)" },
     { "version",         py_version,         METH_NOARGS,  "The engine's version string." },
     { "write_model",     py_write_model,     METH_VARARGS, "write_model(path, weights, bias, dtype, meta, columns=None)" },
     { "stat_names",      py_stat_names,      METH_NOARGS,  "The statistics' names, in order." },
