@@ -222,7 +222,7 @@ if cmd == "gen" then
         local id = fmt("%04d", nreq)
         writef(dir .. "/req/" .. id, body)
         plan[#plan + 1] = fmt("%s %s %s %s %s", id, model, route, ctype:gsub(" ", "_"), concat(rows, ","))
-        cfg[#cfg + 1] = fmt('url = "@BASE@/v1/models/%s:predict"\nheader = "Content-Type: %s"\ndata-binary = "@%s/req/%s"\noutput = "@OUT@/%s.json"\ndump-header = "@OUT@/%s.hdr"\n',
+        cfg[#cfg + 1] = fmt('url = "@BASE@/v1/models/%s:predict"\nmax-time = 60\nheader = "Content-Type: %s"\ndata-binary = "@%s/req/%s"\noutput = "@OUT@/%s.json"\ndump-header = "@OUT@/%s.hdr"\n',
             model, ctype, dir, id, id, id)
     end
     local function shuffled(list)

@@ -4,7 +4,8 @@
 #   sh spec/nginx/property.sh          (make test runs it through spec/run.sh; WISP_NGINX=0 skips it)
 # Environment: WISP_BUILD (default build), WISP_SEED (the rows' seed; default 1, printed),
 # WISP_PROPERTY_CONFIGS (default "inline:off thread:off async:off auto:off inline:on auto:on":
-# serve.sh's --mode and --batching of each nginx started in turn).
+# serve.sh's --mode and --batching of each nginx started in turn), WISP_NGINX_DEVICE (serve.sh
+# --device, default cpu; gpu with WISP_TEST_GPU=1: the answers must still be the CPU's, bit for bit).
 # Rows, requests and checks: spec/nginx/property.lua (its opening comment says what is sent).
 # One nginx a configuration (2 workers, the same prefix), every request sent by one curl (8 in
 # parallel, keepalive), each answer checked against the Lua API's CPU scores of the same rows,
@@ -19,6 +20,8 @@ case "$build" in /*) ;; *) build="$root/$build";; esac
 W="$build/wisp"
 seed=${WISP_SEED:-1}
 configs=${WISP_PROPERTY_CONFIGS:-inline:off thread:off async:off auto:off inline:on auto:on}
+device=${WISP_NGINX_DEVICE:-cpu}
+[ "${WISP_TEST_GPU:-0}" = 1 ] && [ -z "${WISP_NGINX_DEVICE:-}" ] && device=gpu
 pass=0; fail=0
 ok()  { pass=$((pass + 1)); echo "ok   $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
@@ -52,7 +55,7 @@ for t in curl "$W"; do
 done
 nginx_bin=$(command -v nginx 2>/dev/null || ls /usr/sbin/nginx /opt/devdeps/usr/sbin/nginx 2>/dev/null | head -n 1)
 if [ -z "$nginx_bin" ]; then bad "nginx not installed (make deps-test installs it)"; finish; exit 1; fi
-echo "property: seed $seed (WISP_SEED replays), configurations: $configs"
+echo "property: seed $seed (WISP_SEED replays), device $device, configurations: $configs"
 
 # ---- rows, requests, references ----------------------------------------------------------
 "$W" run spec/nginx/property.lua gen "$d" "$seed" || { bad "property.lua gen"; finish; exit 1; }
@@ -78,7 +81,7 @@ start_nginx() {   # start_nginx MODE BATCHING
         port=$(free_port)
         [ -z "$port" ] && return 1
         examples/openresty/serve.sh --render-only --prefix "$prefix" --port "$port" --models "$models" \
-            --workers 2 --mode "$1" --batching "$2" --max-body 4m --max-rows 1000 --build "$build" --device cpu >/dev/null || return 1
+            --workers 2 --mode "$1" --batching "$2" --max-body 4m --max-rows 1000 --build "$build" --device "$device" >/dev/null || return 1
         if "$nginx_bin" -p "$prefix" -c conf/nginx.conf 2>"$tmp/start.err"; then started=1; break; fi
         grep -q "Address already in use" "$tmp/start.err" || break
     done

@@ -4,7 +4,8 @@
 #   sh spec/nginx/soak.sh          (make test runs it through spec/run.sh; WISP_NGINX=0 skips it)
 # Environment: WISP_BUILD (default build; the harness is $WISP_BUILD/test-tools/soak, built by
 # `make test-tools`), WISP_SOAK_SECONDS (per mode, default 25), WISP_SOAK_MODES (default
-# "inline thread": serve.sh --mode), WISP_SEED (default 1, printed), WISP_SOAK_CONNS (6).
+# "inline thread": serve.sh --mode), WISP_SEED (default 1, printed), WISP_SOAK_CONNS (6),
+# WISP_NGINX_DEVICE (serve.sh --device, default cpu; gpu with WISP_TEST_GPU=1).
 # Each mode: a fresh nginx (2 workers) serving ctr = a file this script renames, copies over,
 # truncates and corrupts (soak.c's reloader) while soak.c's clients check every answer; the
 # workers' pids before and after must be the same and the error log must hold no worker that
@@ -18,6 +19,8 @@ build=${WISP_BUILD:-build}
 case "$build" in /*) ;; *) build="$root/$build";; esac
 W="$build/wisp"; S="$build/test-tools/soak"
 secs=${WISP_SOAK_SECONDS:-25}; modes=${WISP_SOAK_MODES:-inline thread}; seed=${WISP_SEED:-1}; conns=${WISP_SOAK_CONNS:-6}
+device=${WISP_NGINX_DEVICE:-cpu}
+[ "${WISP_TEST_GPU:-0}" = 1 ] && [ -z "${WISP_NGINX_DEVICE:-}" ] && device=gpu
 pass=0; fail=0
 ok()  { pass=$((pass + 1)); echo "ok   $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
@@ -70,7 +73,7 @@ for mode in $modes; do
     for _ in 1 2 3 4 5; do
         port=$(free_port)
         examples/openresty/serve.sh --render-only --prefix "$prefix" --port "$port" --models "ctr=$d/ctr.wisp" \
-            --workers 2 --mode "$mode" --max-body 4m --build "$build" --device cpu >/dev/null || break
+            --workers 2 --mode "$mode" --max-body 4m --build "$build" --device "$device" >/dev/null || break
         if "$nginx_bin" -p "$prefix" -c conf/nginx.conf 2>"$tmp/start.err"; then started=1; break; fi
         grep -q "Address already in use" "$tmp/start.err" || break
     done
