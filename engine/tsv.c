@@ -706,31 +706,23 @@ static int parse_lines(wisp_raw *r, const char *text, size_t len, int final, siz
     while (p < end && (max_rows == 0 || added < max_rows)) {
         uint64_t inner = 0;
         const char *nl = csv ? wisp__csv_record_end(p, end, p, &inner) : memchr(p, '\n', (size_t)(end - p));
-        if (!nl && !final) {
-            if (csv && (size_t)(end - p) > WISP_MAX_LINE_BYTES) {
-                /* an open quote and no record end in reach: one bad line, then on from the next line */
-                nl = memchr(p, '\n', (size_t)(end - p));
-                if (!nl) break;
-                inner = 0;
-            } else {
-                break;
-            }
-        }
         const char *le = nl ? nl : end;
-        if (csv && !nl) {                                         /* final: the rest is one record */
-            for (const char *x = p; (x = memchr(x, '\n', (size_t)(end - x))) != NULL; x++) inner++;
-        }
         if ((size_t)(le - p) > WISP_MAX_LINE_BYTES) {
-            /* an over-long line (record): a bad row; skipped to the next line end, so an unclosed
-             * quote costs one row, not the rest of the input */
+            /* an over-long line (CSV: record, or an open quote with no end in reach): a bad row,
+             * skipped to the next line end, so an unclosed quote costs one row, not the rest */
+            const char *pl = memchr(p, '\n', (size_t)(end - p));
+            if (!pl && !final) break;
             line++;
             if ((st = wisp_raw_row_begin(r, line))) break;
             wisp_raw__reject(r, "the line is longer than WISP_MAX_LINE_BYTES (%u)", WISP_MAX_LINE_BYTES);
             if ((st = wisp_raw_row_end(r))) break;
             added++;
-            const char *pl = memchr(p, '\n', (size_t)(end - p));
             p = pl ? pl + 1 : end;
             continue;
+        }
+        if (!nl && !final) break;
+        if (csv && !nl) {                                         /* final: the rest is one record */
+            for (const char *x = p; (x = memchr(x, '\n', (size_t)(end - x))) != NULL; x++) inner++;
         }
         const char *e = le;
         if (e > p && e[-1] == '\r') e--;
