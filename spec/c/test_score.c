@@ -1,6 +1,8 @@
 /* test_score.c — the thread pool and CPU scoring against a float64 reference, plus a timing printout. */
 #include "internal.h"
 #include "check.h"
+
+#include <float.h>
 #include "testrand.h"
 
 #include <stdint.h>
@@ -498,6 +500,64 @@ static void test_exact_cases(void)
     tmodel_free(&tm);
 }
 
+/* Sums beyond float (the GPU's spec in test_gpu.c has the same rows): weights near FLT_MAX times
+ * values of 10, 3e38 and 1e30 give products and sums that overflow float but not double; an int8
+ * table whose scale is FLT_MAX / 127 (what the writer gives a table holding FLT_MAX; the loader
+ * accepts any finite positive scale). The CPU widens each weight and value to double, multiplies
+ * and sums in double, applies the int8 scale to the double sum: finite answers equal to a float64
+ * reference, never NaN (inf - inf) or a saturated 0/1 by overflow. */
+static void test_wide_sums(void)
+{
+    static const uint32_t rid[][3] = { { 0, 1, 9 }, { 0, 512, 9 }, { 0, 1, 2 }, { 0, 513, 1 }, { 0, 1, 2 }, { 0, 512, 2 },
+                                       { 1, 512, 9 }, { 513, 1, 2 } };
+    static const float rv[][3] = { { 10, 10, 0 }, { 10, 10, 0 }, { 10, 10, 1 }, { 10, 10, 10 }, { 3e38f, 3e38f, 1 },
+                                   { 1e30f, 1e30f, -2 }, { 10, -10, 0 }, { 3e38f, 3e38f, 7 } };
+    static const unsigned rn[] = { 2, 2, 3, 3, 3, 3, 2, 3 };
+    enum { NR = 8 };
+    for (int t = 0; t < 2; t++) {
+        struct tmodel tm;
+        tmodel_init(&tm, 1024, t ? WISP_I8 : WISP_F32, 0.25);
+        if (t == 0) {
+            float *w = tm.w;
+            w[0] = 3e38f; w[1] = -3e38f; w[2] = 1.5f; w[512] = -3e38f; w[513] = 3e38f;
+            for (int i = 0; i < 1024; i++) tm.deq[i] = w[i];
+        } else {
+            int8_t *q = tm.w;
+            tm.m.scale = FLT_MAX / 127.0f;
+            for (int i = 0; i < 1024; i++) q[i] = 0;
+            q[0] = 127; q[1] = -127; q[2] = 1; q[512] = -127; q[513] = 127;
+            for (int i = 0; i < 1024; i++) tm.deq[i] = q[i];          /* the scale goes on the sum */
+        }
+        tm.m.weights = tm.w;
+        uint32_t rp[NR + 1], ids[NR * 3];
+        float vals[NR * 3];
+        double ref[NR];
+        rp[0] = 0;
+        size_t k = 0;
+        for (int r = 0; r < NR; r++) {
+            double sum = 0;
+            for (unsigned j = 0; j < rn[r]; j++, k++) {
+                ids[k] = rid[r][j];
+                vals[k] = rv[r][j];
+                sum += tm.deq[rid[r][j]] * (double)rv[r][j];
+            }
+            rp[r + 1] = (uint32_t)k;
+            const double z = 0.25 + (t ? sum * (double)tm.m.scale : sum);
+            ref[r] = z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z));
+        }
+        struct wisp_batch b = { 0 };
+        b.rows = NR; b.nnz = k; b.nvals = k; b.row_ptr = rp; b.ids = ids; b.vals = vals;
+        b.value_mode = WISP_VALUES_ALL;
+        float out[NR];
+        wisp_score_cpu_rows(&tm.m, &b, 0, NR, out);
+        for (int r = 0; r < NR; r++)
+            CHECK_MSG(isfinite(out[r]) && fabs(out[r] - ref[r]) <= 1e-7, "%s row %d: %.9g, float64 reference %.9g",
+                      t ? "int8, scale FLT_MAX/127" : "fp32 near FLT_MAX", r, (double)out[r], ref[r]);
+        CHECK(out[0] == (float)ref[0] && fabs(out[0] - 0.5621765) < 1e-6);   /* sigmoid(0.25): the products cancel */
+        tmodel_free(&tm);
+    }
+}
+
 /* fp16 weights that are subnormal, zero, huge, infinite or NaN */
 static void test_f16_specials(void)
 {
@@ -680,6 +740,7 @@ int main(int argc, char **argv)
     test_pool();
     test_pool_fork();
     test_exact_cases();
+    test_wide_sums();
     test_modes_dtypes();
     test_f16_specials();
     test_threads();
