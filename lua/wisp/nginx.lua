@@ -599,6 +599,7 @@ local function instances_as_lines(body, blen)
     if i < len or not span then return nil end
     return p + span, spanlen, nobj, extra, firsts_buf, starts_buf
 end
+local LONG_NUM = string.rep("[%d.eE+-]", 512)    -- a number token over 511 bytes
 local function inst_firsts() return firsts_buf end
 local function inst_starts() return starts_buf end
 M._instances_as_lines = function(body)   -- for tests: the lines, the element count, extra keys
@@ -777,6 +778,26 @@ local function parse_into(e, b, kind, body, max_rows, raw_ok, blen)
     if n > max_rows then
         return nil, 413, fmt("too many rows: %d in one request (limit %d)", n, max_rows), { limit_rows = max_rows }
     end
+    -- numbers longer than the C readers take (511 bytes: libsvm refuses them, naming them):
+    -- cjson would read them; the rows that hold one are refused the same way
+    local long_rows
+    local lpos = body:find(LONG_NUM)
+    if lpos then
+        long_rows = {}
+        local ptr, spanlen, nobj, _, _, starts = instances_as_lines(body)
+        local sp = ptr and tonumber(ptr - lines_buf) or 0
+        while lpos do
+            local run = body:match("^[%d.eE+-]+", lpos)
+            local off = lpos - 1
+            if ptr and nobj > 0 and off >= sp and off < sp + spanlen then
+                local k = nobj - 1
+                while k > 0 and starts[k] > off do k = k - 1 end
+                long_rows[k] = fmt("a number of %d characters ('%s...'), longer than the 511 bytes the readers take",
+                                   #run, run:sub(1, 24))
+            end
+            lpos = body:find(LONG_NUM, lpos + #run)
+        end
+    end
     -- a model without columns: {"ids": [...], "vals": [...]}. The rules (the C readers' for
     -- libsvm): an id is a JSON number with an integer value, 0 <= id < 2^64; ids >= the
     -- model's features are ignored when scored (as libsvm's, as LIBLINEAR does; a double
@@ -788,7 +809,9 @@ local function parse_into(e, b, kind, body, max_rows, raw_ok, blen)
         local row = inst[i]
         local msg
         local ids, vals
-        if type(row) ~= "table" or not json_is_object(row) then
+        if long_rows and long_rows[i - 1] then
+            msg = long_rows[i - 1]
+        elseif type(row) ~= "table" or not json_is_object(row) then
             msg = "an object {\"ids\": [...], \"vals\": [...]} expected, got " .. json_what(row)
         else
             ids, vals = row.ids, row.vals

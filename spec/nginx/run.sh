@@ -290,6 +290,12 @@ if req ty 200 "${J[@]}" --data-binary @"$d/types.json" "$base/v1/models/plain:pr
    && chk has "$tmp/ty.json" errors.9.error 'got the string "0.5"' && chk has "$tmp/ty.json" errors.10.error "got a list"; then
     ok "{ids, vals}: 1e39, [1e39, -1e39], 1e400, ids an object / a string / 1.5 / [\"1\"] / 2^64, vals [\"0.5\"], a list row: each null with a message naming it"
 else bad "JSON values and id types"; fi
+long=$(head -c 520 /dev/zero | tr '\0' '0')
+if req lng 200 "${J[@]}" --data-binary "{\"instances\": [{\"ids\": [1, 7], \"vals\": [0.5, 0.25]}, {\"ids\": [1], \"vals\": [1.${long}e5]}], \"note\": \"${long}\"}" \
+       "$base/v1/models/plain:predict" && chk preds "$tmp/lng.json" "$d/types.txt" 1 && chk has "$tmp/lng.json" errors.1.error "longer than the 511 bytes" \
+   && [ "$(grep -o '"index"' "$tmp/lng.json" | wc -l)" = 1 ]; then
+    ok "{ids, vals}: a number of 523 characters is refused as libsvm refuses it (cjson would read it); a long run elsewhere in the body is not"
+else bad "JSON number over 511 bytes"; fi
 if req cty 200 "${J[@]}" --data-binary '{"instances": [{"age": 30, "city": "Paris"}, {"age": 1e39}, {"age": [1e39, -1e39]}, 5, "x", null]}' \
        "$base/v1/models/ctr:predict" && chk has "$tmp/cty.json" errors.1.error "finite" && chk has "$tmp/cty.json" errors.3.error "got a number" \
    && chk has "$tmp/cty.json" errors.4.error "got a string" && chk has "$tmp/cty.json" errors.5.error "got null" \
