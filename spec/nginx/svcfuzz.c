@@ -39,6 +39,7 @@ static const char *dir = NULL, *outdir = "/tmp";
 
 enum { P_ANSWER, P_STATUS, P_JSON, P_CTYPE, P_N };
 static const char *pname[P_N] = { "answer", "status", "json", "ctype" };
+static atomic_long keepalive_conns, keepalive_reuses;
 static atomic_long checked[P_N], violated[P_N], executions, early_closes, no_answer_ok, clean_requests;
 static atomic_long by_status[P_N][1000];     /* violations by the answer's status */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -164,7 +165,9 @@ typedef struct {
     size_t cut;             /* early_close: bytes sent */
 } req_t;
 
-static void build(req_t *q, uint64_t *s)
+/* ka: one of several requests on a keepalive connection: its framing is right (else the stream
+   would desynchronise) and it never closes early */
+static void build(req_t *q, uint64_t *s, bool ka)
 {
     memset(q, 0, sizeof *q);
     buf *r = &q->req;
@@ -196,7 +199,7 @@ static void build(req_t *q, uint64_t *s)
     b_fmt(r, "%s ", method); b_add(r, path.p, path.len); b_fmt(r, " %s\r\n", version);
     free(path.p);
     if (!chance(s, 3)) b_str(r, "Host: 127.0.0.1\r\n"); else if (strcmp(version, "HTTP/1.0")) clean = false;
-    b_str(r, "Connection: close\r\n");
+    b_str(r, ka ? "Connection: keep-alive\r\n" : "Connection: close\r\n");
     /* body */
     buf body = { 0 };
     const body_t *bd = NULL;
@@ -236,6 +239,7 @@ static void build(req_t *q, uint64_t *s)
     if (chance(s, 2)) { b_str(r, "X-Bad\x7f: \xff\r\n"); clean = false; }
     /* framing */
     int fk = (int)rn(s, 100);
+    if (ka && fk >= 70 && fk < 89) fk = 0;
     bool chunked = false;
     if (body.len == 0 && fk < 70) { if (want_body || chance(s, 50)) b_str(r, "Content-Length: 0\r\n"); }
     else if (fk < 70) b_fmt(r, "Content-Length: %zu\r\n", body.len);
@@ -253,7 +257,7 @@ static void build(req_t *q, uint64_t *s)
     }
     b_str(r, "\r\n");
     if (chunked) {
-        bool broken = chance(s, 35);
+        bool broken = !ka && chance(s, 35);
         size_t at = 0;
         while (at < body.len) {
             size_t n = 1 + rn(s, 4000);
@@ -266,7 +270,7 @@ static void build(req_t *q, uint64_t *s)
         if (!broken || chance(s, 50)) b_str(r, "0\r\n\r\n"); else q->may_hang = true;
         if (broken) clean = false;
     } else b_add(r, body.p, body.len);
-    if (chance(s, 3)) { q->early_close = true; q->cut = rn(s, r->len); }
+    if (!ka && chance(s, 3)) { q->early_close = true; q->cut = rn(s, r->len); }
 
     /* the contract for a clean request */
     q->clean = clean && !q->early_close && !q->may_hang && !expect;
@@ -328,6 +332,8 @@ static void excerpt(char *dst, size_t dl, const char *s, size_t n)
     dst[o] = '\0';
 }
 
+static bool check(int fd, req_t *q, bool verbose);
+
 /* send one request and check the answer; verbose: print it (replay) */
 static void execute(req_t *q, bool verbose)
 {
@@ -344,10 +350,19 @@ static void execute(req_t *q, bool verbose)
         atomic_fetch_add(&early_closes, 1);
         return;
     }
+    check(fd, q, verbose);
+    close(fd);
+}
+
+/* send q on fd, read and check its answer; returns true when the connection can carry another */
+static bool check(int fd, req_t *q, bool verbose)
+{
     int src = svc_send(fd, q->req.p, q->req.len, 5000);
     svc_answer a;
     svc_read_answer(fd, &a, q->may_hang ? 1500 : 10000, q->head, 1 << 24);
-    close(fd);
+    size_t cl;
+    const char *conn = a.hdr_len ? svc_header(&a, "Connection", &cl) : NULL;
+    bool again = a.complete && a.status && !(conn && cl >= 5 && strncasecmp(conn, "close", 5) == 0);
     char why[1200], ex[700];
     excerpt(ex, sizeof ex, a.raw ? a.raw : "", a.len < 300 ? a.len : 300);
     if (verbose) printf("answer (%zu bytes%s%s): %s\n", a.len, a.complete ? "" : ", incomplete: ", a.complete ? "" : (a.why ? a.why : "?"), ex);
@@ -361,7 +376,7 @@ static void execute(req_t *q, bool verbose)
             save(P_ANSWER, q, why, 0);
         }
         svc_answer_free(&a);
-        return;
+        return false;
     }
     /* status */
     atomic_fetch_add(&checked[P_STATUS], 1);
@@ -396,6 +411,7 @@ static void execute(req_t *q, bool verbose)
         }
     }
     svc_answer_free(&a);
+    return again;
 }
 
 static void *worker(void *arg)
@@ -404,7 +420,23 @@ static void *worker(void *arg)
     double t0 = svc_now();
     while (svc_now() - t0 < seconds) {
         req_t q;
-        build(&q, &s);
+        if (chance(&s, 12)) {                     /* 2-5 requests on one keepalive connection */
+            int fd = svc_connect(port);
+            if (fd < 0) continue;
+            int n = 2 + (int)rn(&s, 4);
+            atomic_fetch_add(&keepalive_conns, 1);
+            for (int i = 0; i < n; i++) {
+                build(&q, &s, i + 1 < n);
+                atomic_fetch_add(&executions, 1);
+                bool again = check(fd, &q, false);
+                free(q.req.p);
+                if (!again) break;
+                atomic_fetch_add(&keepalive_reuses, 1);
+            }
+            close(fd);
+            continue;
+        }
+        build(&q, &s, false);
         execute(&q, false);
         free(q.req.p);
     }
@@ -465,8 +497,9 @@ int main(int argc, char **argv)
     pthread_t th[16];
     for (int i = 0; i < conns; i++) pthread_create(&th[i], NULL, worker, (void *)(uintptr_t)i);
     for (int i = 0; i < conns; i++) pthread_join(th[i], NULL);
-    printf("svcfuzz: executions %ld (clean requests checked against the contract %ld, closed early %ld, left waiting for a body %ld)\n",
-           atomic_load(&executions), atomic_load(&clean_requests), atomic_load(&early_closes), atomic_load(&no_answer_ok));
+    printf("svcfuzz: executions %ld (clean requests checked against the contract %ld, closed early %ld, left waiting for a body %ld, "
+           "%ld keepalive connections carried %ld more requests)\n", atomic_load(&executions), atomic_load(&clean_requests),
+           atomic_load(&early_closes), atomic_load(&no_answer_ok), atomic_load(&keepalive_conns), atomic_load(&keepalive_reuses));
     int pass = 0, fail = 0;
     for (int p = 0; p < P_N; p++) {
         long c = atomic_load(&checked[p]), v = atomic_load(&violated[p]);
