@@ -4,8 +4,15 @@
  * I1..I13, C1..C26; a header line; or a list of names). One line is one row
  * (blank lines make none); every dense input must be a field (a sparse one
  * may be absent: it has no values then); fields are split on the delimiter; with ',' a
- * field may be double-quoted ("a,b" and "" for a quote inside). An empty
- * field is a missing value. A line with another number of fields than the
+ * field may be double-quoted ("a,b" and "" for a quote inside), and CSV is
+ * RFC 4180: a quoted field may hold newlines, so a record may span lines
+ * (wisp__csv_record_end finds its end; it is reported at its first line and
+ * the line count goes on past its other lines); a quote elsewhere than at a
+ * field's start is a literal byte. CRLF line ends; a UTF-8 byte order mark
+ * at the start of the input (Excel's "CSV UTF-8", pandas' utf-8-sig) is
+ * skipped, in every format here. An empty field is a missing value, quoted
+ * or not (Spark's CSV writer: null as an empty field, "" as a quoted empty
+ * one; pandas: NaN as an empty field). A line with another number of fields than the
  * schema is a bad row, as is a field that does not parse as its input's
  * type. Strings are taken byte for byte (TensorFlow hashes bytes; no UTF-8
  * check). Numbers follow decode_csv (absl::SimpleAtof / SimpleAtoi):

@@ -566,8 +566,12 @@ int    wisp_raw_row_end(wisp_raw *r);
  *   "a,b,,c"            the names, comma-separated (an empty name skips a field)
  * Fields whose name is not an input are skipped (the label); every dense
  * input must be a field (a sparse one may be absent: it has no values).
- * delim is '\t' or ','; with ',' double-quoted fields ("a,b", "say ""hi""")
- * are understood. Empty fields are missing. Numbers are parsed as
+ * delim is '\t' or ','; with ',' double-quoted fields ("a,b", "say ""hi""",
+ * and newlines inside quotes: RFC 4180, a record then spans lines and is
+ * reported at its first line) are understood; so are CRLF line ends and a
+ * UTF-8 byte order mark at the input's start. Empty fields are missing
+ * (Spark writes null as an empty field and "" as a quoted empty one:
+ * both are missing). Numbers are parsed as
  * TensorFlow's decode_csv parses them (float32 fields rounded once,
  * directly to float32; "nan", "inf" and decimals beyond float32 such as
  * 1e39 read as NaN/inf, as there: a numeric column then makes the row bad

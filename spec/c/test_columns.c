@@ -719,6 +719,34 @@ static void test_csv_real_tools(wisp_engine *eng)
     }
     uint64_t inner = 0;
     CHECK(wisp__csv_record_end(t + 4, te, t + 4, &inner) == t + 11 && inner == 1);
+    /* json.dumps defaults (ensure_ascii: \uXXXX escapes, a surrogate pair for U+1F600; allow_nan: NaN),
+     * through a byte order mark (utf-8-sig): the string arrives as UTF-8, NaN makes its row bad, named */
+    {
+        wisp_raw *r = NULL;
+        CHECK_OK(wisp_raw_new(eng, c, &r));
+        const char *jl = "\xEF\xBB\xBF{\"a\": \"caf\\u00e9 \\ud83d\\ude00\", \"n\": 1.5}\r\n{\"a\": \"x\", \"n\": NaN}\r\n"
+                         "{\"a\": \"\\ud83d\", \"n\": 1}\n{\"n\": Infinity}";
+        uint64_t ln = 0;
+        if (r) CHECK_OK(wisp_raw_parse_jsonl(r, jl, strlen(jl), 1, 0, &ln, NULL));
+        CHECK(r && wisp_raw_rows(r) == 4 && wisp_raw_bad_count(r) == 3 && ln == 4);
+        const uint32_t *rp2, *off2;
+        const void *v2;
+        if (r && wisp_raw_input(r, 0, &rp2, &v2, &off2) == WISP_OK && off2) {
+            const char *want = "caf\xC3\xA9 \xF0\x9F\x98\x80";
+            CHECK_MSG(off2[1] - off2[0] == strlen(want) && !memcmp(v2, want, strlen(want)), "'%.*s'", (int)(off2[1] - off2[0]),
+                      (const char *)v2);
+        }
+        const char *m1 = "", *m2 = "", *m3 = "";
+        if (r && wisp_raw_bad_count(r) == 3) {
+            wisp_raw_bad_row(r, 0, NULL, NULL, &m1);
+            wisp_raw_bad_row(r, 1, NULL, NULL, &m2);
+            wisp_raw_bad_row(r, 2, NULL, NULL, &m3);
+        }
+        CHECK_MSG(strstr(m1, "line 2: input 'n': NaN is not a finite float32"), "'%s'", m1);
+        CHECK_MSG(strstr(m2, "line 3: ") && strstr(m2, "unpaired surrogate"), "'%s'", m2);
+        CHECK_MSG(strstr(m3, "line 4: input 'n': Infinity is not a finite float32"), "'%s'", m3);
+        wisp_raw_free(r);
+    }
     CHECK(wisp__csv_record_end("\"open\n", (const char *)"\"open\n" + 6, "\"open\n", NULL) == NULL);
     wisp_columns_free(c);
 }
