@@ -3,8 +3,9 @@
 #
 #   sh spec/nginx/soak.sh          (make test runs it through spec/run.sh; WISP_NGINX=0 skips it)
 # Environment: WISP_BUILD (default build; the harness is $WISP_BUILD/test-tools/soak, built by
-# `make test-tools`), WISP_SOAK_SECONDS (per mode, default 25), WISP_SOAK_MODES (default
-# "inline thread": serve.sh --mode), WISP_SEED (default 1, printed), WISP_SOAK_CONNS (6),
+# `make test-tools`), WISP_SOAK_SECONDS (per mode, default 18), WISP_SOAK_MODES (default
+# "inline thread auto:on": serve.sh --mode[:--batching]; thread is where 503s were seen, auto
+# with batching the GPU's default), WISP_SEED (default 1, printed), WISP_SOAK_CONNS (6),
 # WISP_NGINX_DEVICE (serve.sh --device, default cpu; gpu with WISP_TEST_GPU=1).
 # Each mode: a fresh nginx (2 workers) serving ctr = a file this script renames, copies over,
 # truncates and corrupts (soak.c's reloader) while soak.c's clients check every answer; the
@@ -18,7 +19,7 @@ root=$(pwd)
 build=${WISP_BUILD:-build}
 case "$build" in /*) ;; *) build="$root/$build";; esac
 W="$build/wisp"; S="$build/test-tools/soak"
-secs=${WISP_SOAK_SECONDS:-25}; modes=${WISP_SOAK_MODES:-inline thread}; seed=${WISP_SEED:-1}; conns=${WISP_SOAK_CONNS:-6}
+secs=${WISP_SOAK_SECONDS:-18}; modes=${WISP_SOAK_MODES:-inline thread auto:on}; seed=${WISP_SEED:-1}; conns=${WISP_SOAK_CONNS:-6}
 device=${WISP_NGINX_DEVICE:-cpu}
 [ "${WISP_TEST_GPU:-0}" = 1 ] && [ -z "${WISP_NGINX_DEVICE:-}" ] && device=gpu
 pass=0; fail=0
@@ -63,17 +64,19 @@ for v in v1 v2 v3; do "$W" score -m "$d/$v.wisp" -d cpu "$d/rows.libsvm" > "$d/$
 for f in trunc badsum; do
     if "$W" info "$d/$f.wisp" >/dev/null 2>&1; then bad "the broken file $f.wisp loads"; fi
 done
-mkdir -p "$build/reliability"
+mkdir -p "$build/reliability"; rm -f "$build/reliability"/soak.*.json     # this run's figures only
 
 . "$root/spec/nginx/free_port.sh"
 workers() { pgrep -P "$(cat "$prefix/logs/nginx.pid")" 2>/dev/null | sort | tr '\n' ' '; }
-for mode in $modes; do
+for mb in $modes; do
+    mode=${mb%%:*}; batching=off
+    case "$mb" in *:*) batching=${mb#*:}; mode="$mode+batching";; esac
     rm -f "$d/ctr.wisp"          # absent at start: 503 until the first good load, the only 503 allowed
     started=""
     for _ in 1 2 3 4 5; do
         port=$(free_port)
         examples/openresty/serve.sh --render-only --prefix "$prefix" --port "$port" --models "ctr=$d/ctr.wisp" \
-            --workers 2 --mode "$mode" --max-body 4m --build "$build" --device "$device" >/dev/null || break
+            --workers 2 --mode "${mode%%+*}" --batching "$batching" --max-body 4m --build "$build" --device "$device" >/dev/null || break
         if "$nginx_bin" -p "$prefix" -c conf/nginx.conf 2>"$tmp/start.err"; then started=1; break; fi
         grep -q "Address already in use" "$tmp/start.err" || break
     done
