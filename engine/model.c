@@ -53,8 +53,10 @@
  * What a model serves is exactly the bytes it verified. The loader reads the
  * whole file with pread() into private anonymous memory (2 MiB aligned and
  * advised for transparent huge pages when the file is at least 2 MiB), checks
- * fstat before and after the read (device, inode, size, mtime, ctime) and
- * refuses a file that changed meanwhile ("changed while loading"; a short
+ * fstat before and after the read (device, inode, size, mtime, ctime; a ctime
+ * change that comes with a link count change is a rename over the path or an
+ * unlink, which leave the bytes being read alone) and refuses a file that
+ * changed meanwhile ("changed while loading"; a short
  * read says "truncated", a byte past the size "grew"), validates that copy and
  * makes it read-only with mprotect. Nothing reads the file afterwards, so a
  * file rewritten, truncated or corrupted in place under a live process can
@@ -529,8 +531,10 @@ static void file_id_of(const struct stat *sb, wisp_model *m)
     m->file_id.ctime_ns = (int64_t)sb->st_ctim.tv_nsec;
 }
 
-/* Which of size, mtime, ctime, inode and device differ between two stats of
- * one file; NULL when none does. */
+/* Which of size, mtime, ctime, inode and device differ between two fstats of
+ * the open file; NULL when none does. A ctime change that comes with a link
+ * count change is not one: a rename over the path (the safe way to replace a
+ * model) unlinks the inode being read, which sets its ctime but not its bytes. */
 static const char *stat_change(const struct stat *a, const struct stat *b)
 {
     if (a->st_dev != b->st_dev || a->st_ino != b->st_ino) return "replaced (another inode)";
@@ -538,7 +542,8 @@ static const char *stat_change(const struct stat *a, const struct stat *b)
     if (a->st_size < b->st_size) return "grown";
     if (a->st_mtim.tv_sec != b->st_mtim.tv_sec || a->st_mtim.tv_nsec != b->st_mtim.tv_nsec)
         return "rewritten in place (mtime)";
-    if (a->st_ctim.tv_sec != b->st_ctim.tv_sec || a->st_ctim.tv_nsec != b->st_ctim.tv_nsec)
+    if ((a->st_ctim.tv_sec != b->st_ctim.tv_sec || a->st_ctim.tv_nsec != b->st_ctim.tv_nsec) &&
+        a->st_nlink == b->st_nlink)
         return "changed in place (ctime)";
     return NULL;
 }

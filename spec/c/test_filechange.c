@@ -197,6 +197,16 @@ static void read_hook(const char *path)
         free(b);
         break;
     }
+    case 4: {   /* the safe replacement: another file renamed over the path (this inode's ctime changes) */
+        b = read_file(P("b.wisp"), &lb);
+        int fd = open(P("b.tmp"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0 && b && write(fd, b, lb) != (ssize_t)lb) perror("write");
+        if (fd >= 0) close(fd);
+        if (rename(P("b.tmp"), path) != 0) perror("rename");
+        free(b);
+        break;
+    }
+    case 5: if (chmod(path, 0600) != 0) perror("chmod"); break;   /* ctime alone: contents may have changed */
     }
 }
 
@@ -209,6 +219,7 @@ static void test_changed_while_loading(void)
         { 1, WISP_EIO, "changed while being read (truncated: " },
         { 2, WISP_EIO, "changed while being read (it grew past" },
         { 3, WISP_EIO, "changed while loading (rewritten in place (mtime)" },
+        { 5, WISP_EIO, "changed while loading (changed in place (ctime)" },
     };
     wisp_model_read_hook = read_hook;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -221,6 +232,16 @@ static void test_changed_while_loading(void)
         CHECK(strstr(wisp_errmsg(), "loading.wisp") != NULL);
         CHECK(strstr(wisp_errmsg(), "by rename") != NULL);
     }
+    /* renamed over while being read: the load finishes with the inode it opened (version a) */
+    CHECK(overwrite_in_place(P("loading.wisp"), a, la) == 0);
+    age(P("loading.wisp"));
+    hook_action = 4;
+    wisp_model *r = NULL;
+    CHECK_OK(wisp_model_load(eng, P("loading.wisp"), &r));
+    CHECK(r && wisp_model_bias(r) == 0.5 && strcmp(wisp_model_meta(r, "version"), "a") == 0);
+    char why[256];
+    CHECK(r && wisp_model_file_changed(r, why, sizeof why) == 1 && strstr(why, "replaced"));
+    wisp_model_free(r);
     hook_action = 0;
     CHECK(overwrite_in_place(P("loading.wisp"), a, la) == 0);
     wisp_model *m = NULL;
