@@ -59,7 +59,7 @@ if [ -f spec/nginx/run.sh ] && [ "${WISP_NGINX:-1}" != 0 ]; then
 fi
 
 # the service's property test, fuzzer and reload soak against a real nginx (spec/nginx/property.sh,
-# svcfuzz.sh, soak.sh: each prints "NAME: N passed, N failed" last; bounded: ~15 s, 30 s, 2 x 25 s;
+# svcfuzz.sh, soak.sh: each prints "NAME: N passed, N failed" last; bounded: ~15 s, 30 s, 3 x 18 s;
 # WISP_SVCFUZZ_SECONDS, WISP_SOAK_SECONDS change that, WISP_SEED replays)
 if [ "${WISP_NGINX:-1}" != 0 ]; then
     for h in property svcfuzz soak; do

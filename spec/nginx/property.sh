@@ -82,6 +82,7 @@ start_nginx() {   # start_nginx MODE BATCHING
         [ -z "$port" ] && return 1
         examples/openresty/serve.sh --render-only --prefix "$prefix" --port "$port" --models "$models" \
             --workers 2 --mode "$1" --batching "$2" --max-body 4m --max-rows 1000 --build "$build" --device "$device" >/dev/null || return 1
+        rm -f "$prefix/logs/error.log"     # a failed bind (port taken since the probe) logs an [emerg] there
         if "$nginx_bin" -p "$prefix" -c conf/nginx.conf 2>"$tmp/start.err"; then started=1; break; fi
         grep -q "Address already in use" "$tmp/start.err" || break
     done

@@ -77,6 +77,7 @@ for mb in $modes; do
         port=$(free_port)
         examples/openresty/serve.sh --render-only --prefix "$prefix" --port "$port" --models "ctr=$d/ctr.wisp" \
             --workers 2 --mode "${mode%%+*}" --batching "$batching" --max-body 4m --build "$build" --device "$device" >/dev/null || break
+        rm -f "$prefix/logs/error.log"     # a failed bind (port taken since the probe) logs an [emerg] there
         if "$nginx_bin" -p "$prefix" -c conf/nginx.conf 2>"$tmp/start.err"; then started=1; break; fi
         grep -q "Address already in use" "$tmp/start.err" || break
     done
