@@ -314,7 +314,7 @@ static void save(int prop, const req_t *q, const char *why, int status)
         snprintf(path, sizeof path, "%s/svcfuzz-%s-%d.req", outdir, pname[prop], n + 1);
         FILE *f = fopen(path, "wb");
         if (f) { fwrite(q->req.p, 1, q->req.len, f); fclose(f); }
-        printf("FAIL %s: %s\n     request (%zu bytes): %.160s%s\n     saved: %s (replay: svcfuzz --port PORT --replay %s)\n", pname[prop], why,
+        printf("FAIL %s: %s\n     request (%zu bytes): %.160s%s\n     saved: %s (replay: sh spec/nginx/svcfuzz.sh --replay %s)\n", pname[prop], why,
                q->req.len, q->req.p, q->req.len > 160 ? "..." : "", path, path);
         fflush(stdout);
     }
