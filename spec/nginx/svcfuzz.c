@@ -13,7 +13,8 @@
  * valid and broken; Content-Encoding gzip; Expect: 100-continue; a 70 KB header; 300 headers)
  * and a body (a valid one of each format, or a mutation: truncated, bytes flipped, quotes,
  * newlines or NULs inserted, huge numbers, 100k-deep nesting, invalid UTF-8, random bytes); 3 in
- * 100 connections close before the request is whole. Properties checked on every answer:
+ * 100 connections close before the request is whole, 1 in 8 carries 2-5 requests (keepalive).
+ * Properties checked on every answer:
  *   answer   an HTTP answer comes (except where the request leaves nginx waiting for body bytes)
  *   status   never 500, 502, 504; 503 only for "worker threads busy"; a clean request (valid
  *            framing, no mutation) gets exactly the status the README's contract gives it
