@@ -310,7 +310,10 @@ if cmd == "gen" then
         if r.libsvm then rowtext[#rowtext + 1] = "pl" .. i .. "\t" .. r.libsvm end
         if r.json then rowtext[#rowtext + 1] = "pj" .. i .. "\t" .. r.json end
     end
-    for _, r in ipairs(cols) do rowtext[#rowtext + 1] = "c" .. r.li .. "\t" .. r.json:gsub("[\r\n]", " ") end
+    for _, r in ipairs(cols) do
+        rowtext[#rowtext + 1] = "c" .. r.li .. "\t" .. r.json:gsub("[\r\n]", " ")
+        rowtext[#rowtext + 1] = "ct" .. r.li .. "\t(transformed, as libsvm) " .. r.json:gsub("[\r\n]", " ")
+    end
     writef(dir .. "/rows.txt", concat(rowtext, "\n") .. "\n")
     -- plain's libsvm line number of each pl row
     local lmap = {}
@@ -371,6 +374,50 @@ if cmd == "ref" then
     local bc = assert(tr:transform())
     local outc, nc = assert(sc:score(bc))
     emit("cols", outc, nc)
+    -- the columns model's rows once more as libsvm lines of their transformed features (%.9g:
+    -- exact float32): the same probabilities through text/x-libsvm; a row the transform finds
+    -- bad becomes a malformed line. Requests for them are appended to the plan.
+    local csr = bc:csr()
+    local badrow = {}
+    for _, r in ipairs(tr:bad_rows()) do badrow[r.row] = true end
+    local lines = {}
+    for r = 1, #csr.row_ptr - 1 do
+        local parts = { "0" }
+        local a, z = csr.row_ptr[r], csr.row_ptr[r + 1]
+        local va, vz = 0, 0
+        if csr.val_ptr then va, vz = csr.val_ptr[r], csr.val_ptr[r + 1] end
+        for k = a, z - 1 do
+            local vi = va + (k - a)
+            if vi < vz then parts[#parts + 1] = fmt("%d:%.9g", csr.ids[k + 1], csr.vals[vi + 1])
+            else parts[#parts + 1] = fmt("%d", csr.ids[k + 1]) end
+        end
+        if badrow[r - 1] or outc[r - 1] ~= outc[r - 1] then parts = { "0", "0:bad" } end
+        lines[r] = concat(parts, " ")
+    end
+    writef(dir .. "/cols.libsvm", concat(lines, "\n") .. "\n")
+    local plan, cfg = {}, {}
+    local last = 0
+    for l in io.lines(dir .. "/plan.txt") do last = tonumber(l:match("^(%d+)")) or last end
+    local function request(route, ctype, rows)
+        last = last + 1
+        local id = fmt("%04d", last)
+        local keys, texts = {}, {}
+        for k, i in ipairs(rows) do keys[k] = "ct" .. i; texts[k] = lines[i] end
+        writef(dir .. "/req/" .. id, concat(texts, "\n") .. "\n")
+        plan[#plan + 1] = fmt("%s cols %s %s %s", id, route, ctype:gsub(" ", "_"), concat(keys, ","))
+        cfg[#cfg + 1] = fmt('url = "@BASE@/v1/models/cols:predict"\nmax-time = 60\nheader = "Content-Type: %s"\ndata-binary = "@%s/req/%s"\noutput = "@OUT@/%s.json"\ndump-header = "@OUT@/%s.hdr"\n',
+            ctype, dir, id, id, id)
+    end
+    local all = {}
+    for i = 1, nc do all[i] = i end
+    for i = 1, nc, 120 do
+        local ch = {}
+        for k = i, math.min(nc, i + 119) do ch[#ch + 1] = k end
+        request("libsvm-transformed", "text/x-libsvm", ch)
+    end
+    for k = 1, 20 do request("libsvm-transformed-one", "text/plain", { 1 + (k * 37) % nc }) end
+    local pf = assert(io.open(dir .. "/plan.txt", "ab")); pf:write(concat(plan, "\n"), "\n"); pf:close()
+    local cf = assert(io.open(dir .. "/curl.cfg", "ab")); cf:write("next\n", concat(cfg, "next\n")); cf:close()
     if bad > 0 then os.exit(1) end
     os.exit(0)
 end
@@ -388,7 +435,7 @@ if cmd == "check" then
         local k, li = l:match("^(%S+)\t(%d+)$")
         ref[k] = val(pref[tonumber(li)])
     end
-    for i, l in ipairs(cref) do ref["c" .. i] = val(l) end
+    for i, l in ipairs(cref) do ref["c" .. i] = val(l); ref["ct" .. i] = ref["c" .. i] end
     for l in io.lines(dir .. "/plain_json.txt") do
         local a, b, c = l:match("^(%S+)\t(%S+)\t?(%S*)$")
         if a == "alias" then ref[b] = ref[c] elseif a then ref[a] = false end

@@ -64,6 +64,12 @@ echo "property: seed $seed (WISP_SEED replays), device $device, configurations: 
 if out=$("$W" run spec/nginx/property.lua ref "$d"); then
     ok "the reference: the Lua API's CPU scores print as wisp score -d cpu's lines ($(wc -l < "$d/plain.cli") id rows, $(wc -l < "$d/cols.cli") raw rows)"
 else bad "the reference disagrees with wisp score:"; echo "$out" | head -n 10; finish; exit 1; fi
+# the columns model's rows as libsvm lines of their transformed features (written by ref): wisp
+# score of those lines prints what wisp score --format jsonl printed for the raw rows
+"$W" score -m "$d/cols.wisp" -d cpu "$d/cols.libsvm" > "$d/cols_libsvm.cli" 2>/dev/null
+if cmp -s "$d/cols_libsvm.cli" "$d/cols.cli"; then
+    ok "wisp score: the raw rows (--format jsonl) and their transformed features (libsvm) score the same ($(wc -l < "$d/cols.cli") rows)"
+else bad "wisp score: raw rows and their transformed libsvm lines differ: $(diff "$d/cols.cli" "$d/cols_libsvm.cli" | head -n 4 | tr '\n' ' ')"; fi
 # the CLI itself on a number longer than the parsers' token limit: refused, or read as the number
 z=$(printf '%0520d' 0)
 printf '{"y": 1, "x": 1.%se5}\n{"y": 1, "x": 1e5}\n{"y": 1, "x": 1}\n' "$z" > "$d/long.jsonl"
