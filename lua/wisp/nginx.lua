@@ -967,6 +967,43 @@ function M._format_values(out, n, bad)
     return ffi.string(buf, pos)
 end
 
+-- s as valid UTF-8: each byte that starts no valid sequence becomes U+FFFD. Messages
+-- quote what clients sent (a URI, a model name, a body's bytes); cjson copies string bytes
+-- as they are, and an answer with invalid UTF-8 is not JSON (found by spec/nginx/svcfuzz.sh)
+local byte = string.byte
+local function utf8_clean(s)
+    if not s:find("[\128-\255]") then return s end
+    local out, i, n = {}, 1, #s
+    while i <= n do
+        local c = byte(s, i)
+        local len = c < 0x80 and 1 or (c >= 0xC2 and c <= 0xDF) and 2 or (c >= 0xE0 and c <= 0xEF) and 3
+            or (c >= 0xF0 and c <= 0xF4) and 4 or 0
+        local good = len > 0 and i + len - 1 <= n
+        if good and len > 1 then
+            for k = 1, len - 1 do
+                local cc = byte(s, i + k)
+                if cc < 0x80 or cc > 0xBF then good = false; break end
+            end
+            local c2 = byte(s, i + 1)
+            if good and ((c == 0xE0 and c2 < 0xA0) or (c == 0xED and c2 > 0x9F) or (c == 0xF0 and c2 < 0x90)
+                         or (c == 0xF4 and c2 > 0x8F)) then good = false end
+        end
+        if good then out[#out + 1] = s:sub(i, i + len - 1); i = i + len
+        else out[#out + 1] = "\239\191\189"; i = i + 1 end
+    end
+    return concat(out)
+end
+M._utf8_clean = utf8_clean
+
+-- every string in t (tables to a few levels) as valid UTF-8, in place
+local function clean_strings(t, depth)
+    for k, v in pairs(t) do
+        if type(v) == "string" then t[k] = utf8_clean(v)
+        elseif type(v) == "table" and depth < 6 then clean_strings(v, depth + 1) end
+    end
+    return t
+end
+
 local function sort_by_index(a, b) return a.index < b.index end
 
 -- -> status, JSON text of the answer ending in "\n". bad: 0-based set of unscored rows
@@ -995,6 +1032,7 @@ local function encode_answer(e, n, out, bad, errs, device)
     local tail = "]}\n"
     if errs and #errs > 0 then
         table.sort(errs, sort_by_index)
+        for _, er in ipairs(errs) do er.error = utf8_clean(er.error) end
         tail = '],"errors":' .. cjson.encode(errs)
         if #errs >= n then
             status = 400
@@ -1069,7 +1107,7 @@ function M.thread_predict(name, path, stamp, checksum, device, kind, body, max_r
     if not n then
         local t = { error = bad }
         if extra then for k, v in pairs(extra) do t[k] = v end end
-        return errs, cjson.encode(t) .. "\n", 0, 0, "", 0, 0
+        return errs, cjson.encode(clean_strings(t, 0)) .. "\n", 0, 0, "", 0, 0
     end
     if n > e.outcap then e.outcap = n; e.out = float_buf(n) end
     local out, err = e.session:score(b, e.out)
@@ -1557,7 +1595,7 @@ local function send(status, body, ctype)
 end
 
 local function send_json(status, t)
-    return send(status, cjson.encode(t) .. "\n")
+    return send(status, cjson.encode(clean_strings(t, 0)) .. "\n")
 end
 
 local function fail(status, msg, extra)
