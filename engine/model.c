@@ -558,8 +558,8 @@ static unsigned char *private_region(size_t size, bool huge, size_t *len_out)
     bool use_huge = huge || size >= HUGE_PAGE;
     size_t len = (size_t)align_up(size, use_huge ? HUGE_PAGE : page);
     size_t extra = use_huge ? HUGE_PAGE : 0;
-    unsigned char *raw = mmap(NULL, len + extra, PROT_READ | PROT_WRITE,
-                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    /* no MAP_NORESERVE: a copy larger than memory fails here, cleanly, not in the read */
+    unsigned char *raw = mmap(NULL, len + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) return NULL;
     unsigned char *al = raw;
     if (use_huge) {
