@@ -143,3 +143,18 @@ def test_closed_session(model_path):
     s.close()
     with pytest.raises(wisp.StateError, match="closed"):
         s.score("0 1:1\n")
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_values_everywhere(session, bad):
+    # float32 values are read in place and checked after scoring; a
+    # non-finite value must make its row bad wherever it sits: on id 0
+    # (weight 0: inf * 0 is NaN), on an id beyond the table (not summed at
+    # all), and next to rows that saturate to 0.0 or 1.0 legitimately
+    indptr = np.array([0, 1, 2, 3, 4, 5], dtype=np.int32)
+    indices = np.array([0, NUM_FEATURES + 5, 3, 3, 3], dtype=np.int32)
+    values = np.array([bad, bad, 1e30, -1e30, 1.0], dtype=np.float32)
+    p = session.score((indptr, indices, values))
+    assert [r for r, _ in session.last_errors] == [0, 1]
+    assert np.isnan(p[0]) and np.isnan(p[1])
+    assert sorted([p[2], p[3]]) == [0.0, 1.0] and 0.0 < p[4] < 1.0

@@ -441,15 +441,6 @@ static PyObject *bad_to_list(bad_list *l)
     return out;
 }
 
-/* Non-finite float32 values among vals[0..n): the bit test vectorizes. */
-static int any_nonfinite_f32(const float *vals, size_t n)
-{
-    const uint32_t *u = (const uint32_t *)vals;
-    uint32_t hit = 0;
-    for (size_t k = 0; k < n; k++) hit |= ((u[k] & 0x7f800000u) == 0x7f800000u);
-    return hit != 0;
-}
-
 /* ---- Session ------------------------------------------------------------------------ */
 
 typedef struct {
@@ -652,7 +643,7 @@ static PyObject *Session_score_csr(SessionObject *self, PyObject *args)
             goto unlocked;
         }
         /* ids */
-        int ids_in_place = bi.size == 4;
+        int ids_in_place = bi.size == 4, vals_in_place = 0;
         if (ids_in_place) {
             ids = (const uint32_t *)bi.view.buf + base;
         } else {
@@ -669,11 +660,8 @@ static PyObject *Session_score_csr(SessionObject *self, PyObject *args)
         /* values */
         if (have_vals) {
             if (bv.kind == K_FLOAT && bv.size == 4) {
-                vals = (const float *)bv.view.buf + base;
-                if (any_nonfinite_f32(vals, nnz))
-                    for (size_t r = 0; r < rows; r++)
-                        for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++)
-                            if (!isfinite(vals[k])) { bad_add(&bad, r, BAD_NONFINITE, -1, vals[k], NULL); break; }
+                vals = (const float *)bv.view.buf + base;     /* checked after scoring, below */
+                vals_in_place = 1;
             } else {
                 vals_tmp = malloc((nnz ? nnz : 1) * sizeof *vals_tmp);
                 if (!vals_tmp) { st = WISP_ENOMEM; snprintf(msg, sizeof msg, "out of memory converting values"); goto unlocked; }
@@ -688,11 +676,24 @@ static PyObject *Session_score_csr(SessionObject *self, PyObject *args)
         }
         uint64_t oor0 = wisp_session_stat(self->s, WISP_STAT_OUT_OF_RANGE);
         st = score_wrapped(self, rows, row_ptr, ids, vals, out, &bad, msg, sizeof msg);
+        int any_oor = st == WISP_OK && wisp_session_stat(self->s, WISP_STAT_OUT_OF_RANGE) != oor0;
+        /* In-place float32 values are not scanned before scoring (that would
+         * read them twice). The engine sums in double, where a finite float
+         * times a finite weight stays finite, and sigmoid(+-inf) is exactly
+         * 1 or 0: a non-finite value of an in-range feature leaves its row
+         * NaN, 0.0 or 1.0. So only those rows are scanned, and every row when
+         * some ids were out of range (their values are not summed). */
+        if (st == WISP_OK && vals_in_place)
+            for (size_t r = 0; r < rows; r++) {
+                float o = out[r];
+                if (!any_oor && !(isnan(o) || o == 0.0f || o == 1.0f)) continue;
+                for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++)
+                    if (!isfinite(vals[k])) { bad_add(&bad, r, BAD_NONFINITE, -1, vals[k], NULL); break; }
+            }
         /* negative int32 indices read as ids >= 2^31: out of range of a model
          * of <= 2^31 weights, so they show up in the counter; look for them
          * only then (and always for larger models) */
-        if (st == WISP_OK && ids_in_place && bi.kind == K_INT &&
-            (nf > 0x80000000ull || wisp_session_stat(self->s, WISP_STAT_OUT_OF_RANGE) != oor0))
+        if (st == WISP_OK && ids_in_place && bi.kind == K_INT && (nf > 0x80000000ull || any_oor))
             for (size_t r = 0; r < rows; r++)
                 for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++)
                     if ((int32_t)ids[k] < 0) { bad_add(&bad, r, BAD_NEG_INDEX, (int32_t)ids[k], 0, NULL); break; }
