@@ -427,7 +427,7 @@ static PyObject *bad_to_list(bad_list *l)
             if (r->value >= 0)
                 snprintf(msg, sizeof msg, "column %lld is %s", (long long)r->value, isnan(r->fvalue) ? "NaN" : "infinite");
             else
-                snprintf(msg, sizeof msg, "a %s value", isnan(r->fvalue) ? "NaN" : "infinite");
+                snprintf(msg, sizeof msg, "%s value", isnan(r->fvalue) ? "a NaN" : "an infinite");
             break;
         case BAD_NAN_SCORE:
             snprintf(msg, sizeof msg, "the score is NaN (a NaN or infinite weight or value)"); break;
