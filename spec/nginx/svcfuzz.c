@@ -44,7 +44,7 @@ static atomic_long keepalive_conns, keepalive_reuses;
 static atomic_long checked[P_N], violated[P_N], executions, early_closes, no_answer_ok, clean_requests;
 static atomic_long by_status[P_N][1000];     /* violations by the answer's status */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static int saved[P_N];
+static int saved[P_N], saved_st[P_N][1000];     /* kept so far: of a property, of a property and status */
 
 typedef struct { char *p; size_t len, cap; } buf;
 static void b_add(buf *b, const void *s, size_t n)
@@ -309,8 +309,10 @@ static void save(int prop, const req_t *q, const char *why, int status)
 {
     if (status >= 0 && status < 1000) atomic_fetch_add(&by_status[prop][status], 1);
     pthread_mutex_lock(&mu);
-    int n = saved[prop]++;
-    if (n < 3) {
+    int st = status >= 0 && status < 1000 ? status : 0;
+    int n = saved[prop];
+    if (saved_st[prop][st]++ < 2 && n < 8) {                 /* two of each status, eight in all */
+        saved[prop]++;
         char path[4096];
         snprintf(path, sizeof path, "%s/svcfuzz-%s-%d.req", outdir, pname[prop], n + 1);
         FILE *f = fopen(path, "wb");
