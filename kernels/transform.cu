@@ -309,13 +309,14 @@ struct ScoreV {
     __device__ void valued(uint64_t id, float x)
     {
         n++;
-        if (id < nf) acc += wload<W>::at(w, id) * static_cast<double>(x);
+        // as the CPU (score_cpu.c): widened, multiplied and added in double, each rounded (no FMA)
+        if (id < nf) acc = __dadd_rn(acc, __dmul_rn(wload<W>::at(w, id), static_cast<double>(x)));
         else oor++;
     }
     __device__ void binary(uint64_t id)
     {
         n++;
-        if (id < nf) acc += wload<W>::at(w, id);
+        if (id < nf) acc = __dadd_rn(acc, wload<W>::at(w, id));
         else oor++;
     }
 };
