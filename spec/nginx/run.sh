@@ -335,9 +335,10 @@ raw_http nx414 "GET /$long HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
 raw_http nx494 "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: $long\r\nConnection: close\r\n\r\n"
 raw_http nx405 "TRACE / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
 raw_http nx505 "GET /healthz HTTP/9.9\r\nHost: x\r\nConnection: close\r\n\r\n"
-nj=0; for t in nx400:400 nx414:414 nx494:400 nx405:405 nx505:505; do json_answer "${t%%:*}" "${t##*:}" && nj=$((nj + 1)); done
-if [ "$nj" = 5 ]; then ok "nginx's own 400 (bad request line), 414, 400 (header too large), 405 (TRACE), 505 (HTTP/9.9) answer JSON {\"error\"}"
-else bad "nginx's own errors as JSON: $nj/5 ($(for f in nx400 nx414 nx494 nx405 nx505; do head -n 1 "$tmp/$f.raw" | tr -d '\r'; echo -n ' | '; done))"; fi
+raw_http nx413 "TRACE /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 99999999999\r\n\r\n"
+nj=0; for t in nx400:400 nx414:414 nx494:400 nx405:405 nx505:505 nx413:413; do json_answer "${t%%:*}" "${t##*:}" && nj=$((nj + 1)); done
+if [ "$nj" = 6 ]; then ok "nginx's own 400 (bad request line), 414, 400 (header too large), 405 (TRACE), 505 (HTTP/9.9), 413 (TRACE with a huge Content-Length: an error in an error page) answer JSON {\"error\"}"
+else bad "nginx's own errors as JSON: $nj/6 ($(for f in nx400 nx414 nx494 nx405 nx505 nx413; do head -n 1 "$tmp/$f.raw" | tr -d '\r'; echo -n ' | '; done))"; fi
 # a message that quotes what the client sent stays UTF-8 (cjson copies bytes: \xff made the answer not JSON)
 if req u8 404 "$base/v1/models/ct%FFr:predict" -X POST && iconv -f UTF-8 -t UTF-8 "$tmp/u8.json" >/dev/null 2>&1 \
    && chk has "$tmp/u8.json" error "unknown model 'ct"; then
