@@ -707,7 +707,9 @@ static int parse_lines(wisp_raw *r, const char *text, size_t len, int final, siz
     size_t added = 0;
     int st = WISP_OK;
     /* a byte order mark at the start of the input (no lines before) is not data */
-    if (line == 0 && len >= 3 && !memcmp(p, utf8_bom, 3)) p += 3;
+    const uint64_t line0 = line;
+    const bool bom = line == 0 && len >= 3 && !memcmp(p, utf8_bom, 3);
+    if (bom) p += 3;
     /* CSV: a record may span lines (a quoted field holding newlines) */
     const bool csv = fn == parse_delimited_line && r->delim == ',';
     while (p < end && (max_rows == 0 || added < max_rows)) {
@@ -737,7 +739,12 @@ static int parse_lines(wisp_raw *r, const char *text, size_t len, int final, siz
         if (e == p) { p = nl ? nl + 1 : end; continue; }          /* blank line */
         if (r->want_header && fn == parse_delimited_line) {
             st = set_fields(r, p, (size_t)(e - p), (char)r->delim, "header");
-            if (st) { st = wisp_fail_context(WISP_EPARSE, "line %llu", (unsigned long long)line); line--; break; }
+            if (st) {
+                st = wisp_fail_context(WISP_EPARSE, "line %llu", (unsigned long long)line);
+                line--;
+                if (bom) { p = text; line = line0; }             /* a failed header consumes no byte but blank lines */
+                break;
+            }
             r->want_header = false;
             p = nl ? nl + 1 : end;
             continue;
@@ -818,6 +825,9 @@ static int json_scalar(wisp_raw *r, long in, const char **pp, const char *e, con
             if (rc) return wisp_raw__reject(r, "input '%s': %s is not an int64", inp->name, excerpt(p, n, ex));
             return wisp_raw__push_i64(r, (size_t)in, v);
         }
+        if (n > MAX_NUM_TOKEN)          /* parse_f64 reads at most that much: refuse, never cut the text */
+            return wisp_raw__reject(r, "input '%s': a number of %zu characters ('%s'), longer than the %d bytes the readers take",
+                                    inp->name, n, excerpt(p, n, ex), MAX_NUM_TOKEN);
         return wisp_raw__push_f32(r, (size_t)in, (float)parse_f64(p, n));
     }
     /* NaN, Infinity, -Infinity: not JSON, but what Python's json.dumps writes
