@@ -156,8 +156,8 @@
 -- --raw-bodies: a columns model of 13 numeric + 26 hash buckets of 2^18, the same 100 rows
 -- sent 4 ways, inline, 3 interleaved rounds, noisy shared machine), worker CPU per request,
 -- median (range): JSON lines 267 µs (236-318); {"instances"} through the C parser 404 µs
--- (361-425); the same body through cjson + per-row adds (the path before, still taken for
--- other shapes and bad rows) 754 µs (725-773); libsvm of the transformed rows 109 µs
+-- (361-425); the same body through cjson + per-row adds (the path before; no body of a
+-- model with columns takes it now, other keys and bad rows included) 754 µs (725-773); libsvm of the transformed rows 109 µs
 -- (88-112). JSON lines cost what wisp_raw_parse_jsonl + the transform cost (string hashing:
 -- ~2.5x libsvm); {"instances"} adds the byte scan that makes them lines (~120 µs for 55 KB).
 --   inline  parse + score in the worker's event loop. Cheapest per request, nothing copied,
@@ -1139,7 +1139,7 @@ local COUNTER_HELP = {
     wisp_rows_total = "rows received in predict requests",
     wisp_row_errors_total = "rows answered with a null prediction (malformed input)",
     wisp_errors_total = "requests refused, by kind",
-    wisp_model_reloads_total = "model (re)loads by result",
+    wisp_model_reloads_total = "model (re)loads by result (ok; failed: the file did not load; refused: changed in place)",
     wisp_fallbacks_total = "batches moved from a GPU to the CPU",
     wisp_batcher_rejected_total = "single rows refused because the batcher queue was full",
 }
