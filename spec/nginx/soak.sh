@@ -10,7 +10,8 @@
 # Each mode: a fresh nginx (2 workers) serving ctr = a file this script renames, copies over,
 # truncates and corrupts (soak.c's reloader) while soak.c's clients check every answer; the
 # workers' pids before and after must be the same and the error log must hold no worker that
-# exited. The counts go to $WISP_BUILD/reliability/soak.<mode>.json (spec/reliability.sh puts
+# exited; the first configuration then checks how a cp over, a truncation and a rewrite in place
+# are reported (/v1/models/NAME file.state, /readyz's warning) while the old version serves. The counts go to $WISP_BUILD/reliability/soak.<mode>.json (spec/reliability.sh puts
 # them in reliability.json). The last line is "soak: N passed, N failed".
 [ -z "$BASH_VERSION" ] && exec bash "$0" "$@"
 set -u
@@ -101,6 +102,33 @@ for mb in $modes; do
     before=$(workers)
     "$S" --port "$port" --dir "$d" --served "$d/ctr.wisp" --seconds "$secs" --conns "$conns" --seed "$seed" > "$tmp/soak.out" 2>&1
     rc=$?
+    # the first configuration also checks how an in-place change is reported (nginx.lua's operator
+    # contract): v2 renamed in, then cp v1 over it / truncate it / rewrite 8 bytes of it: the
+    # answers stay v2's, /v1/models/ctr says file.state "changed in place, refused: ...", /readyz
+    # stays 200 with a warning for ctr
+    if [ "$mb" = "${modes%% *}" ]; then
+        base="http://127.0.0.1:$port"
+        for change in cp truncate rewrite; do
+            cp "$d/v2.wisp" "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
+            sleep 1.6
+            case $change in
+                cp) cat "$d/v1.wisp" > "$d/ctr.wisp";;
+                truncate) truncate -s $(( $(stat -c %s "$d/ctr.wisp") / 2 )) "$d/ctr.wisp";;
+                rewrite) printf 'XXXXXXXX' | dd of="$d/ctr.wisp" bs=1 seek=300 conv=notrunc 2>/dev/null;;
+            esac
+            sleep 2.3
+            nv2=0; nmeta=0; nready=0
+            for i in 1 2 3 4 5 6; do
+                curl -s -o "$tmp/rp.json" -H 'Content-Type: text/x-libsvm' --data-binary @"$d/rows.libsvm" "$base/v1/models/ctr:predict"
+                "$W" run spec/nginx/check.lua preds "$tmp/rp.json" "$d/v2.txt" >/dev/null 2>&1 && nv2=$((nv2 + 1))
+                curl -s "$base/v1/models/ctr" | grep -q '"state":"changed in place' && nmeta=$((nmeta + 1))
+                [ "$(curl -s -o "$tmp/ry.json" -w '%{http_code}' "$base/readyz")" = 200 ] && grep -q '"warning"' "$tmp/ry.json" && nready=$((nready + 1))
+            done
+            if [ "$nv2" = 6 ] && [ "$nmeta" = 6 ] && [ "$nready" = 6 ]; then
+                ok "[$mode] $change in place: v2 keeps serving (6/6), /v1/models/ctr says \"changed in place\", /readyz 200 with a warning"
+            else bad "[$mode] $change in place: v2's answers $nv2/6, /v1/models/ctr file.state 'changed in place' $nmeta/6, /readyz 200 + warning $nready/6 ($(curl -s "$base/v1/models/ctr" | grep -o '"file":{[^}]*}' | head -c 200))"; fi
+        done
+    fi
     after=$(workers)
     grep -v '^SOAK_JSON' "$tmp/soak.out" | grep -v '^soak: [0-9]* passed' | sed "s/^/     [$mode] /"
     line=$(grep -E '^soak: [0-9]+ passed, [0-9]+ failed' "$tmp/soak.out" | tail -n 1)
