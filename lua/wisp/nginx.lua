@@ -1785,18 +1785,18 @@ predict_entry = function(e, slot, name, kind, body, blen, mode)
                 observe("wisp_stage_seconds", lbl(name, 'stage="total"'), tns / 1e9)
             end
             return send(status, text)
-        elseif mode == "inline" then
-            -- (the stale version above: fall through to the inline path)
-        elseif not (cfg.mode_by_device and tostring(status):find("not found", 1, true)) then
-            inc("wisp_errors_total", 'kind="thread"')
-            return fail(500, "worker thread: " .. tostring(status))
+        elseif mode ~= "inline" then           -- (inline: the stale version above, this request only)
+            if not (cfg.mode_by_device and tostring(status):find("not found", 1, true)) then
+                inc("wisp_errors_total", 'kind="thread"')
+                return fail(500, "worker thread: " .. tostring(status))
+            end
+            -- the mode was the device's default (mode = "device"), not asked for, and nginx.conf
+            -- has no such thread pool: this worker scores inline from now on, this request too,
+            -- and says so once
+            log(ngx.WARN, "mode ", cfg.mode, " (the default on this device) needs `thread_pool ", cfg.thread_pool,
+                " threads=2;` in nginx.conf (", tostring(status), "): scoring inline")
+            cfg.mode, mode = "inline", "inline"
         end
-        -- the mode was the device's default (mode = "device"), not asked for, and nginx.conf
-        -- has no such thread pool: this worker scores inline from now on, this request too,
-        -- and says so once
-        log(ngx.WARN, "mode ", cfg.mode, " (the default on this device) needs `thread_pool ", cfg.thread_pool,
-            " threads=2;` in nginx.conf (", tostring(status), "): scoring inline")
-        cfg.mode, mode = "inline", "inline"
     end
 
     local b = get_batch(e)

@@ -525,7 +525,9 @@ for mode in thread async auto; do
             code=$(curl -s -o "$tmp/tk_${mode}_$i.json" -w '%{http_code}' "${L[@]}" --data-binary @"$d/big60.libsvm" "$base/v1/models/ctr:predict")
             [ "$code" = 200 ] && chk preds "$tmp/tk_${mode}_$i.json" "$d/ctr_v1.txt" >/dev/null && nk=$((nk + 1))
         done
-        if [ "$nk" = 6 ]; then ok "mode=$mode: a broken file renamed in, 17 KB bodies (the thread pool): 6/6 answers 200 from the loaded version"
+        if [ "$nk" = 6 ] && req "tkm_$mode" 200 "$base/v1/models/ctr" && chk field "$tmp/tkm_$mode.json" mode "$mode" \
+           && ! grep -q 'needs `thread_pool' "$prefix/logs/error.log"; then
+            ok "mode=$mode: a broken file renamed in, 19 KB bodies (the thread pool): 6/6 answers 200 from the loaded version, scored inline this once (the mode stays $mode)"
         else bad "mode=$mode, broken file renamed in: $nk/6 from the loaded version ($(head -c 200 "$tmp/tk_${mode}_1.json"))"; fi
         cp "$d/ctr_v1.wisp" "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
         sleep 1.3
