@@ -1708,7 +1708,7 @@ local function predict(slot, name, method)
         return fail(415, "unsupported Content-Type '" .. ctype .. "' (use application/json, application/x-ndjson, application/jsonl, text/plain or text/x-libsvm)")
     end
     local enc = ngx.var.http_content_encoding
-    if enc and enc:lower() ~= "identity" then
+    if enc and enc ~= "" and enc:lower() ~= "identity" then
         inc("wisp_errors_total", 'kind="unsupported_media_type"')
         return fail(415, "Content-Encoding " .. enc .. " is not supported (send the body uncompressed)")
     end
