@@ -65,3 +65,15 @@ describe("wisp.nginx {\"instances\"} scanner", function()
         end
     end)
 end)
+
+describe("wisp.nginx answers stay UTF-8", function()
+    it("keeps valid UTF-8 and replaces each byte that starts no valid sequence with U+FFFD", function()
+        local clean = N._utf8_clean
+        assert.equal("plain ascii", clean("plain ascii"))
+        assert.equal("\195\169t\195\169 \226\130\172 \240\159\152\128", clean("\195\169t\195\169 \226\130\172 \240\159\152\128"))
+        assert.equal("ct\239\191\189r", clean("ct\255r"))
+        assert.equal("\239\191\189\239\191\189", clean("\192\175"))                -- an overlong '/'
+        assert.equal("\239\191\189\239\191\189\239\191\189", clean("\237\160\128"))   -- a UTF-16 surrogate
+        assert.equal("a\239\191\189\239\191\189", clean("a\226\130"))          -- cut short: each byte
+    end)
+end)
