@@ -282,7 +282,8 @@ int    wisp_batch_add_row_mixed(wisp_batch *b, const uint64_t *vids, const float
 /* A batch over caller memory, without copies: the arrays must stay valid
  * and unchanged while the batch is used. val_ptr and/or vals may be NULL
  * (see the value modes above). The arrays are checked (row_ptr monotone,
- * within limits) here, once. */
+ * within limits) here, once, and the values are read once (see Values:
+ * a row holding a value that is not finite is listed bad); ids are not read. */
 int    wisp_batch_wrap(wisp_engine *eng, size_t rows, const uint32_t *row_ptr, const uint32_t *ids,
                        const uint32_t *val_ptr, const float *vals, wisp_batch **out);
 

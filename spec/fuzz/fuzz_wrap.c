@@ -8,7 +8,10 @@
  * Properties: wrap accepts exactly the arrays that satisfy the documented
  * rules (an independent check below); what it accepts scores like the
  * float64 reference, reading nothing past the arrays (each is an exactly
- * sized heap block, so a stray read is an ASan report).
+ * sized heap block, so a stray read is an ASan report); a row is listed
+ * bad exactly when one of its values is not finite (the values rule:
+ * value bytes 0, 1, 2 are NaN, +inf, -inf). wrap reads row_ptr, val_ptr
+ * and the values (once), never the ids.
  */
 #include "fuzz_common.h"
 
@@ -84,18 +87,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (use_vals) {
             vals = malloc((nvals ? nvals : 1) * sizeof *vals);
-            for (size_t k = 0; k < nvals; k++) vals[k] = (float)((int)next_byte(&s) - 128) / 16.0f;
+            for (size_t k = 0; k < nvals; k++) {
+                const uint8_t vb = next_byte(&s);
+                vals[k] = vb == 0 ? NAN : vb == 1 ? INFINITY : vb == 2 ? -INFINITY : (float)((int)vb - 128) / 16.0f;
+            }
         }
     }
 
     wisp_batch *b = (wisp_batch *)1;
     if (ok == -1) {
-        /* only the verdict: pass non-NULL dummies, the arrays are never read past row_ptr/val_ptr */
+        /* only the verdict: a non-NULL dummy for the ids (never read by wrap); the values are
+         * read once (the values rule), so they are real, zero, exactly sized (at most ~2^20) */
         static uint32_t dummy_ids[1];
-        static float dummy_vals[1];
-        int st = wisp_batch_wrap(fuzz_eng, rows, rp, dummy_ids, vp, use_vals ? dummy_vals : NULL, &b);
+        float *zv = use_vals ? calloc(nvals ? nvals : 1, sizeof *zv) : NULL;
+        int st = wisp_batch_wrap(fuzz_eng, rows, rp, dummy_ids, vp, zv, &b);
         FUZZ_REQUIRE(st == WISP_OK, "wrap refused valid arrays: %d", st);
+        FUZZ_REQUIRE(wisp_batch_bad_count(b) == 0, "zero values made %zu bad rows", wisp_batch_bad_count(b));
         wisp_batch_free(b);
+        free(zv);
     } else {
         int st = wisp_batch_wrap(fuzz_eng, rows, rp, ok ? ids : NULL, vp, ok ? vals : NULL, &b);
         if (!ok) {
@@ -106,6 +115,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FUZZ_REQUIRE(wisp_batch_rows(b) == rows && wisp_batch_nnz(b) == nnz && wisp_batch_nvals(b) == nvals,
                          "counts");
             FUZZ_REQUIRE(wisp_batch_add_row(b, NULL, NULL, 0) == WISP_ESTATE, "a wrapped batch grew");
+            /* bad exactly where a value is not finite, in row order */
+            size_t bi = 0, nbad = wisp_batch_bad_count(b);
+            for (size_t r = 0; r < rows; r++) {
+                size_t a = vp ? vp[r] : rp[r], z = vp ? vp[r + 1] : rp[r + 1];
+                int nonfinite = 0;
+                for (size_t k = a; use_vals && k < z; k++) nonfinite |= !isfinite(vals[k]);
+                size_t brow = SIZE_MAX;
+                if (bi < nbad) wisp_batch_bad_row(b, bi, &brow, NULL, NULL);
+                FUZZ_REQUIRE((brow == r) == nonfinite, "row %zu: %s a non-finite value but %slisted bad", r,
+                             nonfinite ? "has" : "has no", brow == r ? "" : "not ");
+                if (brow == r) bi++;
+            }
+            FUZZ_REQUIRE(bi == nbad, "%zu bad rows listed, %zu expected", nbad, bi);
             fuzz_check_scores(model, b);
             wisp_batch_free(b);
         }
