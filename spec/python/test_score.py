@@ -186,6 +186,8 @@ def test_lists_and_odd_layouts(session, rows, expected):
     np.testing.assert_array_equal(session.score((indptr, indices, v16)), want)
 
 
+# the engine's worker threads exist at the fork; that is the case under test
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_fork_child_scores(model_path, rows, expected):
     import os
     m = wisp.load(model_path)
