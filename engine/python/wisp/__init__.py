@@ -441,8 +441,18 @@ class Session:
 
 class Model:
     """A loaded .wisp model (wisp.load(path)). Thread-safe; its sessions keep
-    it alive. Scores are the probability of classes_[positive]: for a
-    LIBLINEAR import, the first label of its "label" line."""
+    it alive. Scores are the probability of one class: for a LIBLINEAR
+    import the first label of its "label" line, for from_sklearn classes_[1].
+
+    Attributes:
+      num_features  weights in the table (ids 0 .. num_features-1)
+      dtype         "f32", "f16" or "i8"
+      bias          the intercept
+      meta          the "meta" section as a dict of str to str
+      columns       None, or the feature-column description (parsed JSON)
+      classes_      numpy array of the two class labels, sorted as
+                    scikit-learn sorts them ([0, 1] when the model names none);
+                    predict_proba's columns follow it"""
 
     def __init__(self, path):
         self._m = _wisp.Model(path)
