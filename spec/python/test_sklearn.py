@@ -77,3 +77,13 @@ def test_write_model_checks(tmp_path):
     m = wisp.load(str(tmp_path / "b.wisp"))
     assert m.dtype == "f16" and m.num_features == 3 and m.bias == 0.25 and m.meta["who"] == "spec"
     assert [m.weight(i) for i in range(4)] == [0.5, -1.0, 2.0, 0.0]
+
+
+def test_columns_attribute(tmp_path):
+    desc = {"columns": [{"name": "age", "type": "numeric", "offset": 0, "size": 1}]}
+    wisp.write_model(str(tmp_path / "c.wisp"), np.zeros(4), 0.0, columns=desc)
+    assert wisp.load(str(tmp_path / "c.wisp")).columns == desc
+    wisp.write_model(str(tmp_path / "t.wisp"), np.zeros(4), 0.0, columns="not json")
+    assert wisp.load(str(tmp_path / "t.wisp")).columns == "not json"
+    wisp.write_model(str(tmp_path / "n.wisp"), np.zeros(4), 0.0)
+    assert wisp.load(str(tmp_path / "n.wisp")).columns is None
