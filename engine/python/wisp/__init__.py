@@ -277,7 +277,12 @@ class Session:
 
     Thread-safety: any thread may call a session; calls on one session are
     serialized (a lock), calls on different sessions run in parallel. The
-    GIL is released while the engine works."""
+    GIL is released while the engine works. Arrays read in place must not
+    be changed (by another thread) while a call on them runs.
+
+    Attributes:
+      model        the Model
+      last_errors  [(row, reason)] of the last score's bad rows (scored NaN)"""
 
     def __init__(self, model, device="auto"):
         if not isinstance(model, Model):
