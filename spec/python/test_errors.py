@@ -59,13 +59,21 @@ def test_non_finite_values(session, bad, dt):
     indptr = np.array([0, 1, 3, 4], dtype=np.int32)
     indices = np.array([1, 2, 3, 4], dtype=np.int32)
     values = np.array([1.0, 2.0, bad, 0.5], dtype=dt)
-    check_bad(session, (indptr, indices, values), [1], "NaN" if np.isnan(bad) else "infinite", 3)
+    check_bad(session, (indptr, indices, values), [1], "feature #2 (id 3): value %s is not a finite float32"
+              % ("nan" if np.isnan(bad) else "inf" if bad > 0 else "-inf"), 3)
+
+
+def test_float64_overflowing_float32(session):
+    # 1e39 is finite in float64 but not in float32: the row is bad (the engine's values rule)
+    p = check_bad(session, (np.array([0, 1, 2]), np.array([1, 2]), np.array([1e39, 1.0])), [0],
+                  "not a finite float32", 2)
+    assert np.isfinite(p[1])
 
 
 def test_dense_nan(session):
     X = np.ones((4, 10), dtype=np.float64)
     X[2, 7] = np.nan
-    check_bad(session, X, [2], "column 7 is NaN", 4)
+    check_bad(session, X, [2], "(id 7): value nan is not a finite float32", 4)
 
 
 def test_out_of_range_ids_are_not_bad(session):

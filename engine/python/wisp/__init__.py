@@ -19,8 +19,8 @@ in C. Non-contiguous arrays, big-endian arrays and float16 are first made
 contiguous/native by numpy (a copy). The GIL is released for the whole
 time the engine works, so other Python threads run meanwhile.
 
-Errors: a bad row (a negative index, a NaN or infinite value, a malformed
-libsvm line) scores NaN and is listed in Session.last_errors
+Errors: a bad row (a negative index, a value that is not a finite float32:
+NaN, +-inf, a float64 beyond float32's range; a malformed libsvm line) scores NaN and is listed in Session.last_errors
 (errors="nan", the default), or raises BadRowError naming the first one
 (errors="raise"). A failing engine call raises a WispError subclass per
 status code, with the engine's message. Nothing aborts the interpreter.

@@ -366,13 +366,12 @@ static PyObject *py_write_model(PyObject *mod, PyObject *args)
 
 /* ---- bad rows found here ------------------------------------------------------------ */
 
-enum { BAD_NEG_INDEX = 1, BAD_NONFINITE, BAD_NAN_SCORE, BAD_ENGINE };
+enum { BAD_NEG_INDEX = 1, BAD_NAN_SCORE, BAD_ENGINE };
 
 typedef struct {
     size_t row;
     int why;          /* BAD_* */
-    int64_t value;    /* the negative index, or the dense column */
-    double fvalue;    /* the non-finite value */
+    int64_t value;    /* the negative index */
     char *msg;        /* BAD_ENGINE: the engine's message (owned) */
 } bad_row;
 
@@ -382,7 +381,7 @@ typedef struct {
     int oom;
 } bad_list;
 
-static void bad_add(bad_list *l, size_t row, int why, int64_t value, double fvalue, const char *msg)
+static void bad_add(bad_list *l, size_t row, int why, int64_t value, const char *msg)
 {
     if (l->n && l->v[l->n - 1].row == row) return;          /* one reason per row: the first */
     if (l->n == l->cap) {
@@ -392,7 +391,7 @@ static void bad_add(bad_list *l, size_t row, int why, int64_t value, double fval
         l->v = v; l->cap = cap;
     }
     bad_row *r = &l->v[l->n++];
-    r->row = row; r->why = why; r->value = value; r->fvalue = fvalue;
+    r->row = row; r->why = why; r->value = value;
     r->msg = msg ? strdup(msg) : NULL;
 }
 
@@ -423,12 +422,6 @@ static PyObject *bad_to_list(bad_list *l)
         switch (r->why) {
         case BAD_NEG_INDEX:
             snprintf(msg, sizeof msg, "a negative feature index (%lld)", (long long)r->value); break;
-        case BAD_NONFINITE:
-            if (r->value >= 0)
-                snprintf(msg, sizeof msg, "column %lld is %s", (long long)r->value, isnan(r->fvalue) ? "NaN" : "infinite");
-            else
-                snprintf(msg, sizeof msg, "%s value", isnan(r->fvalue) ? "a NaN" : "an infinite");
-            break;
         case BAD_NAN_SCORE:
             snprintf(msg, sizeof msg, "the score is NaN (a NaN or infinite weight or value)"); break;
         default:
@@ -533,6 +526,15 @@ static int score_wrapped(SessionObject *self, size_t rows, const uint32_t *row_p
     int st = wisp_batch_wrap(engine, rows, row_ptr, ids, NULL, vals, &b);
     if (st == WISP_OK) st = wisp_session_score(self->s, b, out);
     if (st != WISP_OK) copy_errmsg(msg, msglen, st);
+    else {
+        /* the rows wrap found bad (a value that is not a finite float32),
+         * with the engine's message naming the feature and the value */
+        size_t nb = wisp_batch_bad_count(b);
+        for (size_t i = 0; i < nb; i++) {
+            size_t row; uint64_t line; const char *m;
+            if (wisp_batch_bad_row(b, i, &row, &line, &m) == WISP_OK) bad_add(bad, row, BAD_ENGINE, 0, m);
+        }
+    }
     wisp_batch_free(b);
     return st;
 }
@@ -548,7 +550,7 @@ static void finish_bad(bad_list *bad, float *out, size_t rows)
         if (!isnan(out[r])) continue;
         while (j < listed && bad->v[j].row < r) j++;
         if (j < listed && bad->v[j].row == r) continue;
-        bad_add(bad, r, BAD_NAN_SCORE, 0, 0, NULL);
+        bad_add(bad, r, BAD_NAN_SCORE, 0, NULL);
     }
 }
 
@@ -643,7 +645,7 @@ static PyObject *Session_score_csr(SessionObject *self, PyObject *args)
             goto unlocked;
         }
         /* ids */
-        int ids_in_place = bi.size == 4, vals_in_place = 0;
+        int ids_in_place = bi.size == 4;
         if (ids_in_place) {
             ids = (const uint32_t *)bi.view.buf + base;
         } else {
@@ -652,7 +654,7 @@ static PyObject *Session_score_csr(SessionObject *self, PyObject *args)
             for (size_t r = 0; r < rows; r++)
                 for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++) {
                     uint64_t v = int_at(&bi, base + k, &neg);
-                    if (neg) { bad_add(&bad, r, BAD_NEG_INDEX, (int64_t)v, 0, NULL); v = UINT32_MAX; }
+                    if (neg) { bad_add(&bad, r, BAD_NEG_INDEX, (int64_t)v, NULL); v = UINT32_MAX; }
                     ids_tmp[k] = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
                 }
             ids = ids_tmp;
@@ -660,16 +662,14 @@ static PyObject *Session_score_csr(SessionObject *self, PyObject *args)
         /* values */
         if (have_vals) {
             if (bv.kind == K_FLOAT && bv.size == 4) {
-                vals = (const float *)bv.view.buf + base;     /* checked after scoring, below */
-                vals_in_place = 1;
+                vals = (const float *)bv.view.buf + base;     /* wisp_batch_wrap lists non-finite ones */
             } else {
                 vals_tmp = malloc((nnz ? nnz : 1) * sizeof *vals_tmp);
                 if (!vals_tmp) { st = WISP_ENOMEM; snprintf(msg, sizeof msg, "out of memory converting values"); goto unlocked; }
                 for (size_t r = 0; r < rows; r++)
                     for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++) {
                         double d = float_at(&bv, base + k);
-                        vals_tmp[k] = (float)d;
-                        if (!isfinite(vals_tmp[k])) bad_add(&bad, r, BAD_NONFINITE, -1, d, NULL);
+                        vals_tmp[k] = (float)d;       /* 1e39 becomes inf: wrap lists the row */
                     }
                 vals = vals_tmp;
             }
@@ -677,26 +677,10 @@ static PyObject *Session_score_csr(SessionObject *self, PyObject *args)
         uint64_t oor0 = wisp_session_stat(self->s, WISP_STAT_OUT_OF_RANGE);
         st = score_wrapped(self, rows, row_ptr, ids, vals, out, &bad, msg, sizeof msg);
         int any_oor = st == WISP_OK && wisp_session_stat(self->s, WISP_STAT_OUT_OF_RANGE) != oor0;
-        /* In-place float32 values are not scanned before scoring (that would
-         * read them twice). The engine sums in double, where a finite float
-         * times a finite weight stays finite, and sigmoid(+-inf) is exactly
-         * 1 or 0: a non-finite value of an in-range feature leaves its row
-         * NaN, 0.0 or 1.0. So only those rows are scanned, and every row when
-         * some ids were out of range (their values are not summed). */
-        if (st == WISP_OK && vals_in_place)
-            for (size_t r = 0; r < rows; r++) {
-                float o = out[r];
-                if (!any_oor && !(isnan(o) || o == 0.0f || o == 1.0f)) continue;
-                for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++)
-                    if (!isfinite(vals[k])) { bad_add(&bad, r, BAD_NONFINITE, -1, vals[k], NULL); break; }
-            }
-        /* negative int32 indices read as ids >= 2^31: out of range of a model
-         * of <= 2^31 weights, so they show up in the counter; look for them
-         * only then (and always for larger models) */
         if (st == WISP_OK && ids_in_place && bi.kind == K_INT && (nf > 0x80000000ull || any_oor))
             for (size_t r = 0; r < rows; r++)
                 for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++)
-                    if ((int32_t)ids[k] < 0) { bad_add(&bad, r, BAD_NEG_INDEX, (int32_t)ids[k], 0, NULL); break; }
+                    if ((int32_t)ids[k] < 0) { bad_add(&bad, r, BAD_NEG_INDEX, (int32_t)ids[k], NULL); break; }
         if (st == WISP_OK) finish_bad(&bad, out, rows);
     }
 unlocked:
@@ -766,7 +750,6 @@ static PyObject *Session_score_dense(SessionObject *self, PyObject *args)
         for (size_t j = 0; j < cols; j++) {
             double d = float_at(&bx, r * cols + j);
             if (d == 0.0) continue;
-            if (!isfinite((float)d)) bad_add(&bad, r, BAD_NONFINITE, (int64_t)j, d, NULL);
             ids[k] = j > UINT32_MAX ? UINT32_MAX : (uint32_t)j;
             vals[k++] = (float)d;
         }
@@ -830,7 +813,7 @@ static PyObject *Session_score_parsed(SessionObject *self, PyObject *o_out)
         for (size_t i = 0; i < nb; i++) {
             size_t row; uint64_t line; const char *m;
             if (wisp_batch_bad_row(self->text, i, &row, &line, &m) == WISP_OK)
-                bad_add(&bad, row, BAD_ENGINE, 0, 0, m);
+                bad_add(&bad, row, BAD_ENGINE, 0, m);
         }
         finish_bad(&bad, out, rows);
     }
