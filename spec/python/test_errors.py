@@ -166,3 +166,14 @@ def test_non_finite_values_everywhere(session, bad):
     assert [r for r, _ in session.last_errors] == [0, 1]
     assert np.isnan(p[0]) and np.isnan(p[1])
     assert sorted([p[2], p[3]]) == [0.0, 1.0] and 0.0 < p[4] < 1.0
+
+
+def test_limits_raise_limit_error(session):
+    n = (1 << 20) + 1                          # one more than WISP_MAX_ROW_FEATURES
+    with pytest.raises(wisp.LimitError, match="row 0 has 1048577 features"):
+        session.score((np.array([0, n], np.int32), np.zeros(n, np.int32)))
+    X = np.ones((2, n), dtype=np.float32)
+    with pytest.raises(wisp.LimitError, match="row 0 has 1048577 non-zero columns"):
+        session.score(X)
+    # the session still works afterwards
+    assert np.isfinite(session.score("0 1:1\n")[0])
