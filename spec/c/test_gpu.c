@@ -313,20 +313,22 @@ static void wide_case(const char *what, wisp_engine *eng, wisp_model *m, size_t 
     data_free(&d);
 }
 
-static void test_wide_sums(wisp_engine *eng)
+static void test_wide_sums(wisp_engine *eng, int quick)
 {
+    /* large: past STAGE_ALL_BYTES (1 MiB, cuda.c) so the chunked path runs; small in quick mode (sanitizers) */
+    const size_t large = quick ? 6000 : 40000;
     const int dtypes[] = { WISP_F32, WISP_I8 };
     for (int t = 0; t < 2; t++) {
         /* the whole table: a tiny batch (inline), a small one (graph), a large one (chunks), zero-copy */
         wisp_model *m = wide_model(eng, dtypes[t]);
         wide_case("whole table, tiny", eng, m, 1, VM_ALL, 0, "gpu");
         wide_case("whole table, small", eng, m, 200, VM_MIXED, 0, "gpu");
-        wide_case("whole table, large", eng, m, 40000, VM_ALL, 1, "gpu");
+        wide_case("whole table, large", eng, m, large, VM_ALL, 1, "gpu");
         set_env("WISP_GPU_ZEROCOPY", "all");
-        wide_case("zero-copy", eng, m, 40000, VM_MIXED, 0, "gpu");
+        wide_case("zero-copy", eng, m, large, VM_MIXED, 0, "gpu");
         set_env("WISP_GPU_ZEROCOPY", NULL);
         set_env("WISP_GPU_PARTS", "3");
-        wide_case("3 parts", eng, m, 40000, VM_ALL, 0, "gpus");
+        wide_case("3 parts", eng, m, large, VM_ALL, 0, "gpus");
         set_env("WISP_GPU_PARTS", NULL);
         wisp_model_free(m);
         /* shards: ids 0..511 and 512..1023, peer (kernels read each other's shard) and broadcast
@@ -341,7 +343,7 @@ static void test_wide_sums(wisp_engine *eng)
             want_units = 2;
             want_shards = 2;
             wide_case(modes[k], eng, m, 1, VM_ALL, 0, "gpu");
-            wide_case(modes[k], eng, m, 40000, VM_MIXED, 1, "gpu");
+            wide_case(modes[k], eng, m, large, VM_MIXED, 1, "gpu");
             want_mode = -1;
             set_env("WISP_GPU_SHARDS", NULL);
             set_env("WISP_GPU_PARTS", NULL);
@@ -1137,7 +1139,7 @@ int main(void)
         unsetenv("WISP_NO_GPU");
         if (want_gpu) {
             test_gpu(eng, quick);
-            test_wide_sums(eng);
+            test_wide_sums(eng, quick);
             test_packed(eng, quick);
             test_async(eng, "gpu", 1, quick);
             test_async(eng, "gpu:0", 1, quick);
