@@ -12,13 +12,14 @@
  * at the start of the input (Excel's "CSV UTF-8", pandas' utf-8-sig) is
  * skipped, in every format here. An empty field is a missing value, quoted
  * or not (Spark's CSV writer: null as an empty field, "" as a quoted empty
- * one; pandas: NaN as an empty field). A line with another number of fields than the
- * schema is a bad row, as is a field that does not parse as its input's
- * type. Strings are taken byte for byte (TensorFlow hashes bytes; no UTF-8
+ * one; pandas: NaN as an empty field). A line with another number of
+ * fields than the schema is a bad row, as is a field that does not parse
+ * as its input's type. Strings are taken byte for byte (TensorFlow hashes bytes; no UTF-8
  * check). Numbers follow decode_csv (absl::SimpleAtof / SimpleAtoi):
  * surrounding spaces allowed, float32 fields rounded once, directly from
- * the decimal to float32 ("nan", "inf", "infinity" accepted; the column
- * decides what they mean), int64 fields are [+-]digits within range.
+ * the decimal to float32 ("nan", "inf", "infinity" accepted, 1e39 is inf;
+ * the column decides what they mean: see the values below), int64 fields
+ * are [+-]digits within range.
  *
  * JSON lines. One object per line; keys are input names; null is missing;
  * a number for a float32 input is read as a double and rounded to float32
