@@ -58,6 +58,11 @@ if cmd == "gen" then
     local pw = {}
     for i = 1, NF do pw[i] = rng:normal() * 0.7 end
     assert(wisp.write_model(dir .. "/plain.wisp", pw, { bias = -0.2, meta = { name = "plain" } }))
+    do
+        local pm = assert(wisp.load(dir .. "/plain.wisp"))
+        assert(pm:convert(dir .. "/plain8.wisp", "int8"))
+        pm:close()
+    end
     -- a bucket boundary on a float32 with an odd last mantissa bit (1.5 + 2^-23): a decimal just
     -- above the midpoint below it is that boundary when rounded straight to float32, and 1.5 when
     -- it goes through a double first (the midpoint, a tie, rounds to even)
@@ -249,14 +254,17 @@ if cmd == "gen" then
         if r.json then p_j[#p_j + 1] = i; if not r.jbad then p_jgood[#p_jgood + 1] = i end end
     end
     local function pkey(i, form) return (form == "l" and "pl" or "pj") .. i end
-    local function plain_req(route, ctype, idx, form, size, wrap)
+    local function plain_req(route, ctype, idx, form, size, wrap, model)
         for _, ch in ipairs(chunks(idx, size)) do
             local keys, texts = {}, {}
-            for k, i in ipairs(ch) do keys[k] = pkey(i, form); texts[k] = form == "l" and plain[i].libsvm or plain[i].json end
+            for k, i in ipairs(ch) do
+                keys[k] = (model == "plain8" and "q" or "") .. pkey(i, form)
+                texts[k] = form == "l" and plain[i].libsvm or plain[i].json
+            end
             local body
             if form == "l" then body = concat(texts, "\n") .. "\n"
             else body = (wrap or '{"instances": [%s]}'):format(concat(texts, ", ")) end
-            request("plain", route, ctype, keys, body)
+            request(model or "plain", route, ctype, keys, body)
         end
     end
     plain_req("libsvm-all", "text/plain", shuffled(p_l), "l", 120)
@@ -297,6 +305,14 @@ if cmd == "gen" then
     for k = 1, 35 do cols_req("json-one", "application/json", { sample[k] }, 1) end
     sample = shuffled(c_all)
     for k = 1, 35 do cols_req("ndjson-one", "application/x-ndjson", { sample[k] }, 1, "nd") end
+    -- plain8: the plain model quantized to int8 (its own CPU reference): the scale path, on a GPU
+    -- the kernel's int8 sum (issue 14 class 8), through libsvm and JSON, many rows and one
+    plain_req("libsvm-all", "text/plain", shuffled(p_l), "l", 120, nil, "plain8")
+    plain_req("json-all", "application/json", shuffled(p_j), "j", 150, nil, "plain8")
+    sample = shuffled(p_l)
+    for k = 1, 15 do plain_req("libsvm-one", "text/x-libsvm", { sample[k] }, "l", 1, nil, "plain8") end
+    sample = shuffled(p_j)
+    for k = 1, 15 do plain_req("json-one", "application/json", { sample[k] }, "j", 1, nil, "plain8") end
     -- which rows are "good only" sets is decided by the reference: the check also sends nothing
     -- more; the JSON-only bad rows of plain are listed for it
     local jb = {}
@@ -366,6 +382,10 @@ if cmd == "ref" then
     b:parse_libsvm(text)
     local out, n = assert(s:score(b))
     emit("plain", out, n)
+    local m8 = assert(wisp.load(dir .. "/plain8.wisp"))
+    local s8 = assert(m8:session("cpu"))
+    local out8, n8 = assert(s8:score(b))
+    emit("plain8", out8, n8)
     local mc = assert(wisp.load(dir .. "/cols.wisp"))
     local sc = assert(mc:session("cpu"))
     local spec = assert(fc.from_model(mc))
@@ -429,21 +449,22 @@ if cmd == "check" then
     local cjson = require("cjson.safe").new()
     local out, config = arg[3], arg[4]
     local ref = {}        -- row key -> float32 value or false (bad)
-    local pref, cref = lines_of(dir .. "/plain.ref"), lines_of(dir .. "/cols.ref")
+    local pref, cref, qref = lines_of(dir .. "/plain.ref"), lines_of(dir .. "/cols.ref"), lines_of(dir .. "/plain8.ref")
     local function val(l) if l == "nan" then return false end return f32(tonumber(l)) end
     for l in io.lines(dir .. "/plain_lines.txt") do
         local k, li = l:match("^(%S+)\t(%d+)$")
         ref[k] = val(pref[tonumber(li)])
+        ref["q" .. k] = val(qref[tonumber(li)])
     end
     for i, l in ipairs(cref) do ref["c" .. i] = val(l); ref["ct" .. i] = ref["c" .. i] end
     for l in io.lines(dir .. "/plain_json.txt") do
         local a, b, c = l:match("^(%S+)\t(%S+)\t?(%S*)$")
-        if a == "alias" then ref[b] = ref[c] elseif a then ref[a] = false end
+        if a == "alias" then ref[b] = ref[c]; ref["q" .. b] = ref["q" .. c] elseif a then ref[a] = false; ref["q" .. a] = false end
     end
     local text = {}
     for l in io.lines(dir .. "/rows.txt") do
         local k, t = l:match("^(%S+)\t(.*)$")
-        if k then text[k] = t end
+        if k then text[k] = t; text["q" .. k] = t end
     end
     local pass, fail, shown = 0, 0, 0
     local limit = tonumber(os.getenv("WISP_PROPERTY_SHOW") or "") or 25

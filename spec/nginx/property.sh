@@ -9,7 +9,8 @@
 # Rows, requests and checks: spec/nginx/property.lua (its opening comment says what is sent).
 # One nginx a configuration (2 workers, the same prefix), every request sent by one curl (8 in
 # parallel, keepalive), each answer checked against the Lua API's CPU scores of the same rows,
-# themselves checked against `wisp score -d cpu`. The last line is "property: N passed, N failed"
+# themselves checked against `wisp score -d cpu`. Models: plain (ids), plain8 (plain
+# quantized to int8), cols (feature columns). The last line is "property: N passed, N failed"
 # (one check per request and configuration, plus the reference checks).
 [ -z "$BASH_VERSION" ] && exec bash "$0" "$@"
 set -u
@@ -61,6 +62,7 @@ echo "property: seed $seed (WISP_SEED replays), device $device, configurations: 
 "$W" run spec/nginx/property.lua gen "$d" "$seed" || { bad "property.lua gen"; finish; exit 1; }
 "$W" score -m "$d/plain.wisp" -d cpu "$d/plain.libsvm" > "$d/plain.cli" 2> "$d/plain.cli.err"
 "$W" score -m "$d/cols.wisp" -d cpu --format jsonl "$d/cols.jsonl" > "$d/cols.cli" 2> "$d/cols.cli.err"
+"$W" score -m "$d/plain8.wisp" -d cpu "$d/plain.libsvm" > "$d/plain8.cli" 2> "$d/plain8.cli.err"
 if out=$("$W" run spec/nginx/property.lua ref "$d"); then
     ok "the reference: the Lua API's CPU scores print as wisp score -d cpu's lines ($(wc -l < "$d/plain.cli") id rows, $(wc -l < "$d/cols.cli") raw rows)"
 else bad "the reference disagrees with wisp score:"; echo "$out" | head -n 10; finish; exit 1; fi
@@ -80,7 +82,7 @@ if [ "${1:-}" = nan ] || { [ "${1:-}" = "${2:-}" ] && [ "${1:-}" != "${3:-}" ]; 
 else bad "wisp score --format jsonl: the 523-character number 1.000...e5 scores as 1 does, not as 1e5 (got '$long' for it, 1e5, 1: the number's text cut at 511 bytes)"; fi
 
 . "$root/spec/nginx/free_port.sh"
-models="plain=$d/plain.wisp,cols=$d/cols.wisp"
+models="plain=$d/plain.wisp,plain8=$d/plain8.wisp,cols=$d/cols.wisp"
 start_nginx() {   # start_nginx MODE BATCHING
     started=""
     for _ in 1 2 3 4 5; do
