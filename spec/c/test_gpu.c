@@ -351,6 +351,51 @@ static void test_wide_sums(wisp_engine *eng, int quick)
             wisp_model_free(m);
         }
     }
+
+    /* the values rule on the GPU: a wrapped batch's rows with a non-finite value are listed bad when
+     * wrapped and answered NaN on every route (tiny, large), the other rows as the CPU */
+    {
+        wisp_model *m = wide_model(eng, WISP_F32);
+        const size_t rows = 20000;
+        uint32_t *rp = malloc((rows + 1) * sizeof *rp), *ids = malloc(rows * 2 * sizeof *ids);
+        float *vals = malloc(rows * 2 * sizeof *vals);
+        rp[0] = 0;
+        for (size_t r = 0; r < rows; r++) {
+            ids[2 * r] = (uint32_t)(3 + r % 1000); ids[2 * r + 1] = (uint32_t)(5 + r % 900);
+            vals[2 * r] = 0.5f;
+            vals[2 * r + 1] = r % 7 == 1 ? NAN : r % 7 == 3 ? INFINITY : r % 7 == 5 ? -INFINITY : 2.0f;
+            rp[r + 1] = (uint32_t)(2 * r + 2);
+        }
+        const size_t sizes[] = { 7, rows };
+        for (int k = 0; k < 2; k++) {
+            wisp_batch *b = NULL;
+            wisp_session *g = NULL, *c = NULL;
+            CHECK_OK(wisp_batch_wrap(eng, sizes[k], rp, ids, NULL, vals, &b));
+            CHECK_OK(wisp_session_new(eng, m, "gpu", &g));
+            CHECK_OK(wisp_session_new(eng, m, "cpu", &c));
+            float *og = malloc(sizes[k] * sizeof *og), *oc = malloc(sizes[k] * sizeof *oc);
+            if (b && g && c) {
+                size_t want_bad = 0;
+                for (size_t r = 0; r < sizes[k]; r++) want_bad += r % 7 == 1 || r % 7 == 3 || r % 7 == 5;
+                CHECK_MSG(wisp_batch_bad_count(b) == want_bad, "%zu rows: %zu bad, want %zu", sizes[k],
+                          wisp_batch_bad_count(b), want_bad);
+                CHECK_OK(wisp_session_score(g, b, og));
+                CHECK_OK(wisp_session_score(c, b, oc));
+                size_t wrong = 0;
+                for (size_t r = 0; r < sizes[k]; r++) {
+                    const int bad = r % 7 == 1 || r % 7 == 3 || r % 7 == 5;
+                    if (bad ? !isnan(og[r]) : !(fabs((double)og[r] - oc[r]) <= TOL)) wrong++;
+                }
+                CHECK_MSG(wrong == 0 && !strncmp(wisp_session_last_device(g), "gpu", 3),
+                          "values rule on the GPU, %zu rows: %zu wrong answers (last device %s)", sizes[k], wrong,
+                          wisp_session_last_device(g));
+            }
+            free(og); free(oc);
+            wisp_session_free(g); wisp_session_free(c); wisp_batch_free(b);
+        }
+        free(rp); free(ids); free(vals);
+        wisp_model_free(m);
+    }
 }
 
 /* ---- owned batches: one arena, shipped packed (engine/batch.c, engine/cuda.c) ---------------- */
