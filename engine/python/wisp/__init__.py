@@ -259,9 +259,16 @@ def _native(a, kinds, what):
     return np.ascontiguousarray(a)
 
 
+_sparse_types = {}       # type -> whether it is a scipy.sparse matrix/array (asked once per type)
+
+
 def _is_scipy_sparse(X):
-    mod = type(X).__module__ or ""
-    return mod.startswith("scipy.sparse") and hasattr(X, "tocsr") and hasattr(X, "format")
+    t = type(X)
+    known = _sparse_types.get(t)
+    if known is None:
+        mod = t.__module__ or ""
+        known = _sparse_types[t] = mod.startswith("scipy.sparse") and hasattr(X, "tocsr") and hasattr(X, "format")
+    return known
 
 
 # ---- Session ---------------------------------------------------------------------------
@@ -359,8 +366,6 @@ class Session:
         if _is_scipy_sparse(X):
             if X.format != "csr":
                 X = X.tocsr()
-            if X.ndim != 2:
-                raise ValueError("a sparse X must be 2-D")
             # duplicates and unsorted indices are scored as given (each entry counts)
             return self._csr(X.indptr, X.indices, X.data)
         A = np.asarray(X)
