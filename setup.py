@@ -68,7 +68,10 @@ class build_wisp_ext(build_ext):
         jobs = os.environ.get("WISP_JOBS") or str(os.cpu_count() or 1)
         cmd = ["make", "-C", ROOT, "-j" + jobs, "BUILD=" + cbuild, "NVCC=" + nvcc, cbuild + "/libwisp.a"]
         print("wisp: " + " ".join(cmd), flush=True)
-        subprocess.check_call(cmd)
+        # run from `make test`, the outer make's MAKEFLAGS would carry its
+        # BUILD/NVCC overrides and jobserver into this make: start clean
+        env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+        subprocess.check_call(cmd, env=env)
         ext.extra_objects = [cbuild + "/libwisp.a"]
         ext.libraries = list(LDLIBS)
         if nvcc:
