@@ -110,13 +110,24 @@ for mb in $modes; do
         base="http://127.0.0.1:$port"
         for change in cp truncate rewrite; do
             cp "$d/v2.wisp" "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
-            sleep 1.6
+            run=0     # both workers serve v2: 8 answers in a row (up to 10 s)
+            for _ in $(seq 1 40); do
+                sleep 0.25
+                curl -s -o "$tmp/rp.json" -H 'Content-Type: text/x-libsvm' --data-binary @"$d/rows.libsvm" "$base/v1/models/ctr:predict"
+                if "$W" run spec/nginx/check.lua preds "$tmp/rp.json" "$d/v2.txt" >/dev/null 2>&1; then run=$((run + 1)); else run=0; fi
+                [ "$run" -ge 8 ] && break
+            done
             case $change in
                 cp) cat "$d/v1.wisp" > "$d/ctr.wisp";;
                 truncate) truncate -s $(( $(stat -c %s "$d/ctr.wisp") / 2 )) "$d/ctr.wisp";;
                 rewrite) printf 'XXXXXXXX' | dd of="$d/ctr.wisp" bs=1 seek=300 conv=notrunc 2>/dev/null;;
             esac
-            sleep 2.3
+            run=0     # both workers have seen the change: 8 metadata answers in a row say so (up to 10 s)
+            for _ in $(seq 1 40); do
+                sleep 0.25
+                if curl -s "$base/v1/models/ctr" | grep -q '"state":"changed in place'; then run=$((run + 1)); else run=0; fi
+                [ "$run" -ge 8 ] && break
+            done
             nv2=0; nmeta=0; nready=0
             for i in 1 2 3 4 5 6; do
                 curl -s -o "$tmp/rp.json" -H 'Content-Type: text/x-libsvm' --data-binary @"$d/rows.libsvm" "$base/v1/models/ctr:predict"
