@@ -552,7 +552,9 @@ class Model:
             return s
 
     def score(self, X, device="auto", errors="nan"):
-        """Session.score(X) on a session of this model kept per device."""
+        """Session.score(X) on a session of this model kept per device (made
+        on first use). Threads calling it take turns on that session; for
+        parallel scoring give each thread its own model.session()."""
         return self._session(device).score(X, errors=errors)
 
     def predict_proba(self, X, device="auto", errors="nan"):
