@@ -9,8 +9,9 @@
  * (wisp__csv_record_end finds its end; it is reported at its first line and
  * the line count goes on past its other lines); a quote elsewhere than at a
  * field's start is a literal byte. CRLF line ends; a UTF-8 byte order mark
- * at the start of the input (Excel's "CSV UTF-8", pandas' utf-8-sig) is
- * skipped, in every format here. An empty field is a missing value, quoted
+ * (Excel's "CSV UTF-8", pandas' utf-8-sig) at the start of a line (of a
+ * record) is skipped, in every format here: at the input's start, and where
+ * such files were concatenated, wherever a reader cuts the text. An empty field is a missing value, quoted
  * or not (Spark's CSV writer: null as an empty field, "" as a quoted empty
  * one; pandas: NaN as an empty field). A line with another number of
  * fields than the schema is a bad row, as is a field that does not parse
@@ -709,11 +710,14 @@ static int parse_lines(wisp_raw *r, const char *text, size_t len, int final, siz
     int st = WISP_OK;
     /* a byte order mark at the start of the input (no lines before) is not data */
     const uint64_t line0 = line;
-    const bool bom = line == 0 && len >= 3 && !memcmp(p, utf8_bom, 3);
-    if (bom) p += 3;
+    bool bom = false;
     /* CSV: a record may span lines (a quoted field holding newlines) */
     const bool csv = fn == parse_delimited_line && r->delim == ',';
     while (p < end && (max_rows == 0 || added < max_rows)) {
+        /* a byte order mark at a line's start is not data: the input's start, or where
+         * files were concatenated (cat a.csv b.csv); at every line start, so the answer
+         * does not depend on where a reader cut the text (cli.c's pieces) */
+        if (end - p >= 3 && !memcmp(p, utf8_bom, 3)) { p += 3; bom = true; }
         uint64_t inner = 0;
         const char *nl = csv ? wisp__csv_record_end(p, end, p, &inner) : memchr(p, '\n', (size_t)(end - p));
         const char *le = nl ? nl : end;

@@ -570,7 +570,8 @@ int    wisp_raw_row_end(wisp_raw *r);
  * delim is '\t' or ','; with ',' double-quoted fields ("a,b", "say ""hi""",
  * and newlines inside quotes: RFC 4180, a record then spans lines and is
  * reported at its first line) are understood; so are CRLF line ends and a
- * UTF-8 byte order mark at the input's start. Empty fields are missing
+ * UTF-8 byte order mark at a line's start (the input's, or where files were
+ * concatenated). Empty fields are missing
  * (Spark writes null as an empty field and "" as a quoted empty one:
  * both are missing). Numbers are parsed as
  * TensorFlow's decode_csv parses them (float32 fields rounded once,

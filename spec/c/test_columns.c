@@ -719,6 +719,21 @@ static void test_csv_real_tools(wisp_engine *eng)
     }
     uint64_t inner = 0;
     CHECK(wisp__csv_record_end(t + 4, te, t + 4, &inner) == t + 11 && inner == 1);
+    /* two files with byte order marks, concatenated (cat a.csv b.csv): each BOM is skipped at its line's start */
+    {
+        wisp_raw *r = NULL;
+        CHECK_OK(wisp_raw_new(eng, c, &r));
+        const char *cat = "\xEF\xBB\xBFx,1\r\ny,2\r\n\xEF\xBB\xBFz,3\r\n";
+        if (r) CHECK_OK(wisp_raw_set_schema(r, "a,n", ','));
+        if (r) CHECK_OK(wisp_raw_parse_tsv(r, cat, strlen(cat), 1, 0, NULL, NULL));
+        const uint32_t *rp3, *off3;
+        const void *v3;
+        CHECK(r && wisp_raw_rows(r) == 3 && wisp_raw_bad_count(r) == 0);
+        if (r && wisp_raw_rows(r) == 3 && wisp_raw_input(r, 0, &rp3, &v3, &off3) == WISP_OK && off3)
+            CHECK_MSG(off3[3] - off3[2] == 1 && ((const char *)v3)[off3[2]] == 'z', "third row's a: %u bytes",
+                      off3[3] - off3[2]);
+        wisp_raw_free(r);
+    }
     /* json.dumps defaults (ensure_ascii: \uXXXX escapes, a surrogate pair for U+1F600; allow_nan: NaN),
      * through a byte order mark (utf-8-sig): the string arrives as UTF-8, NaN makes its row bad, named */
     {
