@@ -36,17 +36,7 @@ chmod 755 "$tmp"
 prefix="$tmp/prefix"
 d="$tmp/m"; mkdir -p "$d"; chmod 755 "$d"
 nginx_bin=""
-stop_nginx() {
-    if [ -n "$nginx_bin" ] && [ -f "$prefix/logs/nginx.pid" ]; then
-        pid=$(cat "$prefix/logs/nginx.pid" 2>/dev/null)
-        if [ -n "$pid" ]; then
-            kill -QUIT "$pid" 2>/dev/null
-            for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-            kill -KILL "$pid" 2>/dev/null
-        fi
-        rm -f "$prefix/logs/nginx.pid"
-    fi
-}
+. "$root/spec/nginx/stop_nginx.sh"
 cleanup() { stop_nginx; [ -n "${WISP_KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"; }
 trap cleanup EXIT
 trap 'exit 1' INT TERM

@@ -27,16 +27,7 @@ tmp=$(mktemp -d /tmp/wisp-nginx.XXXXXX)
 chmod 755 "$tmp"     # nginx workers run as an unprivileged user when started by root: they read the models here
 prefix="$tmp/prefix"
 nginx_bin=""
-stop_nginx() {
-    if [ -n "$nginx_bin" ] && [ -f "$prefix/logs/nginx.pid" ]; then
-        pid=$(cat "$prefix/logs/nginx.pid" 2>/dev/null)
-        if [ -n "$pid" ]; then
-            kill -QUIT "$pid" 2>/dev/null
-            for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-            kill -KILL "$pid" 2>/dev/null
-        fi
-    fi
-}
+. "$root/spec/nginx/stop_nginx.sh"
 cleanup() {
     [ -n "${wrk_pid:-}" ] && kill "$wrk_pid" 2>/dev/null
     stop_nginx
