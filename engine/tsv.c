@@ -717,6 +717,7 @@ static int parse_lines(wisp_raw *r, const char *text, size_t len, int final, siz
         /* a byte order mark at a line's start is not data: the input's start, or where
          * files were concatenated (cat a.csv b.csv); at every line start, so the answer
          * does not depend on where a reader cut the text (cli.c's pieces) */
+        const char *rec = p;                                      /* the record's start, before a mark */
         if (end - p >= 3 && !memcmp(p, utf8_bom, 3)) { p += 3; bom = true; }
         uint64_t inner = 0;
         const char *nl = csv ? wisp__csv_record_end(p, end, p, &inner) : memchr(p, '\n', (size_t)(end - p));
@@ -725,7 +726,7 @@ static int parse_lines(wisp_raw *r, const char *text, size_t len, int final, siz
             /* an over-long line (CSV: record, or an open quote with no end in reach): a bad row,
              * skipped to the next line end, so an unclosed quote costs one row, not the rest */
             const char *pl = memchr(p, '\n', (size_t)(end - p));
-            if (!pl && !final) break;
+            if (!pl && !final) { p = rec; break; }
             line++;
             if ((st = wisp_raw_row_begin(r, line))) break;
             wisp_raw__reject(r, "the line is longer than WISP_MAX_LINE_BYTES (%u)", WISP_MAX_LINE_BYTES);
@@ -734,7 +735,9 @@ static int parse_lines(wisp_raw *r, const char *text, size_t len, int final, siz
             p = pl ? pl + 1 : end;
             continue;
         }
-        if (!nl && !final) break;
+        /* an unfinished record consumes nothing, its mark included: the next call sees the
+         * same record start (and skips the same one mark), wherever the text was cut */
+        if (!nl && !final) { p = rec; break; }
         if (csv && !nl) {                                         /* final: the rest is one record */
             for (const char *x = p; (x = memchr(x, '\n', (size_t)(end - x))) != NULL; x++) inner++;
         }
