@@ -267,9 +267,29 @@ struct wisp_ngx_stat { uint64_t dev, ino, nlink; uint32_t mode, uid, gid, pad0; 
                        int64_t size, blksize, blocks; int64_t atime, atime_ns, mtime, mtime_ns,
                        ctime, ctime_ns; int64_t reserved[3]; };
 int wisp_ngx_stat_fn(const char *path, struct wisp_ngx_stat *st) __asm__("stat");
+int wisp_ngx_fstat_fn(int fd, struct wisp_ngx_stat *st) __asm__("fstat");
+int wisp_ngx_open_fn(const char *path, int flags) __asm__("open");
+int wisp_ngx_close_fn(int fd) __asm__("close");
 ]])
 local stbuf = stat_ok and ffi.new("struct wisp_ngx_stat") or nil
 if stat_ok and not pcall(function() return ffi.C.wisp_ngx_stat_fn end) then stat_ok = false end
+local pin_ok = stat_ok and pcall(function() return ffi.C.wisp_ngx_fstat_fn, ffi.C.wisp_ngx_open_fn, ffi.C.wisp_ngx_close_fn end)
+
+-- An entry holds its file open (O_RDONLY; nothing is mapped, so it cannot SIGBUS): while the
+-- inode is held the file system cannot give its number to a new file, so "the serving
+-- version's inode" always means the very file that was loaded. Without the pin, a file
+-- renamed in later could get the freed inode number of the serving one and be taken for an
+-- in-place change of it (found by spec/nginx/soak.sh: v1 renamed back was refused for good).
+local function pin_file(path, ino)
+    if not pin_ok then return nil end
+    local fd = ffi.C.wisp_ngx_open_fn(path, 0x80000)          -- O_RDONLY | O_CLOEXEC
+    if fd < 0 then return nil end
+    if ffi.C.wisp_ngx_fstat_fn(fd, stbuf) ~= 0 or tonumber(stbuf.ino) ~= ino then
+        ffi.C.wisp_ngx_close_fn(fd)                            -- another file by now: no pin
+        return nil
+    end
+    return fd
+end
 
 -- the file's header checksum (bytes 48..55 of a .wisp file) as 16 hex digits, or nil
 local function header_checksum(path)
@@ -348,6 +368,7 @@ local function open_entry(name, path, device, opts)
     local e = setmetatable({ name = name, path = path, device_asked = device, model = model, stamp = stamp,
                              file = fileinfo, checksum = checksum, inflight = 0,
                              retired = false, pending = nil }, Entry)
+    e.pin = fileinfo.inode and pin_file(path, fileinfo.inode) or nil
     e.info = model:info()
     e.version = e.checksum and e.checksum:sub(1, 12) or stamp
     local ok, cerr = pcall(function()
@@ -386,6 +407,7 @@ function Entry:close()
         self[k] = nil
     end
     if self.pool then for _, b in ipairs(self.pool) do pcall(b.close, b) end; self.pool = nil end
+    if self.pin then ffi.C.wisp_ngx_close_fn(self.pin); self.pin = nil end
     self.closed = true
 end
 
