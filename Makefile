@@ -164,5 +164,6 @@ uninstall:
 clean:
 	rm -rf $(BUILD)
 
-# ---- more targets live next to their specs (sanitizers, fuzzing: spec/*.mk) ----
--include $(wildcard spec/*.mk)
+# ---- more targets live next to their code: sanitizers and fuzzing (spec/*.mk),
+# the bindings (engine/<binding>/<binding>.mk: Java, C++) ----
+-include $(wildcard spec/*.mk) $(wildcard engine/*/*.mk)
