@@ -271,6 +271,10 @@ struct wisp_session {
     uint64_t last[WISP_STAT_COUNT];
     /* wisp_session_score_raw on the CPU path: the transform's batch, reused */
     wisp_batch *raw_batch;
+    /* the last wisp_session_score_raw call's bad rows (wisp_session_bad_row): a copy,
+     * so they outlive the raw batch; msg_off into bad_msgs */
+    struct wisp_bad_row *bad; size_t nbad, bad_cap;
+    char *bad_msgs; size_t bad_msgs_len, bad_msgs_cap;
 };
 
 enum { WISP_PLACE_CPU = 0, WISP_PLACE_GPU = 1, WISP_PLACE_AUTO = 2 };

@@ -122,6 +122,8 @@ void wisp_session_free(wisp_session *s)
     if (!s) return;
     close_gpu(s);
     wisp_batch_free(s->raw_batch);
+    wisp_free(s->bad);
+    wisp_free(s->bad_msgs);
     wisp_model_free(s->model);
     wisp_engine_free(s->eng);
     wisp_free(s);
@@ -419,8 +421,55 @@ int wisp_session_transform(wisp_session *s, const wisp_raw *r, wisp_batch *b)
     return st;
 }
 
+/* Keep a copy of a bad-row list (a raw batch's or a batch's: the same records) as the
+ * session's; on failure the session's list is left empty. */
+static int keep_bad_rows(wisp_session *s, const struct wisp_bad_row *bad, size_t nbad, const char *msgs)
+{
+    s->nbad = 0;
+    s->bad_msgs_len = 0;
+    if (!nbad) return WISP_OK;
+    if (nbad > s->bad_cap) {
+        struct wisp_bad_row *n = wisp_realloc(s->bad, nbad * sizeof *n);
+        if (!n) return wisp_fail(WISP_ENOMEM, "out of memory for %zu bad rows", nbad);
+        s->bad = n;
+        s->bad_cap = nbad;
+    }
+    size_t len = 0;
+    for (size_t i = 0; i < nbad; i++) len += strlen(msgs + bad[i].msg_off) + 1;
+    if (len > UINT32_MAX) return wisp_fail(WISP_ELIMIT, "the bad rows' messages take %zu bytes", len);
+    if (len > s->bad_msgs_cap) {
+        char *n = wisp_realloc(s->bad_msgs, len);
+        if (!n) return wisp_fail(WISP_ENOMEM, "out of memory for %zu bad rows", nbad);
+        s->bad_msgs = n;
+        s->bad_msgs_cap = len;
+    }
+    for (size_t i = 0; i < nbad; i++) {
+        const char *m = msgs + bad[i].msg_off;
+        size_t n = strlen(m) + 1;
+        memcpy(s->bad_msgs + s->bad_msgs_len, m, n);
+        s->bad[i] = (struct wisp_bad_row){ bad[i].row, bad[i].line, (uint32_t)s->bad_msgs_len };
+        s->bad_msgs_len += n;
+    }
+    s->nbad = nbad;
+    return WISP_OK;
+}
+
+/* The CPU transform of r into the session's batch (its bad rows are then r's rows' and the
+ * transform's, with their messages), timed as the transform. */
+static int cpu_transform_raw(wisp_session *s, const wisp_raw *r)
+{
+    int st = WISP_OK;
+    if (!s->raw_batch && (st = wisp_batch_new(s->eng, &s->raw_batch)) != WISP_OK) return st;
+    wisp_batch_clear(s->raw_batch);
+    uint64_t k0 = wisp_now_ns();
+    st = wisp_transform(r, s->raw_batch);
+    s->stats[WISP_STAT_NS_TRANSFORM] += wisp_now_ns() - k0;
+    return st;
+}
+
 int wisp_session_score_raw(wisp_session *s, const wisp_raw *r, float *out)
 {
+    if (s) s->nbad = 0;
     if (!s || !r || (!out && r && r->rows))
         return wisp_fail(WISP_EINVAL, "wisp_session_score_raw: %s is NULL", !s ? "session" : !r ? "raw" : "out");
     if (r->open) return wisp_fail(WISP_ESTATE, "wisp_session_score_raw: a row is still open (call wisp_raw_row_end)");
@@ -436,19 +485,38 @@ int wisp_session_score_raw(wisp_session *s, const wisp_raw *r, float *out)
         else log_raw_failed(s, r, "score");
         if (st != WISP_OK) st = WISP_EDEVICE;
     }
-    if (st != WISP_OK) {
-        /* the CPU transform into the session's batch, then the score node on the session's device */
-        if (!s->raw_batch && (st = wisp_batch_new(s->eng, &s->raw_batch)) != WISP_OK) {
-            account(s, t0, before);
-            return wisp_fail_context(st, "wisp_session_score_raw");
+    if (st == WISP_OK) {
+        /* the device counts the rows its transform refused but cannot say why: when there are
+         * any beyond r's own, the CPU transform finds them and their messages */
+        if (s->stats[WISP_STAT_BAD_ROWS] - before[WISP_STAT_BAD_ROWS] > r->nbad) {
+            st = cpu_transform_raw(s, r);
+            if (st == WISP_OK) st = keep_bad_rows(s, s->raw_batch->bad, s->raw_batch->nbad, s->raw_batch->msgs);
+            if (st != WISP_OK) st = wisp_fail_context(st, "explaining the rows the device refused");
+        } else {
+            st = keep_bad_rows(s, r->bad, r->nbad, r->msgs);
         }
-        wisp_batch_clear(s->raw_batch);
-        uint64_t k0 = wisp_now_ns();
-        st = wisp_transform(r, s->raw_batch);
-        s->stats[WISP_STAT_NS_TRANSFORM] += wisp_now_ns() - k0;
-        if (st == WISP_OK) score_batch(s, s->raw_batch, out);
+    } else {
+        /* the CPU transform into the session's batch, then the score node on the session's device */
+        st = cpu_transform_raw(s, r);
+        if (st == WISP_OK) {
+            score_batch(s, s->raw_batch, out);
+            st = keep_bad_rows(s, s->raw_batch->bad, s->raw_batch->nbad, s->raw_batch->msgs);
+        }
     }
     account(s, t0, before);
     if (st != WISP_OK) return wisp_fail_context(st, "wisp_session_score_raw");
+    return WISP_OK;
+}
+
+size_t wisp_session_bad_count(const wisp_session *s) { return s ? s->nbad : 0; }
+
+int wisp_session_bad_row(const wisp_session *s, size_t i, size_t *row, uint64_t *line, const char **msg)
+{
+    if (!s) return wisp_fail(WISP_EINVAL, "wisp_session_bad_row: session is NULL");
+    if (i >= s->nbad)
+        return wisp_fail(WISP_EINVAL, "wisp_session_bad_row: index %zu out of range (%zu bad rows)", i, s->nbad);
+    if (row) *row = s->bad[i].row;
+    if (line) *line = s->bad[i].line;
+    if (msg) *msg = s->bad_msgs + s->bad[i].msg_off;
     return WISP_OK;
 }

@@ -642,6 +642,19 @@ int    wisp_session_transform(wisp_session *s, const wisp_raw *r, wisp_batch *b)
  * row; submitted batches are finished first. */
 int    wisp_session_score_raw(wisp_session *s, const wisp_raw *r, float *out);
 
+/* The bad rows of s's last wisp_session_score_raw call, on whichever device
+ * it ran: r's own (parse) bad rows and the rows its transform refused, in
+ * row order, each with its raw row index, input line and message (the CPU
+ * transform's words: on a GPU, a call whose transform refused rows runs the
+ * CPU transform once more to find them). Same shape as wisp_batch_bad_row.
+ * The session keeps a copy: valid until the next wisp_session_score_raw on
+ * s (r may change or be freed meanwhile). Every score_raw call starts the
+ * list afresh (a failed call leaves it empty, a NULL s reads 0).
+ * wisp_session_bad_row returns WISP_EINVAL if i is out of range. Same
+ * threading as the session: one thread at a time. */
+size_t wisp_session_bad_count(const wisp_session *s);
+int    wisp_session_bad_row(const wisp_session *s, size_t i, size_t *row, uint64_t *line, const char **msg);
+
 /* ---------------------------------------------------------------------------
  * 7. Vowpal Wabbit: its hashing, its text format, its models
  *

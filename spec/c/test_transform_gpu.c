@@ -1,4 +1,4 @@
-/* test_transform_gpu.c — the transform node on a session's device: GPU ids byte for byte against wisp_transform, score_raw against transform + CPU score, on random descriptions and raw rows; skips cleanly without a GPU. */
+/* test_transform_gpu.c — the transform node on a session's device: GPU ids byte for byte against wisp_transform, score_raw against transform + CPU score, on random descriptions and raw rows, score_raw's own bad rows (wisp_session_bad_row); skips cleanly without a GPU. */
 #include "internal.h"
 #include "check.h"
 #include "testrand.h"
@@ -35,12 +35,33 @@ static wisp_model *model_of(wisp_engine *eng, const float *w, uint64_t n)
     return m;
 }
 
+/* The session's bad rows of its last score_raw are b's (the CPU transform's): rows, lines, messages. */
+static int same_bad_rows(const wisp_session *s, const wisp_batch *b, char *why, size_t n)
+{
+    if (wisp_session_bad_count(s) != wisp_batch_bad_count(b)) {
+        snprintf(why, n, "%zu bad rows, want %zu", wisp_session_bad_count(s), wisp_batch_bad_count(b));
+        return 0;
+    }
+    for (size_t i = 0; i < wisp_batch_bad_count(b); i++) {
+        size_t r1 = 0, r2 = 0;
+        uint64_t l1 = 0, l2 = 0;
+        const char *m1 = NULL, *m2 = NULL;
+        if (wisp_batch_bad_row(b, i, &r1, &l1, &m1) != WISP_OK || wisp_session_bad_row(s, i, &r2, &l2, &m2) != WISP_OK ||
+            r1 != r2 || l1 != l2 || strcmp(m1, m2) != 0) {
+            snprintf(why, n, "bad row %zu: row %zu line %llu '%s', want row %zu line %llu '%s'", i, r2,
+                     (unsigned long long)l2, m2 ? m2 : "?", r1, (unsigned long long)l1, m1 ? m1 : "?");
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static void run(wisp_engine *eng, int gpu, int quick)
 {
     char path[64];
     snprintf(path, sizeof path, "/tmp/wisp_xf_%d.wisp", (int)getpid());
     char *sbuf = malloc(WISP_MAX_STRING_BYTES + 16);
-    int rounds = quick ? 12 : 40, differ = 0, gpu_batches = 0, score_bad = 0, compared = 0;
+    int rounds = quick ? 12 : 40, differ = 0, gpu_batches = 0, score_bad = 0, compared = 0, bad_list_differ = 0;
     size_t rows_total = 0, bad_total = 0, nan_rows = 0;
     double worst = 0;
     for (int round = 0; round < rounds; round++) {
@@ -87,6 +108,9 @@ static void run(wisp_engine *eng, int gpu, int quick)
         for (size_t i = 0; i < n; i++) o2[i] = -7.0f;                    /* poison: every row must be written */
         uint64_t rows0 = wisp_session_stat(sg, WISP_STAT_ROWS), bad0 = wisp_session_stat(sg, WISP_STAT_BAD_ROWS);
         CHECK_OK(wisp_session_score_raw(sg, raw, o2));
+        char bwhy[256] = "";
+        if (!same_bad_rows(sg, ref, bwhy, sizeof bwhy) && bad_list_differ++ < 3)
+            fprintf(stderr, "score_raw's bad rows on the session's device are not the CPU transform's (%s)\n", bwhy);
         CHECK(wisp_session_stat(sg, WISP_STAT_ROWS) - rows0 == n);
         CHECK_MSG(wisp_session_stat(sg, WISP_STAT_BAD_ROWS) - bad0 == wisp_batch_bad_count(ref), "bad rows %llu, want %zu",
                   (unsigned long long)(wisp_session_stat(sg, WISP_STAT_BAD_ROWS) - bad0), wisp_batch_bad_count(ref));
@@ -107,6 +131,7 @@ static void run(wisp_engine *eng, int gpu, int quick)
         int same = 1;
         for (size_t i = 0; i < n; i++) same &= (isnan(o1[i]) && isnan(o2[i])) || o1[i] == o2[i];
         CHECK_MSG(same, "cpu score_raw differs from transform + score");
+        CHECK_MSG(same_bad_rows(sc, ref, bwhy, sizeof bwhy), "cpu score_raw's bad rows: %s", bwhy);
         rows_total += wisp_batch_rows(ref);
         bad_total += wisp_batch_bad_count(ref);
         free(o1);
@@ -122,6 +147,8 @@ static void run(wisp_engine *eng, int gpu, int quick)
     unlink(path);
     free(sbuf);
     CHECK_MSG(differ == 0, "%d of %d random descriptions transform differently on the session's device", differ, rounds);
+    CHECK_MSG(bad_list_differ == 0, "%d of %d rounds: score_raw's bad rows differ from the CPU transform's", bad_list_differ,
+              rounds);
     CHECK_MSG(score_bad == 0, "%d of %d rows: score_raw differs from transform + CPU score by more than 1e-6 (worst %.3g)",
               score_bad, compared, worst);
     CHECK_MSG(bad_total > 0 && bad_total < rows_total, "%zu bad rows of %zu: the inputs should exercise both", bad_total, rows_total);
@@ -129,6 +156,85 @@ static void run(wisp_engine *eng, int gpu, int quick)
            "score_raw worst |diff| %.3g\n", rounds, rows_total, bad_total, nan_rows, gpu_batches, worst);
     if (gpu) CHECK_MSG(gpu_batches >= rounds / 2 - 1, "only %d of %d transforms came back from the GPU", gpu_batches, rounds);
     else CHECK(gpu_batches == 0);
+}
+
+/* score_raw's own bad rows (wisp_session_bad_row) on dev: a row the parse refused, a row its
+ * transform refuses (NaN numeric), their lines and messages; a fresh list every call; a copy
+ * that outlives the raw batch. */
+static void test_bad_rows(wisp_engine *eng, const char *dev)
+{
+    const char *spec = "{\"format\":\"wisp-columns\",\"version\":1,\"inputs\":[{\"name\":\"s\",\"dtype\":\"string\"},"
+                       "{\"name\":\"x\",\"dtype\":\"float32\"}],\"columns\":["
+                       "{\"name\":\"s\",\"type\":\"hash_bucket\",\"key\":\"s\",\"buckets\":8,\"offset\":0},"
+                       "{\"name\":\"x\",\"type\":\"numeric\",\"key\":\"x\",\"offset\":8}]}";
+    wisp_columns *c = NULL;
+    CHECK_OK(wisp_columns_parse(spec, strlen(spec), &c));
+    float w[9];
+    for (int i = 0; i < 9; i++) w[i] = 0.1f * (float)(i + 1);
+    wisp_model *m = model_of(eng, w, 9);
+    wisp_session *s = NULL;
+    wisp_raw *r = NULL;
+    wisp_batch *ref = NULL;
+    CHECK_OK(wisp_session_new(eng, m, dev, &s));
+    CHECK_OK(wisp_raw_new(eng, c, &r));
+    CHECK_OK(wisp_batch_new(eng, &ref));
+    if (!s || !r || !ref) goto done;
+    CHECK(wisp_session_bad_count(s) == 0);
+    CHECK(wisp_session_bad_count(NULL) == 0);
+    CHECK_FAILS(wisp_session_bad_row(s, 0, NULL, NULL, NULL), WISP_EINVAL, "out of range");
+    CHECK_FAILS(wisp_session_bad_row(NULL, 0, NULL, NULL, NULL), WISP_EINVAL, "session is NULL");
+    /* rows: good, parse-refused (line 12), good, NaN numeric (line 14), good */
+    const double xs[5] = { 1, 2, 3, NAN, 5 };
+    for (int i = 0; i < 5; i++) {
+        CHECK_OK(wisp_raw_row_begin(r, 11 + (uint64_t)i));
+        CHECK_OK(wisp_raw_add_string(r, 0, "abc", (size_t)(i % 4)));
+        CHECK_OK(wisp_raw_add_float(r, 1, xs[i]));
+        if (i == 1) CHECK_OK(wisp_raw_row_reject(r, "unknown input 'zz'"));
+        CHECK_OK(wisp_raw_row_end(r));
+    }
+    float out[5];
+    CHECK_OK(wisp_session_score_raw(s, r, out));
+    CHECK_OK(wisp_transform(r, ref));
+    char why[256] = "";
+    CHECK_MSG(same_bad_rows(s, ref, why, sizeof why), "%s: %s", dev, why);
+    CHECK(wisp_session_bad_count(s) == 2);
+    size_t row = 0;
+    uint64_t line = 0;
+    const char *msg = NULL;
+    CHECK_OK(wisp_session_bad_row(s, 0, &row, &line, &msg));
+    CHECK_MSG(row == 1 && line == 12 && msg && strstr(msg, "unknown input 'zz'"), "%s: row %zu line %llu '%s'", dev, row,
+              (unsigned long long)line, msg ? msg : "");
+    CHECK_OK(wisp_session_bad_row(s, 1, &row, &line, &msg));
+    CHECK_MSG(row == 3 && line == 14 && msg && strstr(msg, "column 'x'") && strstr(msg, "NaN"), "%s: row %zu line %llu '%s'",
+              dev, row, (unsigned long long)line, msg ? msg : "");
+    CHECK(isnan(out[1]) && isnan(out[3]) && !isnan(out[0]) && !isnan(out[2]) && !isnan(out[4]));
+    CHECK_OK(wisp_session_bad_row(s, 1, NULL, NULL, NULL));          /* every out-parameter may be NULL */
+    /* a copy: the raw batch may change */
+    wisp_raw_clear(r);
+    CHECK_OK(wisp_session_bad_row(s, 1, &row, &line, &msg));
+    CHECK(row == 3 && line == 14 && msg && strstr(msg, "NaN"));
+    /* a fresh list every call: clean rows leave none, a failed call none */
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(wisp_raw_row_begin(r, 0));
+        CHECK_OK(wisp_raw_add_string(r, 0, "ab", 2));
+        CHECK_OK(wisp_raw_add_float(r, 1, i));
+        CHECK_OK(wisp_raw_row_end(r));
+    }
+    CHECK_OK(wisp_session_score_raw(s, r, out));
+    CHECK(wisp_session_bad_count(s) == 0);
+    CHECK_OK(wisp_raw_row_begin(r, 0));
+    CHECK_OK(wisp_raw_add_float(r, 1, NAN));
+    CHECK_OK(wisp_raw_row_end(r));
+    CHECK_OK(wisp_session_score_raw(s, r, out));
+    CHECK(wisp_session_bad_count(s) == 1);
+    CHECK_FAILS(wisp_session_score_raw(s, r, NULL), WISP_EINVAL, "out is NULL");
+    CHECK(wisp_session_bad_count(s) == 0);
+done:
+    wisp_batch_free(ref);
+    wisp_raw_free(r);
+    wisp_session_free(s);
+    wisp_model_free(m);
+    wisp_columns_free(c);
 }
 
 /* misuse: the same answers as wisp_transform's */
@@ -240,6 +346,8 @@ int main(void)
         run(eng, 1, quick);
     }
     test_empty_sparse(eng, n ? "gpu" : "cpu");
+    test_bad_rows(eng, "cpu");
+    if (n) test_bad_rows(eng, "gpu");
     test_misuse(eng);
     wisp_engine_free(eng);
     return CHECK_DONE("test_transform_gpu");
