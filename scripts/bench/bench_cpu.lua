@@ -1,6 +1,6 @@
 -- bench_cpu.lua — in-process CPU scoring of prebuilt batches (rows/s per batch size and thread count), scipy's CSR mat-vec side by side.
 --
--- usage: build/wisp run scripts/bench_cpu.lua [--quick] [--threads 1,2,4] [--sizes 10,1k,200k,1M]
+-- usage: build/wisp run scripts/bench/bench_cpu.lua [--quick] [--threads 1,2,4] [--sizes 10,1k,200k,1M]
 --            [--dists uniform,zipf] [--hugepages both|on|off] [--pool ROWS] [--repeats N]
 --            [--min-ms MS] [--peer-rows ROWS] [--no-peer] [--label NAME] [--out FILE.json]
 --   default (full): sizes 10,100,1k,10k,100k,200k,1M; threads 1,2,4,... up to the engine's
@@ -28,7 +28,7 @@
 -- Correctness: every loaded model first scores 2 x 4096 sample rows of each pool,
 -- checked against a float64 reference computed here (the run stops beyond 1e-5).
 -- Peer: the weights and the first --peer-rows rows of each pool go to a temporary
--- directory (/dev/shm when possible) as raw arrays, and scripts/bench_scipy_peer.py
+-- directory (/dev/shm when possible) as raw arrays, and scripts/bench/bench_scipy_peer.py
 -- times scipy's A @ w + sigmoid on one thread over the same windows of those rows, and
 -- checks its probabilities against wisp's on the first 200k rows. Missing python3 or
 -- scipy is recorded as "unavailable" with the reason, not an error.
@@ -370,7 +370,7 @@ local min_ns = (opt.min_ms or (opt.quick and 10 or 40)) * 1e6
 local peer_rows = min(opt.peer_rows or (opt.quick and pool_rows or 1000000), pool_rows)
 local hp_modes = opt.hugepages == "both" and { false, true } or { opt.hugepages == "on" }
 
-local script_dir = (arg[0] or "scripts/bench_cpu.lua"):match("^(.*)/[^/]*$") or "."
+local script_dir = (arg[0] or "scripts/bench/bench_cpu.lua"):match("^(.*)/[^/]*$") or "."
 
 ---------------------------------------------------------------------------
 -- the machine
@@ -412,7 +412,7 @@ end
 local hostname = trim(sh("hostname 2>/dev/null"))
 if hostname == "" then hostname = trim(read_file("/etc/hostname") or "host") end
 local label = (opt.label or hostname):gsub("[^%w%._-]", "_")
-local out_path = opt.out or (script_dir .. "/results/bench_cpu_" .. label .. (opt.quick and "-quick" or "") .. ".json")
+local out_path = opt.out or (script_dir .. "/../results/bench_cpu_" .. label .. (opt.quick and "-quick" or "") .. ".json")
 
 local commit = trim(sh("git rev-parse --short HEAD 2>/dev/null"))
 if commit == "" then commit = os.getenv("WISP_COMMIT") or "unknown" end   -- machines without .git
@@ -429,7 +429,7 @@ local function exe_path()
     if cwd ~= "" and p:sub(1, #cwd + 1) == cwd .. "/" then p = p:sub(#cwd + 2) end
     return p
 end
-local command_parts = { exe_path(), "run", arg[0] or "scripts/bench_cpu.lua" }
+local command_parts = { exe_path(), "run", arg[0] or "scripts/bench/bench_cpu.lua" }
 for _, a in ipairs(argv) do command_parts[#command_parts + 1] = shell_quote(a) end
 local command = table.concat(command_parts, " ")
 

@@ -1,6 +1,6 @@
 -- gen_libsvm.lua — write Criteo-like synthetic libsvm rows (13 numeric + 26 Zipf categorical ids).
--- usage: luajit scripts/gen_libsvm.lua [--rows N] [--buckets B] [--zipf S] [--seed N] [--one-based] OUT
---   (or: build/wisp run scripts/gen_libsvm.lua ...)
+-- usage: luajit scripts/load/gen_libsvm.lua [--rows N] [--buckets B] [--zipf S] [--seed N] [--one-based] OUT
+--   (or: build/wisp run scripts/load/gen_libsvm.lua ...)
 local root = (arg and arg[0] or ""):match("^(.*)/scripts/[^/]*$") or "."
 package.path = root .. "/lua/?.lua;" .. root .. "/lua/?/init.lua;" .. package.path
 local synth = require "wisp.synth"

@@ -8,7 +8,7 @@
 # by `liblinear-predict -b 1` and `wisp score`. Checks the probabilities agree
 # (first probability column = the model's first label) and records both timings.
 #
-# usage: scripts/bench_cpu_vs_liblinear.sh [--rows N] [--buckets B] [--repeat R] [--threads T]
+# usage: scripts/bench/bench_cpu_vs_liblinear.sh [--rows N] [--buckets B] [--repeat R] [--threads T]
 #            [--build DIR] [--baseline WISP_BINARY] [--out FILE]
 #   --build DIR      the build to measure (default build; made with make BUILD=DIR)
 #   --baseline BIN   another `wisp` binary (e.g. a build of an older commit) timed
@@ -17,7 +17,7 @@
 # parse thread time that `wisp score --threads 1 --stats` reports.
 # output: scripts/results/bench_cpu_vs_liblinear.json (+ a table on stdout)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 rows=200000 buckets=262144 repeat=5 threads=0 build=build baseline="" out=scripts/results/bench_cpu_vs_liblinear.json
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -44,8 +44,8 @@ model="$dir/model_${rows}_${buckets}.txt" wmodel="$odir/model_${rows}_${buckets}
 
 now() { date +%s.%N; }
 calc() { awk "BEGIN { printf \"%.6g\", $1 }"; }
-[ -s "$train" ] || { echo "generating $train"; $wisp run scripts/gen_libsvm.lua --rows "$rows" --buckets "$buckets" --seed 1 --one-based "$train"; }
-[ -s "$test" ]  || { echo "generating $test";  $wisp run scripts/gen_libsvm.lua --rows "$rows" --buckets "$buckets" --seed 2 --one-based "$test"; }
+[ -s "$train" ] || { echo "generating $train"; $wisp run scripts/load/gen_libsvm.lua --rows "$rows" --buckets "$buckets" --seed 1 --one-based "$train"; }
+[ -s "$test" ]  || { echo "generating $test";  $wisp run scripts/load/gen_libsvm.lua --rows "$rows" --buckets "$buckets" --seed 2 --one-based "$test"; }
 if [ ! -s "$model" ]; then
     echo "training: liblinear-train -s 0 -B 1 $train $model"
     t0=$(now); liblinear-train -s 0 -B 1 "$train" "$model" >/dev/null; t1=$(now)
@@ -119,7 +119,7 @@ dirty=$(git status --porcelain -- . ':!scripts/results' 2>/dev/null | grep -q . 
 cat > "$out" <<EOF
 {
   "benchmark": "bench_cpu_vs_liblinear",
-  "command": "scripts/bench_cpu_vs_liblinear.sh --rows $rows --buckets $buckets --repeat $repeat --threads $threads${baseline:+ --baseline $baseline}",
+  "command": "scripts/bench/bench_cpu_vs_liblinear.sh --rows $rows --buckets $buckets --repeat $repeat --threads $threads${baseline:+ --baseline $baseline}",
   "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
   "commit": "$commit$dirty",
   "machine": {"cpu": "$cpu", "cores": $(nproc), "gpu": "none used (--device cpu)", "load_average_1m": [$load1, $load2]},

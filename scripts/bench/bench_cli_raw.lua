@@ -1,5 +1,5 @@
 -- bench_cli_raw.lua — `wisp score --format tsv` (raw Criteo TSV: parse + transform + score) against `wisp score` on the same rows as libsvm ids (parse + score), side by side.
---   build/wisp run scripts/bench_cli_raw.lua [--rows 200000] [--repeat 5] [--label dev-2core] [--threads N] [--device cpu]
+--   build/wisp run scripts/bench/bench_cli_raw.lua [--rows 200000] [--repeat 5] [--label dev-2core] [--threads N] [--device cpu]
 -- Writes scripts/results/bench_cli_raw-<label>.json. The libsvm file holds the ids and values
 -- that the columns make of the TSV rows (wisp_transform), so both commands print the same scores
 -- (checked: the outputs are compared byte for byte).
@@ -119,7 +119,7 @@ local function sh1(c) local p = io.popen(c); local s = p:read("*a"); p:close(); 
 local report = {
     machine = sh1("hostname"), cpu = sh1("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"),
     gpu = sh1(WISP .. " devices | grep '^gpu'"), commit = os.getenv("WISP_COMMIT") or sh1("git rev-parse --short HEAD"),
-    date = os.date("!%Y-%m-%dT%H:%M:%SZ"), command = "build/wisp run scripts/bench_cli_raw.lua " .. table.concat(arg, " "),
+    date = os.date("!%Y-%m-%dT%H:%M:%SZ"), command = "build/wisp run scripts/bench/bench_cli_raw.lua " .. table.concat(arg, " "),
     rows = opts.rows, tsv_bytes = size(tsv), libsvm_bytes = size(svm), columns = spec:count(),
     peers = { tsv = { command = cmds.tsv, seconds = res.tsv, median_s = mt, rows_per_s = opts.rows / mt, stats = last.tsv },
               libsvm = { command = cmds.libsvm, seconds = res.libsvm, median_s = ml, rows_per_s = opts.rows / ml, stats = last.libsvm } },

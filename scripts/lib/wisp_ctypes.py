@@ -15,7 +15,7 @@ import ctypes as C
 import os
 import platform
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _vp, _sz, _i32, _u64, _u32 = C.c_void_p, C.c_size_t, C.c_int, C.c_uint64, C.c_uint32
 _str, _P = C.c_char_p, C.POINTER

@@ -1,6 +1,6 @@
 -- seed_experiment.lua — the TensorFlow user's benchmark reproduced: batch sizes 10..200k, 10..200 calls each, CPU and GPU, a fresh batch every call; their table, the stage breakdown, speedups, the calibrated crossover.
 --
--- usage: build/wisp run scripts/seed_experiment.lua [--quick] [--label NAME] [--out FILE.json]
+-- usage: build/wisp run scripts/bench/seed_experiment.lua [--quick] [--label NAME] [--out FILE.json]
 --            [--buckets N] [--pool ROWS] [--threads N]
 --   --quick   calls 10, 20, 40 only and a 400k-row pool (~20 s on the 2-core dev VM)
 --   default   calls 10, 20, 40, 100, 200 and a 1.2M-row pool
@@ -107,12 +107,12 @@ local machine = {
     hostname = trim(sh("hostname 2>/dev/null")),
 }
 local label = (opt.label or machine.hostname):gsub("[^%w%._-]", "_")
-local script_dir = (arg[0] or "scripts/seed_experiment.lua"):match("^(.*)/[^/]*$") or "."
-local out_path = opt.out or (script_dir .. "/results/seed_experiment_" .. label .. (opt.quick and "-quick" or "") .. ".json")
+local script_dir = (arg[0] or "scripts/bench/seed_experiment.lua"):match("^(.*)/[^/]*$") or "."
+local out_path = opt.out or (script_dir .. "/../results/seed_experiment_" .. label .. (opt.quick and "-quick" or "") .. ".json")
 local commit = trim(sh("git rev-parse --short HEAD 2>/dev/null"))
 if commit == "" then commit = os.getenv("WISP_COMMIT") or "unknown" end
 if trim(sh("git status --porcelain -- . ':!scripts/results' 2>/dev/null")) ~= "" then commit = commit .. "+uncommitted" end
-local command = "wisp run " .. (arg[0] or "scripts/seed_experiment.lua") .. " " .. table.concat(arg, " ")
+local command = "wisp run " .. (arg[0] or "scripts/bench/seed_experiment.lua") .. " " .. table.concat(arg, " ")
 note("seed experiment: %s, %d threads; GPU: %s", machine.cpu, machine.engine_threads,
      gpu_dev and (gpu_dev.name .. " " .. gpu_dev.product) or ("absent (" .. gpu_status .. ")"))
 

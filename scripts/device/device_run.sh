@@ -2,19 +2,19 @@
 # device_run.sh — one call on the GPU machine: build, the GPU test suite, and the benchmarks.
 # Run there from the repository root, with .devdeps carried (see ../shared/device/README.md):
 #   export WISP_COMMIT=<git rev-parse --short HEAD, computed here> &&
-#   source .devdeps/env.sh && scripts/device_run.sh [STAGE...]
+#   source .devdeps/env.sh && scripts/device/device_run.sh [STAGE...]
 # Stages (default: all but xf, tfreplay, nvtx, nginx, multigpu, in this order): test bench_gpu bench_cpu seed
 #   sanitize batcher xf tfreplay demo nvtx nginx multigpu
-#   multigpu: scripts/bench_multigpu.py (issue 8): replicated and sharded tables on 1, 2, 4 GPUs, with the
+#   multigpu: scripts/bench/bench_multigpu.py (issue 8): replicated and sharded tables on 1, 2, 4 GPUs, with the
 #       copy floors; label h200-x<GPUs> unless WISP_MG_LABEL is set, extra options in WISP_MG_OPTS (--quick, --sizes ...).
 #   xf: the GPU transform's tests and bench with score_raw packing every array
 #       (WISP_GPU_XF_DIRECT=0) and copying pinned arrays directly (the default, =1); tfreplay: spec/interop/tf_parity.py --replay
 #       build/tfkeep (carry build/tfkeep); nvtx: Nsight Systems over `wisp score --device gpu:0`
-#       (the NVTX ranges by name); nginx: scripts/bench_nginx.sh on the GPU and, pinned, the CPU.
+#       (the NVTX ranges by name); nginx: scripts/bench/bench_nginx.sh on the GPU and, pinned, the CPU.
 # (the device's copy of the tree has no .git, so the results record WISP_COMMIT)
 # Logs and JSON results go to build/device_out and scripts/results/, and as one archive to $OUT.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=build/device_out
 mkdir -p "$out" scripts/results
 export CPATH=/opt/devdeps/usr/include:/opt/devdeps/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}
@@ -36,18 +36,18 @@ if want test; then
 fi
 if want bench_gpu; then
     step "bench_gpu.py"
-    timeout 180 python3 scripts/bench_gpu.py --lib build/libwisp.so --out scripts/results/bench_gpu.json > "$out/bench_gpu.log" 2>&1
+    timeout 180 python3 scripts/bench/bench_gpu.py --lib build/libwisp.so --out scripts/results/bench_gpu.json > "$out/bench_gpu.log" 2>&1
     tail -32 "$out/bench_gpu.log"
 fi
 if want bench_cpu; then
     step "bench_cpu.lua (with the scipy peer)"
-    timeout 120 build/wisp run scripts/bench_cpu.lua --label h200-host --threads 1,2,16 --sizes 10,1k,200k,1M \
+    timeout 120 build/wisp run scripts/bench/bench_cpu.lua --label h200-host --threads 1,2,16 --sizes 10,1k,200k,1M \
         > "$out/bench_cpu.log" 2>&1
     tail -25 "$out/bench_cpu.log"
 fi
 if want seed; then
     step "seed_experiment.lua"
-    timeout 120 build/wisp run scripts/seed_experiment.lua --label h200 > "$out/seed.log" 2>&1
+    timeout 120 build/wisp run scripts/bench/seed_experiment.lua --label h200 > "$out/seed.log" 2>&1
     tail -45 "$out/seed.log"
 fi
 if want sanitize; then
@@ -63,10 +63,10 @@ if want sanitize; then
 fi
 if want batcher; then
     step "bench_batcher.lua on the GPU"
-    timeout 90 build/wisp run scripts/bench_batcher.lua --device gpu:0 --label h200 > "$out/batcher.log" 2>&1
+    timeout 90 build/wisp run scripts/bench/bench_batcher.lua --device gpu:0 --label h200 > "$out/batcher.log" 2>&1
     tail -20 "$out/batcher.log"
     step "bench_batcher.lua on the host CPU"
-    timeout 90 build/wisp run scripts/bench_batcher.lua --device cpu --label h200-cpu > "$out/batcher_cpu.log" 2>&1
+    timeout 90 build/wisp run scripts/bench/bench_batcher.lua --device cpu --label h200-cpu > "$out/batcher_cpu.log" 2>&1
     tail -20 "$out/batcher_cpu.log"
 fi
 if want xf; then
@@ -74,7 +74,7 @@ if want xf; then
         step "GPU transform, WISP_GPU_XF_DIRECT=$d"
         make BUILD=build build/test/test_transform_gpu > /dev/null 2>&1
         WISP_GPU_XF_DIRECT=$d WISP_TEST_GPU=1 timeout 120 build/test/test_transform_gpu 2>&1 | tail -2
-        WISP_GPU_XF_DIRECT=$d timeout 150 python3 scripts/bench_transform_gpu.py --lib build/libwisp.so \
+        WISP_GPU_XF_DIRECT=$d timeout 150 python3 scripts/bench/bench_transform_gpu.py --lib build/libwisp.so \
             --label "h200-direct$d" --cpu-repeat 2 > "$out/xf_direct$d.log" 2>&1
         tail -6 "$out/xf_direct$d.log"
     done
@@ -107,15 +107,15 @@ if want nvtx; then
 fi
 if want nginx; then
     step "bench_nginx.sh on the GPU (1 worker) and, pinned, on the CPU (2 workers)"
-    timeout 240 scripts/bench_nginx.sh --device gpu --workers 1 --label h200-gpu --million ${WISP_NGINX_GPU_OPTS:-} > "$out/nginx_gpu.log" 2>&1
+    timeout 240 scripts/bench/bench_nginx.sh --device gpu --workers 1 --label h200-gpu --million ${WISP_NGINX_GPU_OPTS:-} > "$out/nginx_gpu.log" 2>&1
     tail -15 "$out/nginx_gpu.log"
-    timeout 240 scripts/bench_nginx.sh --device cpu --label h200-cpu ${WISP_NGINX_CPU_OPTS:---pin} > "$out/nginx_cpu.log" 2>&1
+    timeout 240 scripts/bench/bench_nginx.sh --device cpu --label h200-cpu ${WISP_NGINX_CPU_OPTS:---pin} > "$out/nginx_cpu.log" 2>&1
     tail -15 "$out/nginx_cpu.log"
 fi
 if want multigpu; then
     step "bench_multigpu.py: replicated and sharded tables on 1..N GPUs"
     ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-    NCCL_NVLS_ENABLE=0 timeout 420 python3 scripts/bench_multigpu.py --lib build/libwisp.so \
+    NCCL_NVLS_ENABLE=0 timeout 420 python3 scripts/bench/bench_multigpu.py --lib build/libwisp.so \
         --label "${WISP_MG_LABEL:-h200-x${ngpus:-0}}" ${WISP_MG_OPTS:-} > "$out/multigpu.log" 2>&1
     echo "exit $?"
     tail -45 "$out/multigpu.log"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench_transform_gpu.py — the transform node on the GPU: raw columns -> probabilities on the device, against transforming on the CPU and shipping every crossed id.
 
-Usage: scripts/bench_transform_gpu.py [--lib build/libwisp.so] [--rows 200000] [--repeat 10] [--cpu-repeat 3]
+Usage: scripts/bench/bench_transform_gpu.py [--lib build/libwisp.so] [--rows 200000] [--repeat 10] [--cpu-repeat 3]
                                       [--threads N] [--label LABEL] [--out scripts/results/bench_transform_gpu-LABEL.json]
 
 Model: 26 categorical string inputs C1..C26 (Criteo-like: 8 hex digits, Zipf(1.2) ids,
@@ -39,10 +39,11 @@ import time
 
 import numpy as np
 
-import wisp_ctypes  # scripts/wisp_ctypes.py: the one binding of libwisp.so
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import wisp_ctypes  # noqa: E402  scripts/lib/wisp_ctypes.py: the one binding of libwisp.so
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 NCAT = 26
 BUCKETS = 100000
 
@@ -94,7 +95,7 @@ def main():
     ap.add_argument("--label", default="dev")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
-    out_path = a.out or os.path.join(HERE, "results", "bench_transform_gpu-%s.json" % a.label)
+    out_path = a.out or os.path.join(ROOT, "scripts", "results", "bench_transform_gpu-%s.json" % a.label)
     L = load(a.lib)
 
     def ok(rc, what):

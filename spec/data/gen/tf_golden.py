@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tf_golden.py — golden vectors for wisp's feature columns, computed by a real TensorFlow.
 
-Usage: scripts/tf_golden.py [--out spec/data]
+Usage: spec/data/gen/tf_golden.py [--out spec/data]
 Writes (small, committed; the specs read them, TensorFlow is not needed to test):
   tf_golden_fingerprint.json  Fingerprint64 of strings of every length 0..300 (random bytes,
                               UTF-8, NUL), recovered exactly from tf.strings.to_hash_bucket_fast;
@@ -19,7 +19,8 @@ import random
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+sys.path[:0] = [os.path.join(ROOT, "scripts", "tools"), os.path.join(ROOT, "scripts", "lib")]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
@@ -290,12 +291,12 @@ def cases(rng):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(HERE), "spec", "data"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "spec", "data"))
     ap.add_argument("--seed", type=int, default=20261129)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     rng = random.Random(a.seed)
-    header = {"generator": "scripts/tf_golden.py --seed %d" % a.seed, "tensorflow": tf.__version__}
+    header = {"generator": "spec/data/gen/tf_golden.py --seed %d" % a.seed, "tensorflow": tf.__version__}
     fp = fingerprints(rng)
     cr = crosses(rng)
     path = os.path.join(a.out, "tf_golden_fingerprint.json")

@@ -2,8 +2,8 @@
 """tf_export.py — TensorFlow linear models -> .wisp files, and the bridge between wisp's column descriptions and tf.feature_column.
 
 Usage:
-  scripts/tf_export.py --columns spec.json --checkpoint DIR_OR_PREFIX --out model.wisp [--dtype f32|f16|i8]
-  scripts/tf_export.py --columns spec.json --keras MODEL --out model.wisp [--dtype f32|f16|i8]
+  scripts/tools/tf_export.py --columns spec.json --checkpoint DIR_OR_PREFIX --out model.wisp [--dtype f32|f16|i8]
+  scripts/tools/tf_export.py --columns spec.json --keras MODEL --out model.wisp [--dtype f32|f16|i8]
       Reads the weights of a linear model over the feature columns that
       spec.json describes (a wisp-columns description; see the top of
       engine/columns.c) from a TensorFlow checkpoint and writes a
@@ -28,10 +28,10 @@ Usage:
       columns are checked against the description (names, kinds, sizes,
       keys, boundaries, vocabularies); anything else (an embedding column,
       hidden layers, several outputs) is refused with the reason.
-  scripts/tf_export.py --columns spec.json --print-tf
+  scripts/tools/tf_export.py --columns spec.json --print-tf
       Print the tf.feature_column objects the description stands for.
 
-As a module (scripts/ on sys.path): tf_columns(spec) builds the TensorFlow
+As a module (scripts/tools/ on sys.path): tf_columns(spec) builds the TensorFlow
 feature columns of a description, tf_features(spec, rows) the tensors to
 feed them from raw rows (dicts, missing keys allowed), and write_wisp()
 writes a .wisp file through libwisp (ctypes; $WISP_LIB or build/libwisp.so).
@@ -47,10 +47,11 @@ import sys
 
 import numpy as np
 
-import wisp_ctypes  # scripts/wisp_ctypes.py: the one binding of libwisp.so
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import wisp_ctypes  # noqa: E402  scripts/lib/wisp_ctypes.py: the one binding of libwisp.so
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 DTYPES = {"float32": np.float32, "int64": np.int64, "string": object}
 
@@ -373,10 +374,10 @@ def main(argv=None):
         ap.error("--out and one of --checkpoint or --keras are required")
     if a.keras:
         w, bias = weights_from_keras(a.keras, spec)
-        meta = "source=tensorflow-keras\nkeras_model=%s\nexporter=scripts/tf_export.py\n" % os.path.abspath(a.keras)
+        meta = "source=tensorflow-keras\nkeras_model=%s\nexporter=scripts/tools/tf_export.py\n" % os.path.abspath(a.keras)
     else:
         w, bias = weights_from_checkpoint(a.checkpoint, spec, a.prefix)
-        meta = "source=tensorflow\ncheckpoint=%s\nexporter=scripts/tf_export.py\n" % os.path.abspath(a.checkpoint)
+        meta = "source=tensorflow\ncheckpoint=%s\nexporter=scripts/tools/tf_export.py\n" % os.path.abspath(a.checkpoint)
     write_wisp(a.out, w, bias, json.dumps(spec, indent=1), meta=meta, dtype=a.dtype)
     print("tf_export: wrote %s (%d weights, %d columns, bias %.6g)" % (a.out, len(w), len(spec["columns"]), bias))
     return 0

@@ -21,7 +21,7 @@ measured in one run, on the same data:
              with a per-batch timeline of the stages from CUDA events.
 
 Usage (on the GPU machine, after `make BUILD=... .../libwisp.so`):
-    python3 scripts/bench_gpu.py --lib build/libwisp.so [--out scripts/results/bench_gpu.json] [--quick]
+    python3 scripts/bench/bench_gpu.py --lib build/libwisp.so [--out scripts/results/bench_gpu.json] [--quick]
 """
 import argparse
 import ctypes as C
@@ -35,7 +35,8 @@ import time
 
 import numpy as np
 
-import wisp_ctypes  # scripts/wisp_ctypes.py: the one binding of libwisp.so
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import wisp_ctypes  # noqa: E402  scripts/lib/wisp_ctypes.py: the one binding of libwisp.so
 
 ST = dict(batches=0, rows=1, nnz=2, out_of_range=3, bad_rows=4, fallbacks=5, ns_parse=6, ns_transform=7,
           ns_h2d=8, ns_kernel=9, ns_d2h=10, ns_sync=11, ns_overhead=12, ns_total=13, bytes_h2d=14, bytes_d2h=15)
@@ -149,7 +150,7 @@ def main():
     REPS = 10 if args.quick else 50
 
     res = {
-        "script": "scripts/bench_gpu.py",
+        "script": "scripts/bench/bench_gpu.py",
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": os.environ.get("WISP_COMMIT") or "uncommitted",

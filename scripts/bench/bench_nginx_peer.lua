@@ -1,5 +1,5 @@
--- bench_nginx_peer.lua — the in-process peer of scripts/bench_nginx.sh: the same request bodies parsed and scored in one process.
---   wisp run scripts/bench_nginx_peer.lua MODEL BODY.libsvm DEVICE SECONDS
+-- bench_nginx_peer.lua — the in-process peer of scripts/bench/bench_nginx.sh: the same request bodies parsed and scored in one process.
+--   wisp run scripts/bench/bench_nginx_peer.lua MODEL BODY.libsvm DEVICE SECONDS
 -- Prints "PEER {...}": rows/s for parse+score of the body (what one request costs the
 -- service, minus HTTP and JSON), and for scoring the pre-parsed batch alone.
 local wisp = require "wisp"

@@ -1,6 +1,6 @@
 -- bench_batcher.lua — the batcher's throughput and added latency: 64 in-process callers (coroutines) sending 1 row each vs the same rows scored as one batch, over max-delay settings.
 --
--- usage: build/wisp run scripts/bench_batcher.lua [--quick] [--device cpu|gpu:0|auto] [--pool ROWS]
+-- usage: build/wisp run scripts/bench/bench_batcher.lua [--quick] [--device cpu|gpu:0|auto] [--pool ROWS]
 --                                                 [--label NAME] [--out FILE.json]
 --
 -- Workload: a Criteo-like model (lua/wisp/synth.lua, 13 numeric + 26 categorical
@@ -402,15 +402,15 @@ local commit = trim(sh("git rev-parse --short HEAD 2>/dev/null"))
 if commit == "" then commit = os.getenv("WISP_COMMIT") or "unknown" end
 if trim(sh("git status --porcelain -- . ':!scripts/results' 2>/dev/null")) ~= "" then commit = commit .. "+uncommitted" end
 local label = (opt.label or trim(sh("hostname"))):gsub("[^%w%._-]", "_")
-local script_dir = (arg[0] or "scripts/bench_batcher.lua"):match("^(.*)/[^/]*$") or "."
-local out_path = opt.out or (script_dir .. "/results/bench_batcher_" .. label .. (opt.quick and "-quick" or "") .. ".json")
+local script_dir = (arg[0] or "scripts/bench/bench_batcher.lua"):match("^(.*)/[^/]*$") or "."
+local out_path = opt.out or (script_dir .. "/../results/bench_batcher_" .. label .. (opt.quick and "-quick" or "") .. ".json")
 local _, gpu_status = eng:devices()
 local doc = {
     benchmark = "bench_batcher", label = label, mode = opt.quick and "quick" or "full",
     machine = { cpu = cpuinfo:match("model name%s*:%s*([^\n]+)") or "unknown", engine_threads = eng:threads(),
                 gpu_status = gpu_status, uptime = trim(sh("uptime 2>/dev/null")) },
     commit = commit, date = os.date("!%Y-%m-%dT%H:%M:%SZ"),
-    command = "wisp run " .. (arg[0] or "scripts/bench_batcher.lua") .. " " .. table.concat(arg, " "),
+    command = "wisp run " .. (arg[0] or "scripts/bench/bench_batcher.lua") .. " " .. table.concat(arg, " "),
     device = opt.device, scored_on = sess:last_device(),
     peers = { one_batch_us = t_batch, one_batch_rows_per_s = 64 / t_batch * 1e6, single_row_us = t_single,
               score_only_1_row_us = t_score_only, switch_ns = t_switch,

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """bench_transform.py — CPU transform throughput on the Criteo layout (TSV in -> CSR out), wisp against TensorFlow's own preprocessing, one core each, side by side.
 
-Usage: scripts/bench_transform.py [--rows 200000] [--crosses adjacent|all] [--repeat 5] [--batch 8192]
+Usage: scripts/bench/bench_transform.py [--rows 200000] [--crosses adjacent|all] [--repeat 5] [--batch 8192]
                                   [--tf-rows 50000] [--no-tf] [--baseline-lib OLD/libwisp.so]
                                   [--out scripts/results/bench_transform.json]
 
 Data: synthetic Criteo-layout TSV (label, I1..I13 integers, C1..C26 8-hex-digit
 categoricals, Zipf-distributed, about 10% empty fields), made here with a fixed seed.
-Feature columns (the same description for both, built by scripts/tf_export.py's bridge):
+Feature columns (the same description for both, built by scripts/tools/tf_export.py's bridge):
   13 numeric (float32, default 0, (x - 4) / 16), 13 bucketized of them (10 boundaries),
   26 hash_bucket (10^6 buckets each: not a power of two, so no mask shortcut) and the
   crosses: "adjacent" = C1xC2 .. C25xC26 (25), "all" = every pair of the 26 categoricals
@@ -42,8 +42,8 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path[:0] = [os.path.join(ROOT, "scripts", "tools"), os.path.join(ROOT, "scripts", "lib")]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
@@ -280,7 +280,7 @@ def main():
     ap.add_argument("--baseline-lib")
     ap.add_argument("--out")
     a = ap.parse_args()
-    out = a.out or os.path.join(HERE, "results", "bench_transform%s.json" % ("" if a.crosses == "adjacent" else "_all_crosses"))
+    out = a.out or os.path.join(ROOT, "scripts", "results", "bench_transform%s.json" % ("" if a.crosses == "adjacent" else "_all_crosses"))
     spec = description(a.crosses)
     cache = os.path.join(ROOT, "build", "bench_transform")
     os.makedirs(cache, exist_ok=True)
@@ -325,7 +325,7 @@ def main():
     read_bps, scan_bps = read_floor(path, text, a.repeat)
     res = {
         "benchmark": "bench_transform",
-        "command": "scripts/bench_transform.py " + " ".join(sys.argv[1:]),
+        "command": "scripts/bench/bench_transform.py " + " ".join(sys.argv[1:]),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "commit": commit(),
         "machine": dict(machine(), load_average_1m=[round(load0, 2), round(load1, 2)]),

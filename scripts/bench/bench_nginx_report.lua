@@ -1,5 +1,5 @@
--- bench_nginx_report.lua — summarises scripts/bench_nginx.sh's runs (one JSON object a line) into its "figures": medians over rounds, ratios to the peer, p99/p50 at 80%.
---   wisp run scripts/bench_nginx_report.lua RUNS.jsonl [pinned] > figures.json
+-- bench_nginx_report.lua — summarises scripts/bench/bench_nginx.sh's runs (one JSON object a line) into its "figures": medians over rounds, ratios to the peer, p99/p50 at 80%.
+--   wisp run scripts/bench/bench_nginx_report.lua RUNS.jsonl [pinned] > figures.json
 local cjson = require "cjson"
 local groups, order = {}, {}
 for line in io.lines(arg[1]) do

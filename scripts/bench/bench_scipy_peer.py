@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-# bench_scipy_peer.py — the scipy peer of scripts/bench_cpu.lua: CSR mat-vec (+ sigmoid) on the same raw arrays, JSON out.
+# bench_scipy_peer.py — the scipy peer of scripts/bench/bench_cpu.lua: CSR mat-vec (+ sigmoid) on the same raw arrays, JSON out.
 #
-# usage: python3 scripts/bench_scipy_peer.py DIR --sizes 10,100,... [--dists uniform,zipf]
+# usage: python3 scripts/bench/bench_scipy_peer.py DIR --sizes 10,100,... [--dists uniform,zipf]
 #            [--repeats 5] [--min-ms 50] [--max-windows 4096] [--check-rows N] [--bias B]
 #
 # DIR holds raw little-endian files written by bench_cpu.lua:

@@ -1,9 +1,9 @@
 -- queue_model.lua — the floor for bench_nginx's "p99 <= 3 x p50 at 80% of peak": an ideal FIFO queue with c servers, simulated (discrete events, seeded), printing sojourn-time percentiles and p99/p50.
 --
--- usage: build/wisp run scripts/queue_model.lua [--servers C] [--rho R] [--arrivals poisson|const]
+-- usage: build/wisp run scripts/load/queue_model.lua [--servers C] [--rho R] [--arrivals poisson|const]
 --            [--service det|exp|FILE] [--dispatch shared|random] [--n N] [--seed S] [--mean S]
 --            [--delay D] [--json]
---        build/wisp run scripts/queue_model.lua --table [--n N] [--seed S] [--json]
+--        build/wisp run scripts/load/queue_model.lua --table [--n N] [--seed S] [--json]
 --
 -- The model: requests arrive at rate rho * C / mean_service, either as a Poisson stream
 -- (exponential gaps: independent clients) or at a constant rate (every 1/rate: wrk2 -R,
@@ -31,7 +31,7 @@
 -- --table: p99/p50 for rho 0.5..0.9 over the standard cases (det/exp service, poisson/const
 -- arrivals, 1 and 2 servers, both dispatch rules for 2): what an ideal server would show
 -- at 80% of peak. As a module (the spec):
---   local Q = assert(loadfile("scripts/queue_model.lua"))("--module")
+--   local Q = assert(loadfile("scripts/load/queue_model.lua"))("--module")
 --   Q.simulate{ servers = 1, rho = 0.8, arrivals = "poisson", service = "exp", n = 200000, seed = 1 }
 --     -> { p50, p90, p99, p999, max, mean, mean_wait, mean_service, p99_over_p50, ... }
 local ffi = require "ffi"
@@ -263,7 +263,7 @@ function M.main(args)
         elseif a == "--json" then as_json = true
         elseif a == "--table" then tbl = true
         elseif a == "-h" or a == "--help" then
-            for line in io.lines(arg and arg[0] or "scripts/queue_model.lua") do
+            for line in io.lines(arg and arg[0] or "scripts/load/queue_model.lua") do
                 if not line:match("^%-%-") then break end
                 print((line:gsub("^%-%- ?", "")))
             end

@@ -1,15 +1,15 @@
 #!/bin/sh
 # bench_nginx.sh — load benchmark of the nginx service (wrk on loopback, 2 workers): 1-row and 100-row requests, modes, the in-process peer, optionally 1M requests.
 #
-#   scripts/bench_nginx.sh [--label NAME] [--device cpu|gpu] [--duration S] [--quick] [--million] [--workers N]
+#   scripts/bench/bench_nginx.sh [--label NAME] [--device cpu|gpu] [--duration S] [--quick] [--million] [--workers N]
 #                          [--modes inline,async,thread,auto,batching] [--rounds N] [--serve-opts "..."]
 #                          [--raw-bodies] [--pin] [--wrk-threads N] [--wrk-batch] [--no-at80] [--plan]
 #                          [--peer-seconds S]
 #   -> scripts/results/bench_nginx-<label>.json
 #
 # On the GPU machine (16 cores), each about 3 minutes (all five mode groups, 3 rounds of 5 s: ~5-6):
-#   source .devdeps/env.sh && scripts/bench_nginx.sh --device cpu --pin --modes inline --rounds 3 --label h200-cpu-pin
-#   source .devdeps/env.sh && scripts/bench_nginx.sh --device gpu --workers 1 --modes inline,thread,auto --rounds 2 --label h200-gpu
+#   source .devdeps/env.sh && scripts/bench/bench_nginx.sh --device cpu --pin --modes inline --rounds 3 --label h200-cpu-pin
+#   source .devdeps/env.sh && scripts/bench/bench_nginx.sh --device gpu --workers 1 --modes inline,thread,auto --rounds 2 --label h200-gpu
 # (the GPU run unpinned: mode thread's pool threads would share the one pinned worker's core;
 # add --pin to measure it on one core, against a peer on that core.)
 #
@@ -54,7 +54,7 @@
 #   at peak, the 1-process peer; the same 1-row and 100-row requests at ~80% of their peak
 #   rate (below); 1-row requests with batching on (16 and 64 connections); mode=thread (ngx.run_worker_thread): 1-row and 100-row; mode=async
 #   (submit + ngx.sleep(0) + wait): 1-row and 100-row; mode=auto (thread above 16 KB): 100-row;
-#   the in-process peer in the same run: scripts/bench_nginx_peer.lua parses and scores the
+#   the in-process peer in the same run: scripts/bench/bench_nginx_peer.lua parses and scores the
 #   same 100-row body in a loop (one process, one thread, --duration s; and W processes at
 #   once, since nginx runs W workers, --peer-seconds s before and after inline_100row; with
 #   --pin each on one of the workers' cores), on the same device.
@@ -68,14 +68,14 @@
 # (short calibration runs, up to 3, until within 0.76-0.84 of peak); the measured run's
 # achieved fraction of peak, p50/p90/p99/p99.9 (wrk's latency histogram) are recorded.
 # Those pauses are whole milliseconds, so the requests leave in bursts at each tick; the
-# same two points are also measured open loop by scripts/loadgen.c (compiled here with cc):
+# same two points are also measured open loop by scripts/load/loadgen.c (compiled here with cc):
 # requests on a schedule at 0.8 x the median peak, constant rate or Poisson, each timed from
 # its scheduled time (queueing for a connection included), microsecond timing (_open_const,
 # _open_poisson; with --pin on wrk's cores, 2 threads; each records the workers' run delay, the time
 # they waited for a CPU (/proc/PID/schedstat), and how often their event loop lagged over 5 and
 # 20 ms (wisp_event_loop_lag_seconds): a stall that is not the worker's own shows in the first).
 # Beside each open-loop run, the floor:
-# scripts/queue_model.lua's ideal FIFO queue (W servers, the same arrivals at the run's
+# scripts/load/queue_model.lua's ideal FIFO queue (W servers, the same arrivals at the run's
 # achieved fraction of the peak; det and exp service, random and shared dispatch; and the
 # 1-connection latency quantiles as an empirical service shape) -> "at80_ideal_queue".
 # And closed loop, as a wrk user sets load (by connections, no think time): a short sweep of
@@ -99,7 +99,7 @@
 # and wrk runs on the same two cores as nginx's two workers.
 [ -z "$BASH_VERSION" ] && exec bash "$0" "$@"
 set -u
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 root=$(pwd)
 label=dev-2core; device=cpu; duration=5; quick=0; million=0; workers=2; modes=inline,async,thread,auto,batching
 rounds=3; serve_opts=""; raw_bodies=0; pin=0; plan=0; wrk_threads=""; wrk_batch=0; at80=1; peer_secs=""; rounds_given=0
@@ -183,7 +183,7 @@ if [ "$plan" = 1 ] || [ "$pin" = 1 ]; then
     if [ "$pinned" = 1 ]; then
         echo "  nginx: worker_cpu_affinity $affinity;   (serve.sh --cpu-affinity '$affinity': workers on CPUs $(csv "$worker_cores"))" >&2
         echo "  wrk:   $WRK -t$wrk_threads ...   (CPUs $(csv "$wrk_cores"))" >&2
-        for k in $(seq 1 "$workers"); do echo "  peer $k: $(peer_core "$k") build/wisp run scripts/bench_nginx_peer.lua ...   (with the other $((workers - 1)) at once, before and after each round's inline_100row)" >&2; done
+        for k in $(seq 1 "$workers"); do echo "  peer $k: $(peer_core "$k") build/wisp run scripts/bench/bench_nginx_peer.lua ...   (with the other $((workers - 1)) at once, before and after each round's inline_100row)" >&2; done
     else
         echo "  nginx: no worker_cpu_affinity; wrk: wrk -t$wrk_threads ... ; peers: unpinned" >&2
     fi
@@ -232,7 +232,7 @@ EOF
 if [ "$raw_bodies" = 1 ]; then
     # a model with feature columns and 100 raw rows: hundred_raw.json ({"instances"}),
     # hundred.ndjson (JSON lines) and hundred.libsvm (the same rows transformed)
-    "$W" run scripts/bench_nginx_rawmodel.lua "$tmp" || exit 1
+    "$W" run scripts/bench/bench_nginx_rawmodel.lua "$tmp" || exit 1
     chmod 644 "$model"
 fi
 
@@ -320,7 +320,7 @@ wrkrun() {  # wrkrun NAME ROUND CONNS SECONDS BODY CTYPE ROWS [THINK_MS] [MAX_PE
 }
 peer() {    # peer ROUND BODY ROWS: the in-process peer, one process, --duration seconds
     local line
-    line=$($(peer_core 1) "$W" run scripts/bench_nginx_peer.lua "$model" "$2" "$pdev" "$duration" | sed -n 's/^PEER //p')
+    line=$($(peer_core 1) "$W" run scripts/bench/bench_nginx_peer.lua "$model" "$2" "$pdev" "$duration" | sed -n 's/^PEER //p')
     echo "{\"name\": \"peer_${3}row_1proc\", \"round\": $1, \"cpu\": \"$(peer_core 1 | sed 's/.* //')\", ${line#\{}" >> "$runs"
     printf '%-34s %s\n' "peer_${3}row_1proc#$1" "$line" >&2
 }
@@ -329,7 +329,7 @@ peer_wproc() {   # peer_wproc ROUND BODY ROWS BRACKET(before|after): W peer proc
     # and immediately after the round's inline_100row (the report takes the mean of the two)
     local k pids="" line
     for k in $(seq 1 "$workers"); do
-        $(peer_core "$k") "$W" run scripts/bench_nginx_peer.lua "$model" "$2" "$pdev" "$peer_secs" > "$tmp/peer_$k.txt" &
+        $(peer_core "$k") "$W" run scripts/bench/bench_nginx_peer.lua "$model" "$2" "$pdev" "$peer_secs" > "$tmp/peer_$k.txt" &
         pids="$pids $!"
     done
     wait $pids
@@ -383,18 +383,18 @@ paced() {   # paced NAME PEAK_RPS BODY CTYPE ROWS ARRIVALS(poisson|paced): ~80% 
     echo "{\"name\": \"${name}_target\", \"round\": 1, \"peak_rps\": $peak, \"target_rps\": $target, \"arrivals\": \"$arr\", \"calibration_runs\": $k}" >> "$runs"
 }
 
-# Open-loop arrivals (scripts/loadgen.c, built here): requests on a schedule at 80% of the
+# Open-loop arrivals (scripts/load/loadgen.c, built here): requests on a schedule at 80% of the
 # peak, constant rate (as wrk2 -R) or Poisson, each timed from its scheduled time (no
 # coordinated omission, no millisecond ticks). wrk's delay() above paces in whole
 # milliseconds, so its "80%" arrives in bursts at each tick.
 LG=""
 build_loadgen() {
     [ -n "$LG" ] && return 0
-    cc -O2 -pthread -o "$tmp/loadgen" scripts/loadgen.c -lm 2> "$tmp/loadgen.err" && LG="$tmp/loadgen"
+    cc -O2 -pthread -o "$tmp/loadgen" scripts/load/loadgen.c -lm 2> "$tmp/loadgen.err" && LG="$tmp/loadgen"
 }
 open_at80() {   # open_at80 NAME PEAK_RPS BODY CTYPE ROWS ARRIVALS(const|poisson)
     local name=$1 peak=$2 body=$3 ct=$4 rows=$5 arr=$6 target c line cpu0 cs0 cpu1 cs1 lgt=1 pre="" s0 s1
-    build_loadgen || { echo "bench_nginx.sh: scripts/loadgen.c does not build: $(head -c 300 "$tmp/loadgen.err")" >&2; return 0; }
+    build_loadgen || { echo "bench_nginx.sh: scripts/load/loadgen.c does not build: $(head -c 300 "$tmp/loadgen.err")" >&2; return 0; }
     target=$(awk -v p="$peak" 'BEGIN { printf "%.1f", 0.8 * p }')
     # connections for ~5 ms of answers in flight (a request waiting for one counts the wait)
     c=$(awk -v t="$target" 'BEGIN { c = int(t * 0.005 + 0.999); if (c < 16) c = 16; if (c > 512) c = 512; print c }')
@@ -422,7 +422,7 @@ open_at80() {   # open_at80 NAME PEAK_RPS BODY CTYPE ROWS ARRIVALS(const|poisson
     ideal_queue "$name" "$arr" "$peak" "$rows" "$line"
 }
 
-# The floor for p99/p50 (scripts/queue_model.lua): an ideal FIFO queue with the W workers as
+# The floor for p99/p50 (scripts/load/queue_model.lua): an ideal FIFO queue with the W workers as
 # servers, fed the same arrivals (const or Poisson) at the run's achieved fraction of the peak,
 # 1M simulated requests: service deterministic and exponential, requests dispatched at random
 # to a worker (as connections belong to workers) or from one shared queue; and "empirical":
@@ -431,7 +431,7 @@ open_at80() {   # open_at80 NAME PEAK_RPS BODY CTYPE ROWS ARRIVALS(const|poisson
 # 1-connection mean latency added to every request as a fixed delay (loopback, client), in us.
 qmodel() {  # qmodel ARGS...: queue_model.lua's JSON line, or {}
     local out
-    out=$("$W" run scripts/queue_model.lua --servers "$workers" --n 1000000 --seed 1 --json "$@" 2>/dev/null)
+    out=$("$W" run scripts/load/queue_model.lua --servers "$workers" --n 1000000 --seed 1 --json "$@" 2>/dev/null)
     case "$out" in "{"*) echo "$out";; *) echo "{}";; esac
 }
 qpick() { echo "$1" | sed -E 's/.*"p50": ([0-9.e+-]+).*"p99": ([0-9.e+-]+).*"p99_over_p50": ([0-9.e+-]+).*/{"p50": \1, "p99": \2, "p99_over_p50": \3}/; t; s/.*/null/'; }
@@ -612,7 +612,7 @@ gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 nginx_v=$("$nginx_bin" -v 2>&1 | sed 's/.*: //')
 mkdir -p scripts/results
 out="scripts/results/bench_nginx-$label.json"
-"$W" run scripts/bench_nginx_report.lua "$runs" "$([ "$pinned" = 1 ] && [ "$pin_mismatch" = 0 ] && echo pinned || echo unpinned)" > "$tmp/figures.json" || exit 1
+"$W" run scripts/bench/bench_nginx_report.lua "$runs" "$([ "$pinned" = 1 ] && [ "$pin_mismatch" = 0 ] && echo pinned || echo unpinned)" > "$tmp/figures.json" || exit 1
 cat > "$out" <<EOF
 {
   "benchmark": "bench_nginx",
@@ -620,7 +620,7 @@ cat > "$out" <<EOF
   "machine": {"cpu": "$cpu", "cores": $(nproc), "gpu": "${gpu:-none}", "host": "$(hostname)"},
   "commit": "$commit",
   "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
-  "command": "scripts/bench_nginx.sh --label $label --device $device --workers $workers --duration $duration --rounds $rounds --modes $modes$([ "$pin" = 1 ] && echo ' --pin')$([ "$at80" = 0 ] && echo ' --no-at80')$([ "$wrk_batch" = 1 ] && echo ' --wrk-batch')$([ "$raw_bodies" = 1 ] && echo ' --raw-bodies')$([ -n "$serve_opts" ] && echo " --serve-opts '$serve_opts'")$([ "$quick" = 1 ] && echo ' --quick') --peer-seconds $peer_secs --at80-modes $at80_modes$([ "$million" = 1 ] && echo ' --million')",
+  "command": "scripts/bench/bench_nginx.sh --label $label --device $device --workers $workers --duration $duration --rounds $rounds --modes $modes$([ "$pin" = 1 ] && echo ' --pin')$([ "$at80" = 0 ] && echo ' --no-at80')$([ "$wrk_batch" = 1 ] && echo ' --wrk-batch')$([ "$raw_bodies" = 1 ] && echo ' --raw-bodies')$([ -n "$serve_opts" ] && echo " --serve-opts '$serve_opts'")$([ "$quick" = 1 ] && echo ' --quick') --peer-seconds $peer_secs --at80-modes $at80_modes$([ "$million" = 1 ] && echo ' --million')",
   "pin": {"requested": $([ "$pin" = 1 ] && echo true || echo false), "in_force": $([ "$pinned" = 1 ] && [ "$pin_mismatch" = 0 ] && echo true || echo false), "nproc": $(nproc), "allowed_cpus": "$(csv "$allowed")",
           "worker_cores": "$(csv "$worker_cores")", "worker_cpu_affinity": "$affinity", "workers_cpus_allowed_seen": "$workers_seen",
           "wrk_cores": "$(csv "$wrk_cores")", "peer_cores": "$(csv "$worker_cores")", "wrk_threads": $wrk_threads, "why_not": "$pin_why",
@@ -628,14 +628,14 @@ cat > "$out" <<EOF
   "setup": {"nginx": "$nginx_v", "workers": $workers, "serve_opts": "$serve_opts", "uptime_at_start": "$uptime0", "device": "$device", "rounds": $rounds,
             "model": "$([ "$raw_bodies" = 1 ] && echo 'feature columns: 13 numeric I1..I13 (default 0, 10% missing) + 26 hash_bucket C1..C26 of 2^18 (Zipf strings), fp32 (6.8M weights), 39 features a row' || echo 'demo: 13 numeric + 26 x 2^18 hashed buckets, fp32 (6.8M weights), 39 features a row, Zipf ids')",
             "load": "wrk -t$wrk_threads -c16 (and -c64) on loopback, on the same machine$([ "$pinned" = 1 ] && echo ", pinned to CPUs $(csv "$wrk_cores") (the workers: $(csv "$worker_cores"))" || echo ", unpinned: it shares the cores with the workers"); bodies: $([ "$raw_bodies" = 1 ] && echo '100 raw rows as {instances} JSON (application/json; json_cjson: plus a key, decoded by cjson), as JSON lines (application/x-ndjson), and transformed as libsvm lines (text/x-libsvm), inline mode, interleaved round by round' || echo '1 and 100 libsvm rows (text/x-libsvm), 100 JSON {ids, vals} rows')",
-            "peer": "scripts/bench_nginx_peer.lua: the same 100-row body parsed (batch:parse_libsvm) and scored in a loop, one process with one thread (--duration s, after inline_100row_json), and $workers processes at once (peer_100row_wproc, $peer_secs s each: immediately before and immediately after each round's inline_100row, bracket before/after)$([ "$pinned" = 1 ] && echo ", each pinned to one of the workers' CPUs ($(csv "$worker_cores"))"); same device",
+            "peer": "scripts/bench/bench_nginx_peer.lua: the same 100-row body parsed (batch:parse_libsvm) and scored in a loop, one process with one thread (--duration s, after inline_100row_json), and $workers processes at once (peer_100row_wproc, $peer_secs s each: immediately before and immediately after each round's inline_100row, bracket before/after)$([ "$pinned" = 1 ] && echo ", each pinned to one of the workers' CPUs ($(csv "$worker_cores"))"); same device",
             "peer_seconds": $peer_secs,
-            "at80": "p99/p50 at ~80% of the median peak, inline: many connections, each waiting a think time before each request (wrk delay(), whole ms; wrk's latency starts at the write, without the think time): _at80 = exponential think times (poisson: bursty), _at80_paced = the mean think time dithered between whole ms (near-constant rate, as wrk2 -R); calibrated by up to 3 short runs to 0.76-0.84 of peak; the measured run's achieved fraction is recorded. _at80_open_const / _at80_open_poisson: scripts/loadgen.c, open loop at 0.8 x peak, requests sent on a schedule (every 1/rate s, or Poisson), each timed from its scheduled time (a wait for a free connection counts), microsecond timing, 1 s warm-up not counted",
+            "at80": "p99/p50 at ~80% of the median peak, inline: many connections, each waiting a think time before each request (wrk delay(), whole ms; wrk's latency starts at the write, without the think time): _at80 = exponential think times (poisson: bursty), _at80_paced = the mean think time dithered between whole ms (near-constant rate, as wrk2 -R); calibrated by up to 3 short runs to 0.76-0.84 of peak; the measured run's achieved fraction is recorded. _at80_open_const / _at80_open_poisson: scripts/load/loadgen.c, open loop at 0.8 x peak, requests sent on a schedule (every 1/rate s, or Poisson), each timed from its scheduled time (a wait for a free connection counts), microsecond timing, 1 s warm-up not counted",
             "note": "$([ "$pinned" = 1 ] && echo "pinned run: the workers and the peers on the same $workers CPUs, wrk on others; headline = median over rounds of nginx rows/s over the mean of the $workers peers' rows/s run immediately before and after it, wall clock" || echo "unpinned: on a machine shared with other work timings are noisy and wrk shares the cores with nginx's workers; quote the per-CPU-second ratios of runs measured side by side (headline: nginx rows per worker CPU-second over the $workers peers' rows per CPU-second, mean of the brackets before and after, median of rounds)")"},
   "seconds_total": $(( $(date +%s) - t_start )),
   "at80_closed_100": $(cat "$tmp/closed_100.json" 2>/dev/null || echo null),
   "at80_closed_1": $(cat "$tmp/closed_1.json" 2>/dev/null || echo null),
-  "at80_ideal_queue": $(if [ -s "$tmp/ideal.jsonl" ]; then echo "{\"what\": \"scripts/queue_model.lua beside each open-loop run: an ideal FIFO queue, $workers servers, the run's arrivals at its achieved fraction of the peak (rho), 1M requests, seed 1; det_/exp_: p50 and p99 in units of the mean service time; empirical_us: in us\", \"runs\": ["; paste -sd, "$tmp/ideal.jsonl"; echo "]}"; else echo null; fi),
+  "at80_ideal_queue": $(if [ -s "$tmp/ideal.jsonl" ]; then echo "{\"what\": \"scripts/load/queue_model.lua beside each open-loop run: an ideal FIFO queue, $workers servers, the run's arrivals at its achieved fraction of the peak (rho), 1M requests, seed 1; det_/exp_: p50 and p99 in units of the mean service time; empirical_us: in us\", \"runs\": ["; paste -sd, "$tmp/ideal.jsonl"; echo "]}"; else echo null; fi),
   "figures": $(cat "$tmp/figures.json")
 }
 EOF

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """vw_golden.py — golden vectors for wisp's Vowpal Wabbit support, computed by the real VW (the vowpalwabbit PyPI package).
 
-Usage: scripts/vw_golden.py [--out spec/data]      (pip install vowpalwabbit)
+Usage: spec/data/gen/vw_golden.py [--out spec/data]      (pip install vowpalwabbit)
 
 Writes spec/data/vw_golden.json, read by spec/c/test_vw.c:
   murmur3      MurmurHash3_x86_32 of byte strings under seeds: VW's hash_feature
@@ -158,11 +158,11 @@ def features(ws, line, mask):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "spec", "data"))
+    ap.add_argument("--out", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     ap.add_argument("--seed", type=int, default=20261129)
     a = ap.parse_args()
     rng = random.Random(a.seed)
-    gold = {"generator": "scripts/vw_golden.py", "vw_version": vowpalwabbit.__version__,
+    gold = {"generator": "spec/data/gen/vw_golden.py", "vw_version": vowpalwabbit.__version__,
             "weight": "float32(((i * 2654435761) mod 2^32) / 2^32 * 0.2 - 0.1)"}
 
     # murmur3 (hash all, no mask)

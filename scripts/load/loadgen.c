@@ -1,4 +1,4 @@
-/* loadgen.c — an open-loop HTTP/1.1 load generator for scripts/bench_nginx.sh: requests at scheduled times (constant rate or Poisson), latency from the schedule, microsecond timing. */
+/* loadgen.c — an open-loop HTTP/1.1 load generator for scripts/bench/bench_nginx.sh: requests at scheduled times (constant rate or Poisson), latency from the schedule, microsecond timing. */
 /*
  * wrk drives a closed loop: a connection sends its next request when the last
  * answer is in (plus a think time of whole milliseconds, wrk's delay()), and
@@ -18,7 +18,7 @@
  *     the sum of T Poisson streams is one); each thread spins on
  *     epoll_wait(0) between arrivals (a core each, no timer slack).
  *
- *   cc -O2 -pthread -o loadgen scripts/loadgen.c
+ *   cc -O2 -pthread -o loadgen scripts/load/loadgen.c
  *   loadgen --port 8080 --path /v1/models/m:predict --body FILE --ctype text/x-libsvm \
  *           --rate 20000 --duration 5 [--warmup 1] [--connections 64] [--threads 2]
  *           [--arrivals const|poisson] [--seed N]

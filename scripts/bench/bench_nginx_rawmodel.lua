@@ -1,5 +1,5 @@
--- bench_nginx_rawmodel.lua — scripts/bench_nginx.sh --raw-bodies: a model with feature columns and 100 raw rows sent three ways.
---   wisp run scripts/bench_nginx_rawmodel.lua DIR -> DIR/model.wisp (13 numeric I1..I13 + 26
+-- bench_nginx_rawmodel.lua — scripts/bench/bench_nginx.sh --raw-bodies: a model with feature columns and 100 raw rows sent three ways.
+--   wisp run scripts/bench/bench_nginx_rawmodel.lua DIR -> DIR/model.wisp (13 numeric I1..I13 + 26
 --   hash buckets C1..C26 of 2^18), DIR/hundred_raw.json ({"instances": [...]}; hundred_raw_cjson.json
 --   the same plus a key "note", which sends nginx.lua to its cjson path), DIR/hundred.ndjson
 --   (the same rows as JSON lines), DIR/hundred.libsvm (the same rows after the transform)

@@ -46,9 +46,9 @@ edges (0 and nf-1). A configuration over 1e-5, or one the library refuses (no P2
 ...), is recorded with its error and the run goes on.
 
 Usage (on the GPU machine, after `make BUILD=build build/libwisp.so`):
-    python3 scripts/bench_multigpu.py --lib build/libwisp.so --label h200-x2 [--quick] [--rounds 3]
-    python3 scripts/bench_multigpu.py --lib build/libwisp.so --sections chunks --label h200-x2-chunks
-    python3 scripts/bench_multigpu.py --cpu-smoke --lib /tmp/build/libwisp.so   # no GPU: the pure-Python parts
+    python3 scripts/bench/bench_multigpu.py --lib build/libwisp.so --label h200-x2 [--quick] [--rounds 3]
+    python3 scripts/bench/bench_multigpu.py --lib build/libwisp.so --sections chunks --label h200-x2-chunks
+    python3 scripts/bench/bench_multigpu.py --cpu-smoke --lib /tmp/build/libwisp.so   # no GPU: the pure-Python parts
 Writes scripts/results/bench_multigpu-<label>.json.
 """
 import argparse
@@ -68,7 +68,8 @@ import time
 
 import numpy as np
 
-import wisp_ctypes  # scripts/wisp_ctypes.py: the one binding of libwisp.so
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import wisp_ctypes  # noqa: E402  scripts/lib/wisp_ctypes.py: the one binding of libwisp.so
 
 ST = dict(batches=0, rows=1, nnz=2, out_of_range=3, bad_rows=4, fallbacks=5, ns_parse=6, ns_transform=7,
           ns_h2d=8, ns_kernel=9, ns_d2h=10, ns_sync=11, ns_overhead=12, ns_total=13, bytes_h2d=14, bytes_d2h=15)
@@ -743,7 +744,7 @@ def main():
                             else f"scripts/results/bench_multigpu-{label}.json")
 
     res = {
-        "script": "scripts/bench_multigpu.py",
+        "script": "scripts/bench/bench_multigpu.py",
         "issue": 8,
         "label": label,
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
