@@ -137,7 +137,7 @@ demo: deps-test all
 	@$(BUILD)/wisp run examples/demo.lua --out $(BUILD)/demo
 
 bench: all
-	@sh scripts/bench_cpu_vs_liblinear.sh
+	@sh scripts/bench/bench_cpu_vs_liblinear.sh
 
 # ---- install -----------------------------------------------------------------
 $(BUILD)/wisp.pc: Makefile
