@@ -85,7 +85,7 @@ static const char usage_score[] =
     "`vw -t -i MODEL --link logistic -p PREDS` prints for a model trained with --loss_function logistic.\n"
     "\n"
     "tsv, csv, jsonl: raw rows for a model with feature columns (a \"columns\" section, written by\n"
-    "lua/wisp/columns.lua or scripts/tf_export.py): the columns turn each row into features\n"
+    "lua/wisp/columns.lua or scripts/tools/tf_export.py): the columns turn each row into features\n"
     "exactly as TensorFlow's feature columns do (on a GPU the transform and the scoring are\n"
     "one kernel). tsv and csv fields are named by --schema: \"header\" (the default: the first\n"
     "non-blank line names the fields), \"criteo\" (label, I1..I13, C1..C26) or a list \"a,b,,c\"\n"
@@ -582,7 +582,7 @@ static int cmd_score(int argc, char **argv)
         if (!ctext || !*ctext) {
             rc = 2;
             die("score: --format %s needs a model with feature columns (a \"columns\" section), and %s has none; "
-                "score libsvm or vw rows with it, or build the model with lua/wisp/columns.lua or scripts/tf_export.py",
+                "score libsvm or vw rows with it, or build the model with lua/wisp/columns.lua or scripts/tools/tf_export.py",
                 fmt_names[format], model_path);
             goto done;
         }
