@@ -1903,7 +1903,7 @@ int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int
     return WISP_OK;
 }
 
-/* ---- timeline hook (not in wisp.h; for scripts/bench_gpu.py) -------------------------
+/* ---- timeline hook (not in wisp.h; for scripts/bench/bench_gpu.py) -------------------------
  * wisp_cuda_timeline_start: from now on, keep up to cap batches' stage times
  * (clearing what was kept), measured from an event recorded now on the
  * session's first device; call it with nothing in flight, after the session
@@ -1957,7 +1957,7 @@ int wisp_cuda_timeline_read(wisp_session *ws, float *ms, size_t cap)
     return (int)(s->tl_n > (size_t)INT32_MAX ? INT32_MAX : s->tl_n);
 }
 
-/* wisp_cuda_units_read (not in wisp.h; for scripts/bench_multigpu.py): the last
+/* wisp_cuda_units_read (not in wisp.h; for scripts/bench/bench_multigpu.py): the last
  * batch scored, unit by unit: up to cap units, UNIT_STATS (12) doubles each:
  * device, first row, end row, shards held (0: the whole table), mode (0 whole
  * table, 1 broadcast shards, 2 peer shards), bytes copied in, h2d ms, kernel
