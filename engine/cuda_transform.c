@@ -11,7 +11,7 @@
  * array's slice to the device straight from where it is (one copy per array
  * and chunk, no host pass over the bytes); the other arrays are packed into a
  * pinned staging buffer by the engine's threads (256 KB tasks) and copied from
- * there. H200, 200k rows x 26 inputs (scripts/bench_transform_gpu.py, both in
+ * there. H200, 200k rows x 26 inputs (scripts/bench/bench_transform_gpu.py, both in
  * one device call): 2.84 ms a call direct, 3.21 ms packing everything
  * (WISP_GPU_XF_DIRECT=0, which turns the direct copies off). When
  * no array is pinned, a chunk is packed whole and moves in one copy. The
