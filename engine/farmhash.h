@@ -7,7 +7,7 @@
  * never change across FarmHash versions or platforms). This is a C
  * transcription of that function for a little-endian machine, checked
  * against TensorFlow's own outputs (spec/data/tf_golden.json, written by
- * scripts/tf_golden.py) and against Debian's libfarmhash when it is
+ * spec/data/gen/tf_golden.py) and against Debian's libfarmhash when it is
  * installed (spec/interop/farmhash_check.cc, `make test-interop`).
  * FingerprintCat64 is TensorFlow's combiner for crosses
  * (tensorflow/core/platform/fingerprint.h).
