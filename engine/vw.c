@@ -1,7 +1,7 @@
 /* vw.c — Vowpal Wabbit: its MurmurHash3 feature hashing, its text input format parsed into batches, and the --readable_model / --invert_hash importer. */
 /*
  * Every fact below was checked against the vowpalwabbit 9.11.9 package from
- * PyPI (scripts/vw_golden.py writes spec/data/vw_golden.json from it; the
+ * PyPI (spec/data/gen/vw_golden.py writes spec/data/vw_golden.json from it; the
  * parity test spec/interop/vw_parity.py trains and predicts with it) and
  * against VW's source (parse_example.cc, hashstring.h, parse_primitives.h,
  * fast_pow10.h, interactions_predict.h).
