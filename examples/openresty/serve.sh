@@ -13,7 +13,7 @@
 # --header-buffer SIZE (client_header_buffer_size, 64k: a request up to that size is read at once),
 # --cpu-affinity auto|off|"MASK ..." (worker_cpu_affinity: auto = one worker per core, in
 # order; or one binary CPU mask a worker, rightmost digit CPU 0, e.g. "01 10"; off by default;
-# scripts/bench_nginx.sh --pin passes masks),
+# scripts/bench/bench_nginx.sh --pin passes masks),
 # --user NAME|auto (the workers' user: started as root, nginx runs them as nobody, who must
 # read lua/, libwisp.so and the models; auto, the default, says root when started as root
 # and a directory above the checkout or the build is closed to others).
