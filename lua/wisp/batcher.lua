@@ -41,7 +41,7 @@
 -- (one small table per batch), no clock read (unless timing = true). With the
 -- coroutine scheduler a waiting caller is resumed straight with its answer, all of a
 -- batch's callers made ready in one pass; the flusher and other runtimes use pooled
--- tickets. Measured (scripts/bench_batcher.lua, 2 shared cores): ~100-150 ns a row
+-- tickets. Measured (scripts/bench/bench_batcher.lua, 2 shared cores): ~100-150 ns a row
 -- on top of building and scoring the batch, of which ~45 ns is LuaJIT's own
 -- resume+yield pair; that is the floor of batching by coroutines here.
 --
