@@ -102,7 +102,7 @@
 -- removed is "missing": the loaded version keeps serving too).
 --
 -- Blocking work and the event loop (mode = "inline" | "thread" | "async" | "auto"), measured
--- by scripts/bench_nginx.sh (scripts/results/bench_nginx-dev-2core.json): the 2-core
+-- by scripts/bench/bench_nginx.sh (scripts/results/bench_nginx-dev-2core.json): the 2-core
 -- development machine, CPU device, 2 workers, wrk on the same two cores, the demo model
 -- (6.8M fp32 weights, 39 features a row), 3 interleaved rounds; the machine was shared
 -- with other engineers' builds, so throughput swings 2x between rounds; the CPU time the
