@@ -29,7 +29,7 @@ static void test_golden_fingerprints(void)
     char *text = slurp(path, &len);
     CHECK_MSG(text != NULL, "cannot read %s", path);
     if (!text) return;
-    CHECK(strstr(text, "\"generator\": \"scripts/tf_golden.py") != NULL);
+    CHECK(strstr(text, "\"generator\": \"spec/data/gen/tf_golden.py") != NULL);
     int nfp = 0, ncross = 0, section = 0;
     unsigned char buf[1024];
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
