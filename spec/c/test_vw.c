@@ -160,7 +160,7 @@ static void test_golden(void)
     CHECK_MSG(prc == 0 && root.t == J_OBJ, "%s: not JSON", path);
     if (prc) { jfree(&root); free(text); return; }
     const jv *gen = jget(&root, "generator");
-    CHECK(gen && gen->t == J_STR && !strcmp(gen->str, "scripts/vw_golden.py"));
+    CHECK(gen && gen->t == J_STR && !strcmp(gen->str, "spec/data/gen/vw_golden.py"));
     unsigned char buf[4096];
 
     /* murmur3 and hashstring */
