@@ -2,13 +2,13 @@
 #
 #   make test-interop     TensorFlow parity (spec/interop/tf_parity.py: train a linear_model layer and, with
 #                         tf_keras installed, a Keras DenseFeatures -> Dense(1) model; export with
-#                         scripts/tf_export.py, score held-out raw rows, |p_wisp - p_tf| <= 1e-5)
+#                         scripts/tools/tf_export.py, score held-out raw rows, |p_wisp - p_tf| <= 1e-5)
 #                         when `import tensorflow` works, and Fingerprint64 against Debian's
 #                         libfarmhash (spec/interop/farmhash_check.cc) when libfarmhash-dev is
 #                         installed; each is skipped with a message otherwise. Neither is part
 #                         of `make test`: TensorFlow takes minutes to install
 #                         (pip install tensorflow-cpu). The golden vectors TensorFlow produced
-#                         (spec/data/tf_golden_*.json, scripts/tf_golden.py) are tested by `make test`.
+#                         (spec/data/tf_golden_*.json, spec/data/gen/tf_golden.py) are tested by `make test`.
 #   make tf-golden        regenerate spec/data/tf_golden_*.json with the installed TensorFlow
 #   (test-interop also)   Vowpal Wabbit parity (spec/interop/vw_parity.py: train logistic models with
 #                         the vowpalwabbit PyPI package, -q interactions, --readable_model and
@@ -16,7 +16,7 @@
 #                         `wisp score --format vw`, |p_wisp - p_vw| <= 1e-5); installs vowpalwabbit
 #                         with `$(INTEROP_PY) -m pip install vowpalwabbit` when missing, skipped with a
 #                         message when that fails. VW's golden vectors (spec/data/vw_golden.json,
-#                         scripts/vw_golden.py) are tested by `make test` (spec/c/test_vw.c).
+#                         spec/data/gen/vw_golden.py) are tested by `make test` (spec/c/test_vw.c).
 #   make vw-golden        regenerate spec/data/vw_golden.json with the installed vowpalwabbit
 
 INTEROP_PY ?= python3
@@ -42,7 +42,7 @@ interop-farmhash: $(BUILD)/libwisp.a
 	fi
 
 tf-golden:
-	TF_CPP_MIN_LOG_LEVEL=3 $(INTEROP_PY) scripts/tf_golden.py --out spec/data 2>/dev/null
+	TF_CPP_MIN_LOG_LEVEL=3 $(INTEROP_PY) spec/data/gen/tf_golden.py --out spec/data 2>/dev/null
 
 # A virtual environment with the trainers' packages, for CI (.ci/run): `make interop-venv`
 # then `make test-interop INTEROP_PY=$(BUILD)/interop-venv/bin/python`. Fails (and CI skips
@@ -68,4 +68,4 @@ interop-vw: all
 	fi
 
 vw-golden:
-	$(INTEROP_PY) scripts/vw_golden.py --out spec/data
+	$(INTEROP_PY) spec/data/gen/vw_golden.py --out spec/data
