@@ -1,4 +1,4 @@
--- bench_nginx_report_spec.lua — scripts/bench_nginx_report.lua on hand-made runs: the headline (per round, nginx over the mean of the peer's brackets; median of rounds), an unsteady peer, the p99/p50 points of every mode, saturated open-loop runs, the million-request count.
+-- bench_nginx_report_spec.lua — scripts/bench/bench_nginx_report.lua on hand-made runs: the headline (per round, nginx over the mean of the peer's brackets; median of rounds), an unsteady peer, the p99/p50 points of every mode, saturated open-loop runs, the million-request count.
 local cjson = require "cjson"
 local H = require "helpers"
 
@@ -17,7 +17,7 @@ local function report(runs, pinned)
     for _, r in ipairs(runs) do f:write(cjson.encode(r), "\n") end
     f:close()
     local err = path .. ".err"
-    local p = assert(io.popen(string.format("%s run scripts/bench_nginx_report.lua %s %s 2>%s", WISP, path,
+    local p = assert(io.popen(string.format("%s run scripts/bench/bench_nginx_report.lua %s %s 2>%s", WISP, path,
                                             pinned and "pinned" or "unpinned", err)))
     local out = p:read("*a")
     p:close()
