@@ -113,7 +113,7 @@ end
 
 describe("feature columns: TensorFlow golden vectors", function()
     it("were made by TensorFlow", function()
-        assert.matches("^scripts/tf_golden.py", golden.generator)
+        assert.matches("^spec/data/gen/tf_golden.py", golden.generator)
         assert.is_true(#golden.cases >= 10)
     end)
     for _, case in ipairs(golden.cases) do
