@@ -1,5 +1,5 @@
--- queue_model_spec.lua — scripts/queue_model.lua against closed forms: M/M/1 and D/M/1 sojourn quantiles, D/D/c without waiting, Pollaczek-Khinchine (M/D/1), Erlang C (M/M/2), random dispatch, the percentiles, the CLI.
-local Q = assert(loadfile("scripts/queue_model.lua"))("--module")
+-- queue_model_spec.lua — scripts/load/queue_model.lua against closed forms: M/M/1 and D/M/1 sojourn quantiles, D/D/c without waiting, Pollaczek-Khinchine (M/D/1), Erlang C (M/M/2), random dispatch, the percentiles, the CLI.
+local Q = assert(loadfile("scripts/load/queue_model.lua"))("--module")
 local log, exp, abs = math.log, math.exp, math.abs
 
 -- fixed seeds: the simulation is deterministic, and these sizes keep every check inside
@@ -157,17 +157,17 @@ describe("queue_model", function()
         local lj = "luajit"
         local path = os.tmpname()
         local f = assert(io.open(path, "w")); f:write("2\n2\n2\n"); f:close()
-        local p = io.popen(lj .. " scripts/queue_model.lua --servers 2 --rho 0.8 --arrivals const --service " .. path
+        local p = io.popen(lj .. " scripts/load/queue_model.lua --servers 2 --rho 0.8 --arrivals const --service " .. path
                            .. " --dispatch shared --n 5000 --json 2>&1")
         local out = p:read("*a"); p:close()
         os.remove(path)
         assert.matches('"p99_over_p50": 1[,}]', out)
         assert.matches('"p99": 2[,}]', out)
         assert.matches('"service": "file:', out)
-        p = io.popen(lj .. " scripts/queue_model.lua --table --n 3000 2>&1")
+        p = io.popen(lj .. " scripts/load/queue_model.lua --table --n 3000 2>&1")
         out = p:read("*a"); p:close()
         assert.matches("M/M/1", out); assert.matches("D/D/2 random", out); assert.matches("rho=0.8", out)
-        p = io.popen(lj .. " scripts/queue_model.lua --rho 1.2 2>&1; echo rc=$?")
+        p = io.popen(lj .. " scripts/load/queue_model.lua --rho 1.2 2>&1; echo rc=$?")
         out = p:read("*a"); p:close()
         assert.matches("%-%-rho", out); assert.matches("rc=1", out)
     end)
