@@ -483,16 +483,16 @@ else bad "workers: before $wp0, after $wp1; $(grep 'exited on signal' "$prefix/l
 cp "$d/ctr_v1.wisp" "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
 sleep 1.3
 
-# ---- scripts/loadgen.c (bench_nginx.sh's open-loop generator) against the service ----------
-if cc -O2 -pthread -o "$tmp/loadgen" scripts/loadgen.c -lm 2> "$tmp/loadgen.err"; then
+# ---- scripts/load/loadgen.c (bench_nginx.sh's open-loop generator) against the service ----------
+if cc -O2 -pthread -o "$tmp/loadgen" scripts/load/loadgen.c -lm 2> "$tmp/loadgen.err"; then
     line=$("$tmp/loadgen" --port "$port" --path /v1/models/ctr:predict --body "$d/rows.json" --ctype application/json \
            --rate 400 --duration 1 --warmup 0.2 --connections 4 --threads 2 --arrivals poisson 2> "$tmp/loadgen.out")
     lg() { echo "$line" | sed -E "s/.*\"$1\":([0-9.]+).*/\1/"; }
     if [ -n "$line" ] && [ "$(lg errors)" = 0 ] && [ "$(lg non2xx)" = 0 ] && [ "$(lg measured)" -gt 200 ] \
        && awk -v a="$(lg p50_us)" -v b="$(lg p99_us)" 'BEGIN { exit !(a > 0 && b >= a) }'; then
-        ok "scripts/loadgen.c: $(lg measured) scheduled requests answered 200, p50 $(lg p50_us) us, p99 $(lg p99_us) us"
-    else bad "scripts/loadgen.c: '$line' $(cat "$tmp/loadgen.out")"; fi
-else bad "scripts/loadgen.c does not build: $(head -c 300 "$tmp/loadgen.err")"; fi
+        ok "scripts/load/loadgen.c: $(lg measured) scheduled requests answered 200, p50 $(lg p50_us) us, p99 $(lg p99_us) us"
+    else bad "scripts/load/loadgen.c: '$line' $(cat "$tmp/loadgen.out")"; fi
+else bad "scripts/load/loadgen.c does not build: $(head -c 300 "$tmp/loadgen.err")"; fi
 
 # a 60-row libsvm body over thread_min_bytes (16 KB: mode auto sends it to the thread pool)
 { cat "$d/rows.libsvm"; for i in $(seq 1 200); do echo "# padding line $i: comments make no row ........................................"; done; } > "$d/big60.libsvm"
