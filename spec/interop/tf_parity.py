@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tf_parity.py — TensorFlow parity: train a linear model in TensorFlow on generated raw rows, export it with scripts/tf_export.py, score held-out rows with wisp, compare.
+"""tf_parity.py — TensorFlow parity: train a linear model in TensorFlow on generated raw rows, export it with scripts/tools/tf_export.py, score held-out rows with wisp, compare.
 
 Usage: spec/interop/tf_parity.py [--train 20000] [--test 3000] [--steps 400] [--tol 1e-5] [--keep DIR]
        spec/interop/tf_parity.py --replay DIR     (no TensorFlow, no numpy: compare wisp on every
@@ -37,7 +37,7 @@ import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "scripts", "tools"))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 try:
@@ -349,7 +349,7 @@ def main():
         json.dump(spec, f, indent=1)
     model_path = os.path.join(work, "model.wisp")
     env = dict(os.environ)
-    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "tf_export.py"), "--columns", spec_path,
+    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "tools", "tf_export.py"), "--columns", spec_path,
                     "--checkpoint", ckpt, "--out", model_path], check=True, env=env, stdout=subprocess.DEVNULL)
     lib = wisp_lib()
     # held-out rows: the dense inputs as TSV would lose the sparse tags, so TSV covers a
@@ -370,7 +370,7 @@ def main():
             keras_note = "; Keras SKIPPED: " + p_k
         else:
             kmodel = os.path.join(work, "keras.wisp")
-            subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "tf_export.py"), "--columns", spec_path,
+            subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "tools", "tf_export.py"), "--columns", spec_path,
                             "--keras", kpath, "--out", kmodel], check=True, env=env, stdout=subprocess.DEVNULL)
             res_k, _, _ = wisp_scores(lib, kmodel, jsonl, "jsonl", devices)
             for dev, p in res_k.items():
