@@ -280,7 +280,7 @@ struct wisp_session {
 enum { WISP_PLACE_CPU = 0, WISP_PLACE_GPU = 1, WISP_PLACE_AUTO = 2 };
 
 
-/* ---- feature columns and raw inputs (columns.c, tsv.c, farmhash.c) ------------
+/* ---- feature columns and raw inputs (columns.c, raw.c, transform_cpu.c, tsv.c, farmhash.c) ------------
  * Added for issue 4 (feature columns). The description is parsed once into
  * an immutable wisp_columns; a wisp_raw holds raw inputs column by column
  * (the layout a device transform would ship: per input, row offsets and
@@ -452,7 +452,7 @@ static inline void wisp_raw__commit_row(wisp_raw *r)
 }
 
 /* JSON text helpers shared by the description parser and the JSON-lines
- * reader (columns.c). wisp_json__string: *p at the opening quote; decodes
+ * reader (json.c). wisp_json__string: *p at the opening quote; decodes
  * into out (room for end - *p bytes suffices), *p moves past the closing
  * quote. Returns 0, or a static message ("invalid UTF-8", "bad escape"...). */
 const char *wisp_json__string(const char **p, const char *end, char *out, size_t *out_len);
