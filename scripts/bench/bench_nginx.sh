@@ -208,13 +208,13 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM
 
 # ---- model and bodies ----------------------------------------------------------------
-data=$(ls "$build"/demo/data_*.libsvm 2>/dev/null | head -n 1)
+data=$(ls "$build"/demo/data*.libsvm 2>/dev/null | head -n 1)
 if [ -f "$build/demo/model.wisp" ] && [ -n "$data" ]; then
     model="$build/demo/model.wisp"
 else
     echo "bench_nginx.sh: making a demo model and 2000 rows in $tmp/demo" >&2
     "$W" run examples/demo.lua --out "$tmp/demo" --rows 2000 >/dev/null || exit 1
-    model="$tmp/demo/model.wisp"; data=$(ls "$tmp"/demo/data_*.libsvm | head -n 1)
+    model="$tmp/demo/model.wisp"; data=$(ls "$tmp"/demo/data*.libsvm | head -n 1)
 fi
 cp "$model" "$tmp/model.wisp"; model="$tmp/model.wisp"; chmod 644 "$model"
 head -n 1 "$data" > "$tmp/one.libsvm"

@@ -91,7 +91,7 @@ fi
 if want nvtx; then
     step "Nsight Systems: NVTX ranges of wisp score --device gpu:0"
     nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -n 1)
-    data=$(ls build/demo/data_*.libsvm 2>/dev/null | head -n 1)
+    data=$(ls build/demo/data*.libsvm 2>/dev/null | head -n 1)
     if [ -z "$nsys" ]; then echo "nsys not found"
     elif [ -z "$data" ]; then echo "no demo data (run the demo stage first)"
     else
