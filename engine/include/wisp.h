@@ -449,7 +449,7 @@ uint64_t    wisp_clock_ns(void);
  *   rows ──parse──► raw columns (wisp_raw) ──transform──► CSR features (wisp_batch)
  *
  * A feature-column description (the "columns" section of a .wisp file,
- * written by lua/wisp/columns.lua or scripts/tf_export.py) says how raw
+ * written by lua/wisp/columns.lua or scripts/tools/tf_export.py) says how raw
  * inputs become feature ids, exactly as TensorFlow's tf.feature_column
  * does, so a wide model trained in TensorFlow scores the same here:
  *
@@ -473,7 +473,7 @@ uint64_t    wisp_clock_ns(void);
  *
  * The text is JSON; its grammar, the input rules (dense and sparse
  * inputs, defaults, what counts as missing) and every TensorFlow fact it
- * relies on are written at the top of engine/columns.c.
+ * relies on are written in engine/COLUMNS.md.
  *
  * Raw inputs are typed: float32, int64 or string. Missing values follow
  * TensorFlow's dense-input rules: a dense input left out of a row takes
