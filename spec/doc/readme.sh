@@ -1,0 +1,77 @@
+#!/bin/sh
+# readme.sh — the README's doc test: runs every ```sh block of README.md whose first line is
+# "# doc-test" and compares what it prints (stdout; stderr only where the block says 2>&1) with
+# the ```text block that follows it, byte for byte (so probabilities to the printed digits).
+# The blocks run in order in one scratch directory laid out as the repository root after
+# `make demo`: build/wisp is $WISP_BUILD/wisp, build/demo is a fresh `examples/demo.lua --out`
+# (with fewer data rows: no marked block reads data.libsvm); later blocks see earlier blocks' files.
+# usage: WISP_BUILD=build sh spec/doc/readme.sh [README]     prints "readme: N passed, N failed" last
+build=${WISP_BUILD:-build}
+cd "$(dirname "$0")/../.." || exit 2
+case "$build" in /*) ;; *) build="$PWD/$build" ;; esac
+readme=${1:-README.md}
+case "$readme" in /*) ;; *) readme="$PWD/$readme" ;; esac
+[ -x "$build/wisp" ] || { echo "readme: $build/wisp is missing (make BUILD=$build first)"; echo "readme: 0 passed, 1 failed"; exit 1; }
+tmp=$(mktemp -d) || exit 2
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/root/build" "$tmp/blocks"
+ln -s "$build/wisp" "$tmp/root/build/wisp"
+[ -f "$build/libwisp.so" ] && ln -s "$build/libwisp.so" "$tmp/root/build/libwisp.so"
+
+# the blocks: N.sh (the commands), N.txt (the expected output), N.line (where the block starts)
+awk -v dir="$tmp/blocks" '
+    /^```/ && state == "" {
+        if ($0 == "```sh") { state = "sh"; first = 1; start = NR; next }
+        if ($0 == "```text" && pending) { state = "text"; printf "" > (dir "/" n ".txt"); next }
+        state = "other"; next
+    }
+    /^```$/ && state != "" {
+        if (state == "sh" && marked) { pending = 1 }
+        else if (state == "text") { pending = 0; close(dir "/" n ".txt") }
+        state = ""; marked = 0; next
+    }
+    state == "sh" {
+        if (first) {
+            first = 0
+            if ($0 == "# doc-test") { marked = 1; n++; printf "%d\n", start > (dir "/" n ".line"); close(dir "/" n ".line"); printf "" > (dir "/" n ".sh") }
+            next
+        }
+        if (marked) print >> (dir "/" n ".sh")
+        next
+    }
+    state == "text" { print >> (dir "/" n ".txt"); next }
+    # prose between a marked block and its output keeps the block pending; another block ends it
+' "$readme"
+
+passed=0 failed=0
+blocks=$(ls "$tmp/blocks" | sed -n 's/^\([0-9]*\)\.sh$/\1/p' | sort -n)
+if [ -z "$blocks" ]; then
+    echo "not ok - $readme has no block marked # doc-test"; failed=1
+else
+    start=$(date +%s)
+    if "$build/wisp" run examples/demo.lua --out "$tmp/root/build/demo" --rows 2000 >"$tmp/demo.log" 2>&1; then
+        echo "# make demo (examples/demo.lua --rows 2000) into a scratch build/demo: $(( $(date +%s) - start )) s"
+    else
+        echo "not ok - examples/demo.lua failed:"; sed 's/^/#   /' "$tmp/demo.log"; failed=1
+    fi
+fi
+for n in $blocks; do
+    [ "$failed" -ne 0 ] && [ ! -d "$tmp/root/build/demo" ] && break
+    line=$(cat "$tmp/blocks/$n.line")
+    if [ ! -f "$tmp/blocks/$n.txt" ]; then
+        echo "not ok $n - README.md:$line: a # doc-test block without a \`\`\`text block after it"
+        failed=$((failed + 1)); continue
+    fi
+    (cd "$tmp/root" && sh "$tmp/blocks/$n.sh") >"$tmp/blocks/$n.got" 2>"$tmp/blocks/$n.err"
+    if cmp -s "$tmp/blocks/$n.txt" "$tmp/blocks/$n.got"; then
+        echo "ok $n - README.md:$line"; passed=$((passed + 1))
+    else
+        echo "not ok $n - README.md:$line: the output differs from the README's (- README, + got):"
+        sed 's/^/#   $ /' "$tmp/blocks/$n.sh"
+        diff -u "$tmp/blocks/$n.txt" "$tmp/blocks/$n.got" | tail -n +3 | head -n 40 | sed 's/^/#   /'
+        [ -s "$tmp/blocks/$n.err" ] && { echo "#   stderr:"; head -n 10 "$tmp/blocks/$n.err" | sed 's/^/#   /'; }
+        failed=$((failed + 1))
+    fi
+done
+echo "readme: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
