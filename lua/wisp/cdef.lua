@@ -147,6 +147,8 @@ int    wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **row_ptr, con
 int    wisp_transform(const wisp_raw *r, wisp_batch *b);
 int    wisp_session_transform(wisp_session *s, const wisp_raw *r, wisp_batch *b);
 int    wisp_session_score_raw(wisp_session *s, const wisp_raw *r, float *out);
+size_t wisp_session_bad_count(const wisp_session *s);
+int    wisp_session_bad_row(const wisp_session *s, size_t i, size_t *row, uint64_t *line, const char **msg);
 /* 7. Vowpal Wabbit */
 typedef struct wisp_vw wisp_vw;
 uint32_t wisp_vw_murmur3(const void *data, size_t len, uint32_t seed);

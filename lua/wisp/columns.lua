@@ -29,8 +29,9 @@
 -- runtime failures return nil, "context: reason".
 
 local ffi = require "ffi"
-local C = require "wisp.cdef"
+local base = require "wisp.base"
 local wisp = require "wisp"
+local raw = require "wisp.raw"
 
 local ffi_new, ffi_gc, ffi_str, ffi_cast = ffi.new, ffi.gc, ffi.string, ffi.cast
 local type, error, tostring, tonumber, pairs, ipairs = type, error, tostring, tonumber, pairs, ipairs
@@ -45,22 +46,11 @@ local INPUT_FLOAT32, INPUT_INT64, INPUT_STRING = 0, 1, 2
 local DTYPE_NUM = { float32 = INPUT_FLOAT32, int64 = INPUT_INT64, string = INPUT_STRING }
 M.DTYPES = { [0] = "float32", "int64", "string" }
 
-local columns_box = ffi_new("wisp_columns *[1]")
-local raw_box     = ffi_new("wisp_raw *[1]")
-local size_box    = ffi_new("size_t[1]")
-local u64_box     = ffi_new("uint64_t[1]")
-local str_box     = ffi_new("const char *[1]")
-local int64_t     = ffi.typeof("int64_t")
-local uint64_t    = ffi.typeof("uint64_t")
+local C, columns_box, last_error, argerror = base.C, base.columns_box, base.last_error, base.argerror
 
-local function last_error(rc, context)
-    local msg = ffi_str(C.wisp_errmsg())
-    if msg == "" then msg = ffi_str(C.wisp_strerror(rc)) end
-    return context .. ": " .. msg
-end
-
+-- argerror at the caller of the public function (level: the wisp frames in between, 1 by default)
 local function argerr(n, fname, msg, level)
-    error(fmt("bad argument #%d to '%s' (%s)", n, fname, msg), (level or 1) + 2)
+    argerror((level or 1) + 1, n, fname, msg)
 end
 
 ---------------------------------------------------------------------------
@@ -237,7 +227,7 @@ function Column:size()
 end
 
 ---------------------------------------------------------------------------
--- JSON (deterministic encoder; small decoder for descriptions read back)
+-- JSON (deterministic encoder; descriptions read back are decoded by C: wisp_columns_parse)
 ---------------------------------------------------------------------------
 
 local escapes = { ['"'] = '\\"', ['\\'] = '\\\\', ['\b'] = '\\b', ['\f'] = '\\f', ['\n'] = '\\n', ['\r'] = '\\r', ['\t'] = '\\t' }
@@ -307,85 +297,6 @@ local function enc_column(c, top)
     end
     return enc(o, COL_KEYS)
 end
-
--- A small JSON decoder (descriptions read back from models; numbers become Lua numbers).
-local function decode(s)
-    local pos = 1
-    local function fail(what) error(fmt("columns: invalid JSON at byte %d: %s", pos, what), 0) end
-    local function ws() pos = s:find("[^ \t\r\n]", pos) or #s + 1 end
-    local value
-    local function str()
-        local out, i = {}, pos + 1
-        while true do
-            local j = s:find('["\\]', i)
-            if not j then fail("unterminated string") end
-            out[#out + 1] = sub(s, i, j - 1)
-            if sub(s, j, j) == '"' then pos = j + 1; return concat(out) end
-            local e = sub(s, j + 1, j + 1)
-            if e == "u" then
-                local cp = tonumber(sub(s, j + 2, j + 5), 16) or fail("bad \\u escape")
-                i = j + 6
-                if cp >= 0xD800 and cp <= 0xDBFF and sub(s, i, i + 1) == "\\u" then
-                    local lo = tonumber(sub(s, i + 2, i + 5), 16) or fail("bad \\u escape")
-                    cp = 0x10000 + (cp - 0xD800) * 0x400 + (lo - 0xDC00)
-                    i = i + 6
-                end
-                if cp < 0x80 then out[#out + 1] = string.char(cp)
-                elseif cp < 0x800 then out[#out + 1] = string.char(0xC0 + floor(cp / 64), 0x80 + cp % 64)
-                elseif cp < 0x10000 then out[#out + 1] = string.char(0xE0 + floor(cp / 4096), 0x80 + floor(cp / 64) % 64, 0x80 + cp % 64)
-                else out[#out + 1] = string.char(0xF0 + floor(cp / 262144), 0x80 + floor(cp / 4096) % 64, 0x80 + floor(cp / 64) % 64, 0x80 + cp % 64) end
-            else
-                local m = ({ ['"'] = '"', ['\\'] = '\\', ['/'] = '/', b = '\b', f = '\f', n = '\n', r = '\r', t = '\t' })[e]
-                if not m then fail("bad escape") end
-                out[#out + 1] = m
-                i = j + 2
-            end
-        end
-    end
-    function value()
-        ws()
-        local c = sub(s, pos, pos)
-        if c == "{" then
-            local o = {}
-            pos = pos + 1; ws()
-            if sub(s, pos, pos) == "}" then pos = pos + 1; return o end
-            while true do
-                ws()
-                if sub(s, pos, pos) ~= '"' then fail("expected a key") end
-                local k = str(); ws()
-                if sub(s, pos, pos) ~= ":" then fail("expected ':'") end
-                pos = pos + 1
-                o[k] = value(); ws()
-                local d = sub(s, pos, pos); pos = pos + 1
-                if d == "}" then return o end
-                if d ~= "," then fail("expected ',' or '}'") end
-            end
-        elseif c == "[" then
-            local a = {}
-            pos = pos + 1; ws()
-            if sub(s, pos, pos) == "]" then pos = pos + 1; return a end
-            while true do
-                a[#a + 1] = value(); ws()
-                local d = sub(s, pos, pos); pos = pos + 1
-                if d == "]" then return a end
-                if d ~= "," then fail("expected ',' or ']'") end
-            end
-        elseif c == '"' then return str()
-        elseif s:find("^true", pos) then pos = pos + 4; return true
-        elseif s:find("^false", pos) then pos = pos + 5; return false
-        elseif s:find("^null", pos) then pos = pos + 4; return nil
-        end
-        local num = s:match("^-?%d+%.?%d*[eE]?[-+]?%d*", pos)
-        if not num or num == "" then fail("expected a value") end
-        pos = pos + #num
-        return tonumber(num) or fail("bad number")
-    end
-    local v = value()
-    ws()
-    if pos <= #s then fail("text after the value") end
-    return v
-end
-M.json_decode = decode
 
 ---------------------------------------------------------------------------
 -- specs: a list of columns, their inputs, their slices
@@ -502,12 +413,11 @@ function M.spec(list, opts)
     return setmetatable({ _h = h, text = text, columns = cols, inputs = inputs }, Spec)
 end
 
+-- A description read back (fc.parse, fc.from_model): decoded once, by C; its columns
+-- and inputs are what the C accessors report (spec:slices(), spec:input_list()).
 local function spec_from_text(text, h)
-    local ok, t = pcall(decode, text)
     local s = setmetatable({ _h = h, text = text }, Spec)
-    if ok and type(t) == "table" then
-        s.columns, s.inputs = t.columns, t.inputs
-    end
+    s.columns, s.inputs = s:slices(), s:input_list()
     return s
 end
 
@@ -562,198 +472,30 @@ function Spec:input_list()
 end
 
 ---------------------------------------------------------------------------
--- the transformer: raw rows (Lua tables, TSV/CSV, JSON lines) -> a batch
+-- the raw batch of a description: raw rows (Lua tables, TSV/CSV, JSON lines), lua/wisp/raw.lua
 ---------------------------------------------------------------------------
 
-local Transformer = {}
-Transformer.__index = Transformer
-M.Transformer = Transformer
+M.RawBatch = raw.RawBatch
+M.Transformer = raw.RawBatch                  -- deprecated: the class's old name
 
--- spec:transformer([engine]) -> transformer, or nil, err
+-- description:raw_batch([engine]) -> an empty raw batch for its inputs, or nil, err
+function Spec:raw_batch(eng)
+    local e, err = eng, nil
+    if e == nil then e, err = wisp.default_engine() end
+    if not e then return nil, err end
+    if getmetatable(e) ~= wisp.Engine or e._h == nil then argerr(1, "raw_batch", "an open engine expected") end
+    local r, rerr = raw.new(e, self, "raw_batch")
+    return r, rerr
+end
+
+-- description:transformer([engine]): the deprecated name of description:raw_batch
 function Spec:transformer(eng)
     local e, err = eng, nil
     if e == nil then e, err = wisp.default_engine() end
     if not e then return nil, err end
     if getmetatable(e) ~= wisp.Engine or e._h == nil then argerr(1, "transformer", "an open engine expected") end
-    local rc = C.wisp_raw_new(e._h, self._h, raw_box)
-    if rc ~= 0 then return nil, last_error(rc, "transformer") end
-    local h = ffi_gc(raw_box[0], C.wisp_raw_free)
-    raw_box[0] = nil
-    local index, dtypes = {}, {}
-    for i = 0, tonumber(C.wisp_columns_num_inputs(self._h)) - 1 do
-        local name = ffi_str(C.wisp_columns_input_name(self._h, i))
-        index[name] = i
-        dtypes[i] = C.wisp_columns_input_dtype(self._h, i)
-    end
-    return setmetatable({ _h = h, spec = self, engine = e, _index = index, _dtype = dtypes, _schema = nil }, Transformer)
-end
-
-local function raw_handle(self, fname)
-    if getmetatable(self) ~= Transformer then error(fmt("calling '%s' on bad self", fname), 3) end
-    local h = self._h
-    if h == nil then error(fmt("calling '%s' on a closed transformer", fname), 3) end
-    return h
-end
-
-local null_ptr = ffi_cast("void *", 0)
-
-local function add_value(h, idx, dtype, v, name)
-    local t = type(v)
-    if t == "string" then
-        return C.wisp_raw_add_string(h, idx, v, #v)
-    elseif t == "number" then
-        if dtype == INPUT_INT64 and v == floor(v) and v >= -2^63 and v < 2^63 then
-            return C.wisp_raw_add_int(h, idx, v)
-        end
-        return C.wisp_raw_add_float(h, idx, v)
-    elseif t == "cdata" and (ffi.istype(int64_t, v) or ffi.istype(uint64_t, v)) then
-        return C.wisp_raw_add_int(h, idx, v)
-    end
-    return C.wisp_raw_row_reject(h, fmt("input '%s': a %s is not a value", name, t))
-end
-
--- Append one row (a table of input name -> value; a list for a sparse input;
--- nil or a JSON null for missing). Bad values make a bad row (its score is NaN),
--- listed by :bad_rows(). Returns true, or nil, err on a runtime failure.
-function Transformer:add(row, line)
-    local h = raw_handle(self, "add")
-    if type(row) ~= "table" then argerr(1, "add", "row table expected, got " .. type(row)) end
-    local rc = C.wisp_raw_row_begin(h, line or 0)
-    if rc ~= 0 then return nil, last_error(rc, "add") end
-    local index, dtypes = self._index, self._dtype
-    for k, v in pairs(row) do
-        local idx = index[k]
-        if idx == nil then
-            rc = C.wisp_raw_row_reject(h, type(k) == "string" and fmt("unknown input '%s'", k)
-                                          or fmt("row keys must be input names, not %s", type(k)))
-        elseif type(v) == "table" then
-            local n = #v
-            if n == 0 and next(v) ~= nil then rc = C.wisp_raw_row_reject(h, fmt("input '%s': a table that is not a list", k)) end
-            for i = 1, n do
-                rc = add_value(h, idx, dtypes[idx], v[i], k)
-                if rc ~= 0 then break end
-            end
-        elseif type(v) == "userdata" and ffi_cast("void *", v) == null_ptr then
-            rc = 0                                                    -- JSON null: missing
-        else
-            rc = add_value(h, idx, dtypes[idx], v, k)
-        end
-        if rc ~= 0 then break end
-    end
-    local rc2 = C.wisp_raw_row_end(h)
-    if rc ~= 0 then return nil, last_error(rc, "add") end
-    if rc2 ~= 0 then return nil, last_error(rc2, "add") end
-    return true
-end
-
-function Transformer:add_rows(rows)
-    raw_handle(self, "add_rows")
-    if type(rows) ~= "table" then argerr(1, "add_rows", "a list of rows expected") end
-    for i = 1, #rows do
-        local ok, err = self:add(rows[i])
-        if not ok then return nil, err end
-    end
-    return true
-end
-
-local function parse_text(self, fname, cfn, text, opts)
-    local h = raw_handle(self, fname)
-    if type(text) ~= "string" then argerr(1, fname, "string expected, got " .. type(text), 2) end
-    opts = opts or {}
-    if type(opts) ~= "table" then argerr(2, fname, "options table expected", 2) end
-    u64_box[0] = opts.line or 0
-    local final = opts.final == nil and 1 or (opts.final and 1 or 0)
-    local rc = cfn(h, text, #text, final, opts.max_rows or 0, u64_box, size_box)
-    local consumed, line = tonumber(size_box[0]), tonumber(u64_box[0])
-    if rc ~= 0 then return nil, last_error(rc, fname) end
-    return consumed, line
-end
-
--- t:parse_tsv(text [, {schema="criteo"|"header"|"a,b,c", delim="\t"|",", final=true, line=0, max_rows=0}])
--- -> bytes consumed, lines so far; or nil, err. The schema is kept for later calls.
-function Transformer:parse_tsv(text, opts)
-    local h = raw_handle(self, "parse_tsv")
-    opts = opts or {}
-    local delim = opts.delim or "\t"
-    if opts.schema or self._schema == nil then
-        local schema = opts.schema or "criteo"
-        if type(schema) == "table" then schema = concat(schema, ",") end
-        if (delim ~= "\t" and delim ~= ",") then argerr(2, "parse_tsv", "delim: '\\t' or ',' expected") end
-        local rc = C.wisp_raw_set_schema(h, schema, byte(delim))
-        if rc ~= 0 then return nil, last_error(rc, "parse_tsv") end
-        self._schema = schema
-    end
-    return parse_text(self, "parse_tsv", C.wisp_raw_parse_tsv, text, opts)
-end
-
--- t:parse_jsonl(text [, {final=true, line=0, max_rows=0}]) -> bytes consumed, lines; or nil, err
-function Transformer:parse_jsonl(text, opts)
-    return parse_text(self, "parse_jsonl", C.wisp_raw_parse_jsonl, text, opts)
-end
-
-function Transformer:rows() return tonumber(C.wisp_raw_rows(raw_handle(self, "rows"))) end
-
-function Transformer:bad_rows()
-    local h = raw_handle(self, "bad_rows")
-    local out = {}
-    for i = 0, tonumber(C.wisp_raw_bad_count(h)) - 1 do
-        if C.wisp_raw_bad_row(h, i, size_box, u64_box, str_box) == 0 then
-            out[#out + 1] = { row = tonumber(size_box[0]), line = tonumber(u64_box[0]), msg = ffi_str(str_box[0]) }
-        end
-    end
-    return out
-end
-
--- t:transform([batch]) -> the batch (a new one when none is given) with one
--- row appended per raw row; or nil, err. The raw rows stay until :clear().
-function Transformer:transform(batch)
-    local h = raw_handle(self, "transform")
-    local err
-    if batch == nil then
-        batch, err = wisp.batch(self.engine)
-        if not batch then return nil, err end
-    elseif getmetatable(batch) ~= wisp.Batch or batch._h == nil then
-        argerr(1, "transform", "an open batch expected")
-    end
-    local rc = C.wisp_transform(h, batch._h)
-    if rc ~= 0 then return nil, last_error(rc, "transform") end
-    return batch
-end
-
-function Transformer:clear() C.wisp_raw_clear(raw_handle(self, "clear")) end
-
-function Transformer:close()
-    local h = self._h
-    if h == nil then return end
-    self._h = nil
-    ffi_gc(h, nil)
-    C.wisp_raw_free(h)
-end
-
--- Raw values of one input (tests, devices): { {v, ...} per row } as Lua values.
-function Transformer:input_values(name)
-    local h = raw_handle(self, "input_values")
-    local idx = self._index[name]
-    if idx == nil then argerr(1, "input_values", "unknown input '" .. tostring(name) .. "'") end
-    local rp, vals, so = ffi_new("const uint32_t *[1]"), ffi_new("const void *[1]"), ffi_new("const uint32_t *[1]")
-    C.wisp_raw_input(h, idx, rp, vals, so)
-    local dt, out = self._dtype[idx], {}
-    local f = ffi_cast("const float *", vals[0])
-    local i64 = ffi_cast("const int64_t *", vals[0])
-    local bytes = ffi_cast("const char *", vals[0])
-    local dense = rp[0] == nil                    -- dense inputs: value r is row r's
-    for r = 0, tonumber(C.wisp_raw_rows(h)) - 1 do
-        local row = {}
-        local a, z = r, r + 1
-        if not dense then a, z = rp[0][r], rp[0][r + 1] end
-        for k = a, z - 1 do
-            if dt == INPUT_FLOAT32 then row[#row + 1] = f[k]
-            elseif dt == INPUT_INT64 then row[#row + 1] = i64[k]
-            else row[#row + 1] = ffi_str(bytes + so[0][k], so[0][k + 1] - so[0][k]) end
-        end
-        out[r + 1] = row
-    end
-    return out
+    local r, rerr = raw.new(e, self, "transformer")
+    return r, rerr
 end
 
 return M

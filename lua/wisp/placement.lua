@@ -323,12 +323,9 @@ local function row_width(model, opts)
     if m and tonumber(m) then return tonumber(m) end
     local info = model:info()
     if info.columns then
-        local n = 0
-        local ok, cjson = pcall(require, "cjson")
-        if ok then
-            local dok, spec = pcall(cjson.decode, info.columns)
-            if dok and type(spec) == "table" and type(spec.columns) == "table" then n = #spec.columns end
-        end
+        -- the description as C decoded it (wisp_columns_from_model; nil for a text it refuses)
+        local desc = require("wisp.columns").from_model(model)
+        local n = desc and desc:count() or 0
         if n > 0 then return n end
     end
     return 39

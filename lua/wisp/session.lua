@@ -1,0 +1,304 @@
+-- session.lua — wisp's sessions (wisp.h section 5): placement on a device, score, submit/wait, transform and score_raw, statistics.
+--
+-- Loaded by `require "wisp"` (init.lua): model:session, wisp.session and the Session class.
+
+local ffi = require "ffi"
+local base = require "wisp.base"
+local batch = require "wisp.batch"
+local model = require "wisp.model"
+local raw = require "wisp.raw"
+
+local C, wisp = base.C, base.wisp
+local ffi_gc, ffi_str, ffi_istype = ffi.gc, ffi.string, ffi.istype
+local type, tonumber, tostring, setmetatable, getmetatable = type, tonumber, tostring, setmetatable, getmetatable
+local pairs = pairs
+local max = math.max
+local fmt = string.format
+local argerror, expected, handle, check_uint = base.argerror, base.expected, base.handle, base.check_uint
+local ffi_elems, last_error = base.ffi_elems, base.last_error
+local session_box, done_box = base.session_box, base.done_box
+local float_vla, float_ptr, f32p_probe, vla_floats = base.float_vla, base.float_ptr, base.f32p_probe, base.vla_floats
+local Batch, Model, RawBatch, new_batch = batch.Batch, model.Model, raw.RawBatch, batch.new
+
+local Session = {}; Session.__index = Session
+wisp.Session = Session
+base.register(Session, "session")
+
+local M = { Session = Session }
+
+local function new_session(fname, model, device, ndev)
+    if device == nil then device = "auto" end
+    if type(device) ~= "string" then expected(2, ndev, fname, "string", device) end
+    local e = model.engine
+    if e._h == nil then error(fmt("calling '%s' on a model whose engine is closed", fname), 3) end
+    local rc = C.wisp_session_new(e._h, model._h, device, session_box)
+    if rc ~= 0 then return nil, last_error(rc, "session") end
+    -- The handles of batches in flight on this session (submitted, not yet
+    -- waited for): their own finalizers are detached while they are in
+    -- flight, so the collector can never free one under the device; the
+    -- session's finalizer finishes them (wisp_session_free does) and then
+    -- gives each handle its finalizer back. This table is the finalizer's
+    -- upvalue, never the session's cdata: the handle stays collectable.
+    local inflight = {}
+    local h = ffi_gc(session_box[0], function(sh)
+        C.wisp_session_free(sh)
+        for bh in pairs(inflight) do ffi_gc(bh, C.wisp_batch_free) end
+    end)
+    session_box[0] = nil
+    return setmetatable({ _h = h, model = model, engine = e, _out = nil, _outcap = 0, _inflight = inflight },
+                        Session)
+end
+
+-- The batch of a submit is done (its wait returned, or the session was
+-- closed): it is the caller's again, with its finalizer back.
+local function batch_landed(self, batch)
+    local bh = batch._h
+    batch._inflight = nil
+    if bh ~= nil then
+        self._inflight[bh] = nil
+        ffi_gc(bh, C.wisp_batch_free)
+    end
+end
+
+-- model:session([device]) -> session or nil, err. device: "cpu", "gpu",
+-- "gpu:N", "gpus" or "auto" (the default).
+function Model:session(device)
+    handle(self, Model, "model", "session")
+    local s, err = new_session("session", self, device, 1)
+    return s, err
+end
+
+-- wisp.session(model[, device])
+function wisp.session(model, device)
+    if getmetatable(model) ~= Model then expected(1, 1, "session", "model", model) end
+    if model._h == nil then argerror(1, 1, "session", "model is closed") end
+    local s, err = new_session("session", model, device, 2)
+    return s, err
+end
+
+-- The output array of score/score_raw (argument #2 of fname): out itself,
+-- checked to hold `rows` floats, or (out == nil) the session's own array,
+-- grown as needed and overwritten by the next call.
+local function out_array(self, out, rows, fname, what)
+    if out == nil then
+        if rows > self._outcap or self._out == nil then
+            local cap = max(rows, self._outcap * 2, 64)
+            self._out = float_vla(cap)
+            self._outcap = cap
+        end
+        return self._out
+    end
+    if not ffi_istype(float_ptr, out) then
+        local len
+        if ffi_istype(float_vla, out) then
+            len = vla_floats(out)
+        else
+            len = ffi_elems(2, 2, fname, out, f32p_probe, "float array", 4)
+        end
+        if len ~= nil and len < rows then
+            argerror(2, 2, fname, fmt("out holds %d floats, the %s has %d rows", len, what, rows))
+        end
+    end
+    return out
+end
+
+-- session:score(batch[, out]) -> out, rows; or nil, err.
+-- out: an FFI float array of at least batch:rows() elements; without it the
+-- session's own array is returned, and THE NEXT score CALL ON THIS SESSION
+-- OVERWRITES IT: copy what you keep (or use score_table). out[r] (0-based)
+-- is row r's probability, NaN for a malformed input row.
+function Session:score(batch, out)
+    local h = handle(self, Session, "session", "score")
+    if getmetatable(batch) ~= Batch then expected(1, 1, "score", "batch", batch) end
+    local bh = batch._h
+    if bh == nil then argerror(1, 1, "score", "batch is closed") end
+    local rows = tonumber(C.wisp_batch_rows(bh))
+    out = out_array(self, out, rows, "score", "batch")
+    local rc = C.wisp_session_score(h, bh, out)
+    if rc ~= 0 then return nil, last_error(rc, "score") end
+    return out, rows
+end
+
+-- session:submit(batch, out) -> true; or nil, err.
+-- Starts scoring batch into out (an FFI float array of at least batch:rows()
+-- floats) and returns at once: on a GPU the copies and the kernel run while
+-- the caller prepares the next batch (up to WISP_MAX_IN_FLIGHT on the
+-- device). The batch and out belong to wisp until the matching wait: the
+-- session keeps references to both so the garbage collector leaves them alone.
+function Session:submit(batch, out)
+    local h = handle(self, Session, "session", "submit")
+    if getmetatable(batch) ~= Batch then expected(1, 1, "submit", "batch", batch) end
+    if batch._h == nil then argerror(1, 1, "submit", "batch is closed") end
+    if batch._inflight then
+        argerror(1, 1, "submit", "batch is already submitted and not yet waited for (call session:wait() first)")
+    end
+    if type(out) ~= "cdata" then expected(1, 2, "submit", "float array", out) end
+    local rows = tonumber(C.wisp_batch_rows(batch._h))
+    if ffi_istype(float_vla, out) and vla_floats(out) < rows then
+        argerror(1, 2, "submit", fmt("out holds %d floats, the batch has %d rows", vla_floats(out), rows))
+    end
+    local bh = batch._h
+    local rc = C.wisp_session_submit(h, bh, out)
+    if rc ~= 0 then return nil, last_error(rc, "submit") end
+    -- in flight until its wait: refused by close/clear/add and a second
+    -- submit, and out of the collector's reach (the session's finalizer
+    -- owns the handle until then; see new_session)
+    batch._inflight = self
+    self._inflight[bh] = true
+    ffi_gc(bh, nil)
+    local q = self._pending
+    if not q then q = { first = 1, last = 0 }; self._pending = q end
+    q.last = q.last + 1
+    q[q.last] = { batch, out }
+    return true
+end
+
+-- session:wait() -> batch, out of the oldest submitted batch once it is scored;
+-- or nil, err (nothing pending, or a failure).
+function Session:wait()
+    local h = handle(self, Session, "session", "wait")
+    local q = self._pending
+    if not q or q.first > q.last then return nil, "wait: nothing was submitted" end
+    local rc = C.wisp_session_wait(h, done_box)
+    local e = q[q.first]
+    q[q.first] = nil
+    q.first = q.first + 1
+    batch_landed(self, e[1])
+    if rc ~= 0 then return nil, last_error(rc, "wait") end
+    return e[1], e[2]
+end
+
+-- session:score_table(batch) -> a Lua array of the rows' probabilities
+-- (1-based: t[r + 1] is row r), a copy that later calls do not touch.
+function Session:score_table(batch)
+    handle(self, Session, "session", "score_table")
+    if getmetatable(batch) ~= Batch then expected(1, 1, "score_table", "batch", batch) end
+    if batch._h == nil then argerror(1, 1, "score_table", "batch is closed") end
+    local out, rows = self:score(batch)
+    if not out then return nil, rows end
+    local t = {}
+    for i = 0, rows - 1 do t[i + 1] = out[i] end
+    return t
+end
+
+-- The transform stage on this session's device (wisp.h section 6). raw: a raw batch
+-- (description:raw_batch()). On a GPU the raw columns are shipped and the ids
+-- computed there; elsewhere it is wisp_transform.
+local function raw_arg(r, fname)
+    if getmetatable(r) ~= RawBatch or r._h == nil then
+        argerror(2, 1, fname, "an open raw batch expected, got " .. (type(r) == "table" and getmetatable(r) == RawBatch
+                                                                    and "a closed raw batch" or base.typename(r)))
+    end
+    return r._h
+end
+
+-- session:transform(raw[, batch]) -> the batch (a new one when none is given) with one
+-- row appended per raw row, the same ids as raw:transform() gives; or nil, err.
+function Session:transform(raw, batch)
+    local h = handle(self, Session, "session", "transform")
+    local rh = raw_arg(raw, "transform")
+    local err
+    if batch == nil then
+        batch, err = new_batch(self.engine)
+        if not batch then return nil, err end
+    elseif getmetatable(batch) ~= Batch or batch._h == nil then
+        argerror(1, 2, "transform", "an open batch expected")
+    end
+    local rc = C.wisp_session_transform(h, rh, batch._h)
+    if rc ~= 0 then return nil, last_error(rc, "transform") end
+    return batch
+end
+
+-- session:score_raw(raw[, out]) -> out, rows; or nil, err. Raw rows straight to
+-- probabilities (transform and score fused on a GPU: only raw columns cross PCIe).
+-- out as for session:score (without it, the session's own array, overwritten by the
+-- next call); NaN for a bad row.
+function Session:score_raw(raw, out)
+    local h = handle(self, Session, "session", "score_raw")
+    local rh = raw_arg(raw, "score_raw")
+    local rows = tonumber(C.wisp_raw_rows(rh))
+    out = out_array(self, out, rows, "score_raw", "raw batch")
+    local rc = C.wisp_session_score_raw(h, rh, out)
+    if rc ~= 0 then return nil, last_error(rc, "score_raw") end
+    return out, rows
+end
+
+function Session:set_device(device)
+    local h = handle(self, Session, "session", "set_device")
+    if type(device) ~= "string" then expected(1, 1, "set_device", "string", device) end
+    local rc = C.wisp_session_set_device(h, device)
+    if rc ~= 0 then return nil, last_error(rc, "set_device") end
+    return true
+end
+
+-- The device asked for ("auto", "gpu:1"...).
+function Session:device()
+    return ffi_str(C.wisp_session_device(handle(self, Session, "session", "device")))
+end
+
+-- The device that scored the last batch ("cpu", "gpu:0", "gpus:2"; "" before any).
+function Session:last_device()
+    local s = C.wisp_session_last_device(handle(self, Session, "session", "last_device"))
+    return s ~= nil and ffi_str(s) or ""
+end
+
+-- Statistic names, from the C library (iterated until NULL).
+local stat_names, stat_index = {}, {}
+do
+    local i = 0
+    while true do
+        local s = C.wisp_stat_name(i)
+        if s == nil then break end
+        local name = ffi_str(s)
+        stat_names[i] = name
+        stat_index[name] = i
+        i = i + 1
+    end
+end
+
+-- {batches=, rows=, nnz=, out_of_range=, bad_rows=, fallbacks=, ns_parse=, ..., ns_total=, ...}
+function Session:stats()
+    local h = handle(self, Session, "session", "stats")
+    local t = {}
+    for i, name in pairs(stat_names) do
+        t[name] = tonumber(C.wisp_session_stat(h, i))
+    end
+    return t
+end
+
+function Session:reset_stats()
+    C.wisp_session_reset_stats(handle(self, Session, "session", "reset_stats"))
+end
+
+-- session:add_stat(name or WISP_STAT_* index, amount): for stages timed by the caller (e.g. "ns_parse").
+function Session:add_stat(which, amount)
+    local h = handle(self, Session, "session", "add_stat")
+    local i = which
+    if type(which) == "string" then i = stat_index[which] end
+    if type(i) ~= "number" or stat_names[i] == nil then
+        argerror(1, 1, "add_stat", "statistic name expected, got " .. tostring(which))
+    end
+    amount = check_uint(1, 2, "add_stat", amount, "amount", nil)
+    if amount == nil then argerror(1, 2, "add_stat", "amount expected, got nil") end
+    C.wisp_session_add_stat(h, i, amount)
+end
+
+function Session:close()
+    if getmetatable(self) ~= Session then handle(self, Session, "session", "close") end
+    local h = self._h
+    if h == nil then return end
+    self._h = nil
+    ffi_gc(h, nil)
+    C.wisp_session_free(h)                 -- finishes every batch in flight (wisp.h)
+    local q = self._pending
+    if q then
+        for i = q.first, q.last do batch_landed(self, q[i][1]) end
+        self._pending = nil
+    end
+    self._out, self._outcap = nil, 0
+end
+
+function Session:is_closed() return self._h == nil end
+wisp.stat_names = stat_names
+
+return M
