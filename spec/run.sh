@@ -114,6 +114,22 @@ if [ -f "$build/libwisp.map" ] && command -v nm >/dev/null 2>&1; then
     fi
 fi
 
+# the README's doc test (spec/doc/readme.sh: runs the tour's "# doc-test" blocks after a demo into a
+# scratch dir and compares their output with the README's; prints "readme: N passed, N failed" last)
+if [ -f spec/doc/readme.sh ]; then
+    start=$(date +%s)
+    sh spec/doc/readme.sh >"$log" 2>&1
+    rc=$?
+    line=$(grep -aE "^readme: [0-9]+ passed, [0-9]+ failed" "$log" | tail -n 1)
+    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
+    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+    if [ -z "$line" ]; then p=0; f=1; fi
+    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    passed=$((passed + p)); failed=$((failed + f))
+    printf '%-24s %5d passed, %d failed  (%ds)\n' "readme (spec/doc)" "$p" "$f" $(( $(date +%s) - start ))
+    if [ "$f" -ne 0 ]; then grep -av '^ok ' "$log" | sed 's/^/    /' | tail -n 60; fail_recap "readme (spec/doc): $f failed"; fi
+fi
+
 # install into a scratch DESTDIR and build the C quickstart against it with pkg-config
 stage=$(mktemp -d)
 # a build made with NVCC= (engine/cuda_stub.c) is installed as it is, not rebuilt with the CUDA backend
