@@ -5,7 +5,7 @@
      (engine/*.c except the CLI) and, when nvcc is found as the Makefile finds
      it, the CUDA kernels; without nvcc engine/cuda_stub.c (CPU only). The
      Makefile stays the one description of how the engine is compiled.
-  2. engine/python/wisp/_wisp.c (which includes wisp.h only) is linked with
+  2. engine/python/wisp/_wisp.c and _wisp_raw.c (which include wisp.h only) are linked with
      libwisp.a statically, its symbols hidden (--exclude-libs), so the module
      has no runtime dependency but libxxhash and libc (and links the CUDA
      runtime statically, as the CLI does).
@@ -83,7 +83,8 @@ class build_wisp_ext(build_ext):
 
 ext = Extension(
     "wisp._wisp",
-    sources=["engine/python/wisp/_wisp.c"],
+    sources=["engine/python/wisp/_wisp.c", "engine/python/wisp/_wisp_raw.c"],
+    depends=["engine/python/wisp/_wisp.h"],
     include_dirs=["engine/include"],                  # wisp.h only: never engine/internal.h
     define_macros=[] if LIMITED else [("WISP_NO_LIMITED_API", "1")],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter",

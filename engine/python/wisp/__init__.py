@@ -4,7 +4,8 @@
     model = wisp.load("ctr.wisp")
     p = model.score(X)                      # float32 probabilities, shape (n,)
     s = model.session("gpu")                # a session placed on a device
-    p = s.score(X)                          # X: scipy CSR, 2-D numpy, (indptr, indices[, values]), libsvm text
+    p = s.score(X)                          # X: scipy CSR, 2-D numpy, (indptr, indices[, values]), libsvm text,
+                                            #    raw rows (DataFrame, Arrow, dict) for a model with feature columns
     s.last_errors                           # [(row, reason)] of the rows scored NaN
 
 The probability of row i is sigmoid(bias + sum over its features of
@@ -25,9 +26,12 @@ NaN, +-inf, a float64 beyond float32's range; a malformed libsvm line) scores Na
 (errors="raise"). A failing engine call raises a WispError subclass per
 status code, with the engine's message. Nothing aborts the interpreter.
 
-This is the package's first slice: GPU-resident inputs (DLPack, CUDA array
-interface), raw feature-column inputs (pandas, Arrow, dicts), importers
-(scikit-learn, ONNX, TensorFlow) and profiling come later.
+For a model with feature columns, raw rows (a pandas DataFrame, a pyarrow
+Table/RecordBatch, a dict of columns) are transformed as TensorFlow does
+and scored (Session.score's docstring says how each is read).
+
+Not yet: GPU-resident inputs (DLPack, CUDA array interface), the
+TensorFlow importer, profiling.
 """
 import asyncio
 import concurrent.futures
@@ -36,7 +40,7 @@ import threading
 
 import numpy as np
 
-from . import _wisp
+from . import _raw, _wisp
 
 __all__ = ["load", "devices", "version", "set_threads", "write_model", "from_sklearn", "Model", "Session", "WispError", "BadRowError",
            "InvalidArgumentError", "OutOfMemoryError", "WispIOError", "FormatError", "ChecksumError",
@@ -368,6 +372,8 @@ class Session:
                 X = X.tocsr()
             # duplicates and unsorted indices are scored as given (each entry counts)
             return self._csr(X.indptr, X.indices, X.data)
+        if _raw.is_raw(X):
+            return self._raw(X)
         A = np.asarray(X)
         if A.ndim != 2:
             raise ValueError("X must be 2-D (rows x columns), a scipy.sparse matrix, a CSR tuple or libsvm "
@@ -384,6 +390,15 @@ class Session:
             if B is A:
                 raise
         return out, s.score_dense(B, out)
+
+    def _raw(self, X):
+        columns = self.model.columns
+        if not isinstance(columns, dict):
+            raise TypeError("X is raw rows (%s) but the model %s has no feature-column description: score "
+                            "it with feature ids (scipy CSR, a CSR tuple, libsvm text)" % (type(X).__name__, self.model.path))
+        cols, rows = _raw.sources(X, columns)
+        out = np.empty(rows, dtype=np.float32)
+        return out, self._s.score_raw(cols, rows, out)
 
     def _csr(self, indptr, indices, values):
         # fast path: the C side reads every C-contiguous native integer/float

@@ -24,11 +24,7 @@
  *   output is NaN; the Python layer decides (errors="nan" / "raise").
  * - One engine per process, created on first use (threads: one per core).
  */
-#ifndef WISP_NO_LIMITED_API
-#define Py_LIMITED_API 0x030B0000
-#endif
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_wisp.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -36,15 +32,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "wisp.h"
-
 /* ---- errors ------------------------------------------------------------------ */
 
 static PyObject *error_base;      /* wisp.WispError */
 static PyObject *error_classes;   /* dict: status (int) -> class */
 
 /* Raise the class registered for status with msg. Returns NULL. */
-static PyObject *raise_status(int status, const char *msg)
+PyObject *wisp__py_raise_status(int status, const char *msg)
 {
     PyObject *cls = NULL;
     if (error_classes) {
@@ -63,7 +57,7 @@ static PyObject *raise_status(int status, const char *msg)
 }
 
 /* The calling thread's wisp_errmsg() copied into buf (call right after the failure). */
-static void copy_errmsg(char *buf, size_t len, int status)
+void wisp__py_copy_errmsg(char *buf, size_t len, int status)
 {
     const char *m = wisp_errmsg();
     snprintf(buf, len, "%s", m && m[0] ? m : wisp_strerror(status));
@@ -87,14 +81,14 @@ static PyObject *py_register_errors(PyObject *mod, PyObject *args)
 static wisp_engine *engine;
 static int engine_threads;        /* for the engine not yet created; 0: one per core */
 
-static wisp_engine *get_engine(void)
+wisp_engine *wisp__py_engine(void)
 {
     if (engine) return engine;
     int st = wisp_engine_new(engine_threads, &engine);
     if (st != WISP_OK) {
         char msg[512];
-        copy_errmsg(msg, sizeof msg, st);
-        raise_status(st, msg);
+        wisp__py_copy_errmsg(msg, sizeof msg, st);
+        wisp__py_raise_status(st, msg);
         return NULL;
     }
     return engine;
@@ -102,7 +96,7 @@ static wisp_engine *get_engine(void)
 
 static PyObject *py_devices(PyObject *mod, PyObject *noargs)
 {
-    wisp_engine *eng = get_engine();
+    wisp_engine *eng = wisp__py_engine();
     if (!eng) return NULL;
     int n;
     Py_BEGIN_ALLOW_THREADS
@@ -133,7 +127,7 @@ static PyObject *py_set_threads(PyObject *mod, PyObject *arg)
         char msg[160];
         snprintf(msg, sizeof msg, "the engine already runs with %d threads: call wisp.set_threads before the "
                  "first wisp.load or wisp.devices", wisp_engine_threads(engine));
-        return raise_status(WISP_ESTATE, msg);
+        return wisp__py_raise_status(WISP_ESTATE, msg);
     }
     engine_threads = (int)n;
     Py_RETURN_NONE;
@@ -158,10 +152,6 @@ static PyObject *py_stat_names(PyObject *mod, PyObject *noargs)
 
 /* ---- Model ---------------------------------------------------------------------- */
 
-typedef struct {
-    PyObject_HEAD
-    wisp_model *m;
-} ModelObject;
 
 static PyObject *ModelType;
 
@@ -170,7 +160,7 @@ static PyObject *Model_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     PyObject *path_obj;
     static char *kwlist[] = { "path", NULL };
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O&", kwlist, PyUnicode_FSConverter, &path_obj)) return NULL;
-    wisp_engine *eng = get_engine();
+    wisp_engine *eng = wisp__py_engine();
     if (!eng) { Py_DECREF(path_obj); return NULL; }
     const char *path = PyBytes_AsString(path_obj);
     if (!path) { Py_DECREF(path_obj); return NULL; }
@@ -179,10 +169,10 @@ static PyObject *Model_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     char msg[1024];
     Py_BEGIN_ALLOW_THREADS
     st = wisp_model_load(eng, path, &m);
-    if (st != WISP_OK) copy_errmsg(msg, sizeof msg, st);
+    if (st != WISP_OK) wisp__py_copy_errmsg(msg, sizeof msg, st);
     Py_END_ALLOW_THREADS
     Py_DECREF(path_obj);
-    if (st != WISP_OK) return raise_status(st, msg);
+    if (st != WISP_OK) return wisp__py_raise_status(st, msg);
     allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
     ModelObject *self = (ModelObject *)alloc(type, 0);
     if (!self) { wisp_model_free(m); return NULL; }
@@ -245,20 +235,11 @@ static PyType_Spec Model_spec = { "wisp._wisp.Model", sizeof(ModelObject), 0, Py
 
 /* ---- buffers ---------------------------------------------------------------------- */
 
-enum { K_INT, K_UINT, K_FLOAT, K_BOOL };
-
-typedef struct {
-    Py_buffer view;
-    int held;          /* view must be released */
-    int kind;          /* K_* */
-    Py_ssize_t size;   /* itemsize */
-    Py_ssize_t count;  /* elements */
-} arg_buf;
 
 /* Get a C-contiguous buffer of obj and classify its element type. Unknown
  * formats (big-endian, float16, structs) fail with TypeError naming `what`;
  * the Python layer converts those with numpy before calling. */
-static int get_buf(PyObject *obj, const char *what, int writable, int ndim_want, arg_buf *b)
+int wisp__py_get_buf(PyObject *obj, const char *what, int writable, int ndim_want, arg_buf *b)
 {
     memset(b, 0, sizeof *b);
     int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
@@ -290,43 +271,12 @@ static int get_buf(PyObject *obj, const char *what, int writable, int ndim_want,
     return 0;
 }
 
-static void rel_buf(arg_buf *b)
+void wisp__py_rel_buf(arg_buf *b)
 {
     if (b->held) PyBuffer_Release(&b->view);
     b->held = 0;
 }
 
-/* Element i of an integer buffer, widened; *neg set for a negative value. */
-static inline uint64_t int_at(const arg_buf *b, size_t i, int *neg)
-{
-    const void *p = b->view.buf;
-    int64_t v;
-    if (b->kind == K_UINT || b->kind == K_BOOL) {
-        *neg = 0;
-        switch (b->size) {
-        case 1: return ((const uint8_t *)p)[i];
-        case 2: return ((const uint16_t *)p)[i];
-        case 4: return ((const uint32_t *)p)[i];
-        default: return ((const uint64_t *)p)[i];
-        }
-    }
-    switch (b->size) {
-    case 1: v = ((const int8_t *)p)[i]; break;
-    case 2: v = ((const int16_t *)p)[i]; break;
-    case 4: v = ((const int32_t *)p)[i]; break;
-    default: v = ((const int64_t *)p)[i]; break;
-    }
-    *neg = v < 0;
-    return (uint64_t)v;
-}
-
-static inline double float_at(const arg_buf *b, size_t i)
-{
-    if (b->kind == K_FLOAT) return b->size == 4 ? ((const float *)b->view.buf)[i] : ((const double *)b->view.buf)[i];
-    int neg;
-    uint64_t u = int_at(b, i, &neg);
-    return neg ? (double)(int64_t)u : (double)u;
-}
 
 /* write_model(path, weights (float32 buffer), bias, dtype, meta, columns|None):
  * wisp_model_write, the GIL released (it fsyncs). */
@@ -345,9 +295,9 @@ static PyObject *py_write_model(PyObject *mod, PyObject *args)
         return NULL;
     }
     arg_buf bw;
-    if (get_buf(o_w, "weights", 0, 1, &bw) < 0 || bw.kind != K_FLOAT || bw.size != 4) {
+    if (wisp__py_get_buf(o_w, "weights", 0, 1, &bw) < 0 || bw.kind != K_FLOAT || bw.size != 4) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "weights: must be a float32 array");
-        rel_buf(&bw);
+        wisp__py_rel_buf(&bw);
         Py_DECREF(path_obj);
         return NULL;
     }
@@ -356,32 +306,18 @@ static PyObject *py_write_model(PyObject *mod, PyObject *args)
     char msg[1024] = "";
     Py_BEGIN_ALLOW_THREADS
     st = wisp_model_write(path, bw.view.buf, (uint64_t)bw.count, bias, dtype, meta, columns);
-    if (st != WISP_OK) copy_errmsg(msg, sizeof msg, st);
+    if (st != WISP_OK) wisp__py_copy_errmsg(msg, sizeof msg, st);
     Py_END_ALLOW_THREADS
-    rel_buf(&bw);
+    wisp__py_rel_buf(&bw);
     Py_DECREF(path_obj);
-    if (st != WISP_OK) return raise_status(st, msg);
+    if (st != WISP_OK) return wisp__py_raise_status(st, msg);
     Py_RETURN_NONE;
 }
 
 /* ---- bad rows found here ------------------------------------------------------------ */
 
-enum { BAD_NEG_INDEX = 1, BAD_NAN_SCORE, BAD_ENGINE };
 
-typedef struct {
-    size_t row;
-    int why;          /* BAD_* */
-    int64_t value;    /* the negative index */
-    char *msg;        /* BAD_ENGINE: the engine's message (owned) */
-} bad_row;
-
-typedef struct {
-    bad_row *v;
-    size_t n, cap;
-    int oom;
-} bad_list;
-
-static void bad_add(bad_list *l, size_t row, int why, int64_t value, const char *msg)
+void wisp__py_bad_add(bad_list *l, size_t row, int why, int64_t value, const char *msg)
 {
     if (l->n && l->v[l->n - 1].row == row) return;          /* one reason per row: the first */
     if (l->n == l->cap) {
@@ -401,7 +337,7 @@ static int cmp_bad(const void *a, const void *b)
     return x->row < y->row ? -1 : x->row > y->row;
 }
 
-static void bad_free(bad_list *l)
+void wisp__py_bad_free(bad_list *l)
 {
     for (size_t i = 0; i < l->n; i++) free(l->v[i].msg);
     free(l->v);
@@ -409,7 +345,7 @@ static void bad_free(bad_list *l)
 }
 
 /* The list as Python [(row, reason)], sorted by row, one entry per row. */
-static PyObject *bad_to_list(bad_list *l)
+PyObject *wisp__py_bad_to_list(bad_list *l)
 {
     if (l->oom) { PyErr_NoMemory(); return NULL; }
     if (l->n > 1) qsort(l->v, l->n, sizeof *l->v, cmp_bad);
@@ -436,13 +372,6 @@ static PyObject *bad_to_list(bad_list *l)
 
 /* ---- Session ------------------------------------------------------------------------ */
 
-typedef struct {
-    PyObject_HEAD
-    wisp_session *s;
-    wisp_batch *text;      /* the builder libsvm text is parsed into (reused) */
-    PyObject *model;       /* the ModelObject, kept alive */
-    int busy;              /* a call is running on another thread */
-} SessionObject;
 
 static PyObject *SessionType;
 
@@ -456,16 +385,16 @@ static PyObject *Session_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_TypeError, "Session(model, device): model must be a wisp model");
         return NULL;
     }
-    wisp_engine *eng = get_engine();
+    wisp_engine *eng = wisp__py_engine();
     if (!eng) return NULL;
     wisp_session *s = NULL;
     int st;
     char msg[1024];
     Py_BEGIN_ALLOW_THREADS
     st = wisp_session_new(eng, ((ModelObject *)model)->m, device, &s);
-    if (st != WISP_OK) copy_errmsg(msg, sizeof msg, st);
+    if (st != WISP_OK) wisp__py_copy_errmsg(msg, sizeof msg, st);
     Py_END_ALLOW_THREADS
-    if (st != WISP_OK) return raise_status(st, msg);
+    if (st != WISP_OK) return wisp__py_raise_status(st, msg);
     allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
     SessionObject *self = (SessionObject *)alloc(type, 0);
     if (!self) { wisp_session_free(s); return NULL; }
@@ -481,10 +410,12 @@ static void Session_dealloc(PyObject *o)
     PyTypeObject *tp = Py_TYPE(o);
     wisp_session *s = self->s;
     wisp_batch *b = self->text;
-    self->s = NULL; self->text = NULL;
+    wisp_raw *raw = self->raw;
+    self->s = NULL; self->text = NULL; self->raw = NULL;
     Py_BEGIN_ALLOW_THREADS
     wisp_session_free(s);                 /* finishes batches in flight */
     wisp_batch_free(b);
+    wisp_raw_free(raw);
     Py_END_ALLOW_THREADS
     Py_CLEAR(self->model);
     freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
@@ -492,10 +423,10 @@ static void Session_dealloc(PyObject *o)
     Py_DECREF(tp);
 }
 
-static int enter(SessionObject *self)
+int wisp__py_enter(SessionObject *self)
 {
     if (self->busy) {
-        raise_status(WISP_ESTATE, "the session is in use by another thread (a session is used by one thread at a time)");
+        wisp__py_raise_status(WISP_ESTATE, "the session is in use by another thread (a session is used by one thread at a time)");
         return -1;
     }
     self->busy = 1;
@@ -503,9 +434,9 @@ static int enter(SessionObject *self)
 }
 
 /* Get the output buffer: writable C-contiguous float32 of at least n elements. */
-static int get_out(PyObject *o, size_t n, arg_buf *b)
+int wisp__py_get_out(PyObject *o, size_t n, arg_buf *b)
 {
-    if (get_buf(o, "out", 1, 1, b) < 0) return -1;
+    if (wisp__py_get_buf(o, "out", 1, 1, b) < 0) return -1;
     if (b->kind != K_FLOAT || b->size != 4) {
         PyErr_SetString(PyExc_TypeError, "out: must be a float32 array");
         return -1;
@@ -525,14 +456,14 @@ static int score_wrapped(SessionObject *self, size_t rows, const uint32_t *row_p
     wisp_batch *b = NULL;
     int st = wisp_batch_wrap(engine, rows, row_ptr, ids, NULL, vals, &b);
     if (st == WISP_OK) st = wisp_session_score(self->s, b, out);
-    if (st != WISP_OK) copy_errmsg(msg, msglen, st);
+    if (st != WISP_OK) wisp__py_copy_errmsg(msg, msglen, st);
     else {
         /* the rows wrap found bad (a value that is not a finite float32),
          * with the engine's message naming the feature and the value */
         size_t nb = wisp_batch_bad_count(b);
         for (size_t i = 0; i < nb; i++) {
             size_t row; uint64_t line; const char *m;
-            if (wisp_batch_bad_row(b, i, &row, &line, &m) == WISP_OK) bad_add(bad, row, BAD_ENGINE, 0, m);
+            if (wisp_batch_bad_row(b, i, &row, &line, &m) == WISP_OK) wisp__py_bad_add(bad, row, BAD_ENGINE, 0, m);
         }
     }
     wisp_batch_free(b);
@@ -540,7 +471,7 @@ static int score_wrapped(SessionObject *self, size_t rows, const uint32_t *row_p
 }
 
 /* Mark the rows of `bad` NaN in out, and list the other NaN outputs. */
-static void finish_bad(bad_list *bad, float *out, size_t rows)
+void wisp__py_finish_bad(bad_list *bad, float *out, size_t rows)
 {
     size_t listed = bad->n;
     for (size_t i = 0; i < listed; i++) out[bad->v[i].row] = NAN;
@@ -550,7 +481,7 @@ static void finish_bad(bad_list *bad, float *out, size_t rows)
         if (!isnan(out[r])) continue;
         while (j < listed && bad->v[j].row < r) j++;
         if (j < listed && bad->v[j].row == r) continue;
-        bad_add(bad, r, BAD_NAN_SCORE, 0, NULL);
+        wisp__py_bad_add(bad, r, BAD_NAN_SCORE, 0, NULL);
     }
 }
 
@@ -569,17 +500,17 @@ static PyObject *Session_score_csr(SessionObject *self, PyObject *args)
     memset(&bv, 0, sizeof bv); memset(&bi, 0, sizeof bi); memset(&bo, 0, sizeof bo);
     PyObject *result = NULL;
     int have_vals = o_val != Py_None;
-    if (get_buf(o_ptr, "indptr", 0, 1, &bp) < 0) goto done;
-    if (get_buf(o_idx, "indices", 0, 1, &bi) < 0) goto done;
-    if (have_vals && get_buf(o_val, "values", 0, 1, &bv) < 0) goto done;
+    if (wisp__py_get_buf(o_ptr, "indptr", 0, 1, &bp) < 0) goto done;
+    if (wisp__py_get_buf(o_idx, "indices", 0, 1, &bi) < 0) goto done;
+    if (have_vals && wisp__py_get_buf(o_val, "values", 0, 1, &bv) < 0) goto done;
     if (bp.kind == K_FLOAT || bi.kind == K_FLOAT || bp.kind == K_BOOL || bi.kind == K_BOOL) {
         PyErr_SetString(PyExc_TypeError, "indptr and indices must be integer arrays");
         goto done;
     }
     if (bp.count < 1) { PyErr_SetString(PyExc_ValueError, "indptr is empty (it has rows + 1 entries)"); goto done; }
     size_t rows = (size_t)bp.count - 1;
-    if (get_out(o_out, rows, &bo) < 0) goto done;
-    if (enter(self) < 0) goto done;
+    if (wisp__py_get_out(o_out, rows, &bo) < 0) goto done;
+    if (wisp__py_enter(self) < 0) goto done;
 
     int st = WISP_OK, user_err = 0;
     char msg[1024] = "";
@@ -654,7 +585,7 @@ static PyObject *Session_score_csr(SessionObject *self, PyObject *args)
             for (size_t r = 0; r < rows; r++)
                 for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++) {
                     uint64_t v = int_at(&bi, base + k, &neg);
-                    if (neg) { bad_add(&bad, r, BAD_NEG_INDEX, (int64_t)v, NULL); v = UINT32_MAX; }
+                    if (neg) { wisp__py_bad_add(&bad, r, BAD_NEG_INDEX, (int64_t)v, NULL); v = UINT32_MAX; }
                     ids_tmp[k] = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
                 }
             ids = ids_tmp;
@@ -680,19 +611,19 @@ static PyObject *Session_score_csr(SessionObject *self, PyObject *args)
         if (st == WISP_OK && ids_in_place && bi.kind == K_INT && (nf > 0x80000000ull || any_oor))
             for (size_t r = 0; r < rows; r++)
                 for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++)
-                    if ((int32_t)ids[k] < 0) { bad_add(&bad, r, BAD_NEG_INDEX, (int32_t)ids[k], NULL); break; }
-        if (st == WISP_OK) finish_bad(&bad, out, rows);
+                    if ((int32_t)ids[k] < 0) { wisp__py_bad_add(&bad, r, BAD_NEG_INDEX, (int32_t)ids[k], NULL); break; }
+        if (st == WISP_OK) wisp__py_finish_bad(&bad, out, rows);
     }
 unlocked:
     Py_END_ALLOW_THREADS
     self->busy = 0;
     free(ptr_tmp); free(ids_tmp); free(vals_tmp);
     if (user_err) PyErr_SetString(PyExc_ValueError, msg);
-    else if (st != WISP_OK) raise_status(st, msg);
-    else result = bad_to_list(&bad);
-    bad_free(&bad);
+    else if (st != WISP_OK) wisp__py_raise_status(st, msg);
+    else result = wisp__py_bad_to_list(&bad);
+    wisp__py_bad_free(&bad);
 done:
-    rel_buf(&bp); rel_buf(&bi); rel_buf(&bv); rel_buf(&bo);
+    wisp__py_rel_buf(&bp); wisp__py_rel_buf(&bi); wisp__py_rel_buf(&bv); wisp__py_rel_buf(&bo);
     return result;
 }
 
@@ -706,14 +637,14 @@ static PyObject *Session_score_dense(SessionObject *self, PyObject *args)
     arg_buf bx, bo;
     memset(&bo, 0, sizeof bo);
     PyObject *result = NULL;
-    if (get_buf(o_x, "X", 0, 2, &bx) < 0) goto done;
+    if (wisp__py_get_buf(o_x, "X", 0, 2, &bx) < 0) goto done;
     size_t rows = (size_t)bx.view.shape[0], cols = (size_t)bx.view.shape[1];
-    if (get_out(o_out, rows, &bo) < 0) goto done;
+    if (wisp__py_get_out(o_out, rows, &bo) < 0) goto done;
     if (rows > WISP_MAX_ROWS) {
-        raise_status(WISP_ELIMIT, "X has more rows than WISP_MAX_ROWS");
+        wisp__py_raise_status(WISP_ELIMIT, "X has more rows than WISP_MAX_ROWS");
         goto done;
     }
-    if (enter(self) < 0) goto done;
+    if (wisp__py_enter(self) < 0) goto done;
     int st = WISP_OK;
     char msg[1024] = "";
     bad_list bad = { 0 };
@@ -754,16 +685,16 @@ static PyObject *Session_score_dense(SessionObject *self, PyObject *args)
             vals[k++] = (float)d;
         }
     st = score_wrapped(self, rows, row_ptr, ids, vals, out, &bad, msg, sizeof msg);
-    if (st == WISP_OK) finish_bad(&bad, out, rows);
+    if (st == WISP_OK) wisp__py_finish_bad(&bad, out, rows);
 unlocked:
     Py_END_ALLOW_THREADS
     self->busy = 0;
     free(row_ptr); free(ids); free(vals);
-    if (st != WISP_OK) raise_status(st, msg);
-    else result = bad_to_list(&bad);
-    bad_free(&bad);
+    if (st != WISP_OK) wisp__py_raise_status(st, msg);
+    else result = wisp__py_bad_to_list(&bad);
+    wisp__py_bad_free(&bad);
 done:
-    rel_buf(&bx); rel_buf(&bo);
+    wisp__py_rel_buf(&bx); wisp__py_rel_buf(&bo);
     return result;
 }
 
@@ -774,7 +705,7 @@ static PyObject *Session_parse_libsvm(SessionObject *self, PyObject *arg)
 {
     Py_buffer v;
     if (PyObject_GetBuffer(arg, &v, PyBUF_SIMPLE) < 0) return NULL;
-    if (enter(self) < 0) { PyBuffer_Release(&v); return NULL; }
+    if (wisp__py_enter(self) < 0) { PyBuffer_Release(&v); return NULL; }
     int st = WISP_OK;
     char msg[1024] = "";
     size_t rows = 0;
@@ -785,43 +716,43 @@ static PyObject *Session_parse_libsvm(SessionObject *self, PyObject *arg)
         uint64_t line = 0;
         st = wisp_batch_parse_libsvm(self->text, v.buf, (size_t)v.len, 1, 0, &line, NULL);
     }
-    if (st != WISP_OK) copy_errmsg(msg, sizeof msg, st);
+    if (st != WISP_OK) wisp__py_copy_errmsg(msg, sizeof msg, st);
     else rows = wisp_batch_rows(self->text);
     Py_END_ALLOW_THREADS
     self->busy = 0;
     PyBuffer_Release(&v);
-    if (st != WISP_OK) return raise_status(st, msg);
+    if (st != WISP_OK) return wisp__py_raise_status(st, msg);
     return PyLong_FromSize_t(rows);
 }
 
 static PyObject *Session_score_parsed(SessionObject *self, PyObject *o_out)
 {
-    if (!self->text) { raise_status(WISP_ESTATE, "score_parsed: no text was parsed"); return NULL; }
+    if (!self->text) { wisp__py_raise_status(WISP_ESTATE, "score_parsed: no text was parsed"); return NULL; }
     size_t rows = wisp_batch_rows(self->text);
     arg_buf bo;
-    if (get_out(o_out, rows, &bo) < 0) { rel_buf(&bo); return NULL; }
-    if (enter(self) < 0) { rel_buf(&bo); return NULL; }
+    if (wisp__py_get_out(o_out, rows, &bo) < 0) { wisp__py_rel_buf(&bo); return NULL; }
+    if (wisp__py_enter(self) < 0) { wisp__py_rel_buf(&bo); return NULL; }
     int st;
     char msg[1024] = "";
     bad_list bad = { 0 };
     float *out = bo.view.buf;
     Py_BEGIN_ALLOW_THREADS
     st = wisp_session_score(self->s, self->text, out);
-    if (st != WISP_OK) copy_errmsg(msg, sizeof msg, st);
+    if (st != WISP_OK) wisp__py_copy_errmsg(msg, sizeof msg, st);
     else {
         size_t nb = wisp_batch_bad_count(self->text);
         for (size_t i = 0; i < nb; i++) {
             size_t row; uint64_t line; const char *m;
             if (wisp_batch_bad_row(self->text, i, &row, &line, &m) == WISP_OK)
-                bad_add(&bad, row, BAD_ENGINE, 0, m);
+                wisp__py_bad_add(&bad, row, BAD_ENGINE, 0, m);
         }
-        finish_bad(&bad, out, rows);
+        wisp__py_finish_bad(&bad, out, rows);
     }
     Py_END_ALLOW_THREADS
     self->busy = 0;
-    rel_buf(&bo);
-    PyObject *result = st != WISP_OK ? raise_status(st, msg) : bad_to_list(&bad);
-    bad_free(&bad);
+    wisp__py_rel_buf(&bo);
+    PyObject *result = st != WISP_OK ? wisp__py_raise_status(st, msg) : wisp__py_bad_to_list(&bad);
+    wisp__py_bad_free(&bad);
     return result;
 }
 
@@ -839,7 +770,7 @@ static PyObject *Session_stats(SessionObject *self, PyObject *n)
 
 static PyObject *Session_reset_stats(SessionObject *self, PyObject *n)
 {
-    if (enter(self) < 0) return NULL;
+    if (wisp__py_enter(self) < 0) return NULL;
     wisp_session_reset_stats(self->s);
     self->busy = 0;
     Py_RETURN_NONE;
@@ -858,21 +789,22 @@ static PyObject *Session_set_device(SessionObject *self, PyObject *args)
 {
     const char *device;
     if (!PyArg_ParseTuple(args, "s", &device)) return NULL;
-    if (enter(self) < 0) return NULL;
+    if (wisp__py_enter(self) < 0) return NULL;
     int st;
     char msg[1024] = "";
     Py_BEGIN_ALLOW_THREADS
     st = wisp_session_set_device(self->s, device);
-    if (st != WISP_OK) copy_errmsg(msg, sizeof msg, st);
+    if (st != WISP_OK) wisp__py_copy_errmsg(msg, sizeof msg, st);
     Py_END_ALLOW_THREADS
     self->busy = 0;
-    if (st != WISP_OK) return raise_status(st, msg);
+    if (st != WISP_OK) return wisp__py_raise_status(st, msg);
     Py_RETURN_NONE;
 }
 
 static PyMethodDef Session_methods[] = {
     { "score_csr",    (PyCFunction)Session_score_csr,    METH_VARARGS, "score_csr(indptr, indices, values|None, out) -> bad rows" },
     { "score_dense",  (PyCFunction)Session_score_dense,  METH_VARARGS, "score_dense(X, out) -> bad rows" },
+    { "score_raw",    (PyCFunction)wisp__py_score_raw,   METH_VARARGS, "score_raw(cols, rows, out) -> bad rows (raw rows; _wisp_raw.c)" },
     { "parse_libsvm", (PyCFunction)Session_parse_libsvm, METH_O,       "parse_libsvm(data) -> rows" },
     { "score_parsed", (PyCFunction)Session_score_parsed, METH_O,       "score_parsed(out) -> bad rows" },
     { "stats",        (PyCFunction)Session_stats,        METH_NOARGS,  "The statistics as a dict." },
