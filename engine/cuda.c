@@ -449,7 +449,7 @@ typedef struct sess {
     /* the timeline hook (root only): per batch, event times from `epoch` */
     cudaEvent_t epoch;
     float *tl; size_t tl_n, tl_cap;
-    void *xf;                              /* root only: the GPU transform's state (engine/cuda_transform.c) */
+    void *xf[WISP_MAX_GPUS];               /* root only: the GPU transform's state per device (engine/cuda_transform.c) */
 } sess;
 
 static int env_int(const char *name, int def, int lo, int hi)
@@ -513,7 +513,7 @@ static void cu_session_close(void *vs)
         cudaGetLastError();
     }
     wisp_free(s->tl);
-    wisp_cuda_xf_free(s->xf);
+    for (int k = 0; k < WISP_MAX_GPUS; k++) wisp_cuda_xf_free(s->xf[k]);
     sess_free_one(s);
 }
 
@@ -1977,22 +1977,23 @@ int wisp_cuda_units_read(wisp_session *ws, double *v, size_t cap)
 
 /* ---- for the GPU transform (engine/cuda_transform.c; internal.h) ------------------------- */
 
-int wisp_cuda__dev(void *vs) { return ((sess *)vs)->u[0].dev; }
-void **wisp_cuda__xf_slot(void *vs) { return &((sess *)vs)->xf; }
+int wisp_cuda__ndev(void *vs) { return ((sess *)vs)->ndev; }
+int wisp_cuda__dev(void *vs, int k) { return ((sess *)vs)->devs[k]; }
+void **wisp_cuda__xf_slot(void *vs, int k) { return &((sess *)vs)->xf[k]; }
 
-int wisp_cuda__weights(void *vs, wisp_model *m, const void **w, uint64_t *stats)
+int wisp_cuda__weights(void *vs, int k, wisp_model *m, const void **w, uint64_t *stats)
 {
     sess *s = vs;
     if (m->num_features == 0 || m->num_features > WISP_MAX_FEATURES)
         return wisp_fail(WISP_EINVAL, "cuda: a model of %llu weights", (unsigned long long)m->num_features);
-    return get_weights(s->ctx, m, s->u[0].dev, 0, (uint32_t)m->num_features, w, stats);
+    return get_weights(s->ctx, m, s->devs[k], 0, (uint32_t)m->num_features, w, stats);
 }
 
-int wisp_cuda__failed(void *vs, int err, const char *what)
+int wisp_cuda__failed(void *vs, int k, int err, const char *what)
 {
     sess *s = vs;
     cudaError_t e = (cudaError_t)err;
-    int dev = s->u[0].dev;
+    int dev = s->devs[k];
     cudaGetLastError();
     int st = err_fail(dev, what, e);
     if (is_sticky(e)) {

@@ -69,8 +69,21 @@ _Static_assert(WISP_NORM_NONE == 0 && WISP_NORM_STANDARD == 1 && WISP_NORM_AFFIN
 
 enum { EV_START = 0, EV_H2D, EV_FP, EV_KERNEL, EV_END, NEV };
 
+/* score_raw: a chunk of rows shipped and scored together (its first and end value per input) */
+struct xchunk { size_t r0, r1, base, bytes; uint32_t lo[64], hi[64]; };
+
+/* One device's part of a score_raw call: rows [r0, r1) of the raw batch, queued by
+ * part_launch and collected by part_finish. */
+struct xpart {
+    size_t r0, r1, nch;
+    struct xchunk ch[MAX_XCHUNKS];
+    size_t oout, ocnt, back;       /* answers and counters in the device buffer; bytes coming back */
+    uint64_t bytes;                /* shipped */
+};
+
 typedef struct xf {
     int dev;
+    int k;                       /* the session's k-th device */
     cudaStream_t st;             /* copies in (and everything of the transform path) */
     cudaStream_t cst;            /* score_raw: kernels and the copy out */
     cudaEvent_t ev[NEV];
@@ -86,11 +99,13 @@ typedef struct xf {
     wisp_engine *eng;            /* whose pinned memory the staging is */
     /* the current call's layout */
     wisp_tinput *tin;            /* host copy of the device input array */
+    struct xpart part;           /* score_raw: this device's rows of the call */
 } xf;
 
 static size_t al(size_t x) { return (x + AL - 1) & ~(size_t)(AL - 1); }
 
-static int cfail(void *sctx, cudaError_t e, const char *what) { return wisp_cuda__failed(sctx, (int)e, what); }
+/* A CUDA failure on the session's k-th device (a sticky one marks it unusable). */
+static int cfail(void *sctx, int k, cudaError_t e, const char *what) { return wisp_cuda__failed(sctx, k, (int)e, what); }
 
 void wisp_cuda_xf_free(void *vx)
 {
@@ -118,17 +133,19 @@ void wisp_cuda_xf_free(void *vx)
     wisp_free(x);
 }
 
-static int xf_get(void *sctx, wisp_engine *eng, xf **out)
+/* The transform's state on the session's k-th device (created on first use), that device current. */
+static int xf_get(void *sctx, int k, wisp_engine *eng, xf **out)
 {
-    void **slot = wisp_cuda__xf_slot(sctx);
+    void **slot = wisp_cuda__xf_slot(sctx, k);
     xf *x = *slot;
-    int dev = wisp_cuda__dev(sctx);
+    int dev = wisp_cuda__dev(sctx, k);
     cudaError_t e = cudaSetDevice(dev);
-    if (e != cudaSuccess) return cfail(sctx, e, "selecting the device");
+    if (e != cudaSuccess) return cfail(sctx, k, e, "selecting the device");
     if (!x) {
         x = wisp_calloc(1, sizeof *x);
         if (!x) return wisp_fail(WISP_ENOMEM, "cuda transform: out of host memory");
         x->dev = dev;
+        x->k = k;
         x->eng = eng;
         wisp_engine_retain(eng);
         e = cudaStreamCreateWithFlags(&x->st, cudaStreamNonBlocking);
@@ -141,7 +158,7 @@ static int xf_get(void *sctx, wisp_engine *eng, xf **out)
         }
         if (e != cudaSuccess) {
             wisp_cuda_xf_free(x);
-            return cfail(sctx, e, "creating the transform's stream");
+            return cfail(sctx, k, e, "creating the transform's stream");
         }
         *slot = x;
     }
@@ -253,7 +270,7 @@ static int plan_build(void *sctx, xf *x, wisp_columns *c)
     wisp_free(h);
     if (e != cudaSuccess) {
         if (d) cudaFree(d);
-        return cfail(sctx, e, "uploading the compiled description");
+        return cfail(sctx, x->k, e, "uploading the compiled description");
     }
     if (x->dplan) cudaFree(x->dplan);
     x->dplan = d;
@@ -362,7 +379,7 @@ static int ensure(void *sctx, xf *x, size_t dbytes, size_t sbytes)
         x->dcap = 0;
         size_t cap = dbytes + dbytes / 4;
         cudaError_t e = cudaMalloc((void **)&x->dbuf, cap);
-        if (e != cudaSuccess) { x->dbuf = NULL; return cfail(sctx, e, "allocating the transform's device buffer"); }
+        if (e != cudaSuccess) { x->dbuf = NULL; return cfail(sctx, x->k, e, "allocating the transform's device buffer"); }
         x->dcap = cap;
     }
     if (sbytes > x->scap) {
@@ -446,7 +463,7 @@ static int ship(void *sctx, xf *x, const wisp_raw *r, const struct rawlay *L, ui
     wisp_free(sh.segs);
     wisp_free(sh.pieces);
     if (e == cudaSuccess) e = cudaEventRecord(x->ev[EV_H2D], x->st);
-    if (e != cudaSuccess) return cfail(sctx, e, "copying the raw columns");
+    if (e != cudaSuccess) return cfail(sctx, x->k, e, "copying the raw columns");
     return WISP_OK;
 }
 
@@ -462,7 +479,7 @@ static int prepare(void *sctx, const wisp_raw *r, size_t out_bytes, xf **px, str
 {
     if (r->rows > 0xFFFFFFF0u) return wisp_fail(WISP_ELIMIT, "cuda transform: %zu rows", r->rows);
     xf *x = NULL;
-    int st = xf_get(sctx, r->eng, &x);
+    int st = xf_get(sctx, 0, r->eng, &x);
     if (st) return st;
     st = plan_build(sctx, x, r->cols);
     if (st) return st;
@@ -487,7 +504,7 @@ static int prepare(void *sctx, const wisp_raw *r, size_t out_bytes, xf **px, str
     cudaError_t e = (cudaError_t)wisp_k_fingerprints(x->tin, (uint32_t)r->cols->ninputs, NULL, NULL, x->st);
     if (e == cudaSuccess) e = cudaEventRecord(x->ev[EV_FP], x->st);
     RANGE_POP();
-    if (e != cudaSuccess) return cfail(sctx, e, "fingerprinting the raw strings");
+    if (e != cudaSuccess) return cfail(sctx, x->k, e, "fingerprinting the raw strings");
     *px = x;
     return WISP_OK;
 }
@@ -500,7 +517,6 @@ static int prepare(void *sctx, const wisp_raw *r, size_t out_bytes, xf **px, str
  * The host packs chunk c+1 (the engine's threads) while chunk c crosses PCIe on the
  * copy stream and chunk c-1 is fingerprinted and scored on the compute stream. */
 
-struct xchunk { size_t r0, r1, base, bytes; uint32_t lo[64], hi[64]; };
 
 /* the string offsets of a string input that holds no value (wisp_raw allocates them with the first) */
 static const uint32_t no_strings[1] = { 0 };
@@ -541,18 +557,19 @@ static cudaError_t copy_segs(const shipper *packed, const shipper *direct, char 
     return e;
 }
 
-int wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *out, uint64_t *stats)
+/* Queue rows [R0, R1) of r on the session's k-th device: chunks shipped on the copy
+ * stream, fingerprinted and scored on the compute stream, the answers copied back into
+ * the staging; nothing waits. Device arrays are biased by the part's first row (and
+ * first value), so the kernels index everything with the batch's absolute indices. */
+static int part_launch(void *sctx, int k, wisp_model *m, const wisp_raw *r, size_t R0, size_t R1, xf **px,
+                       uint64_t *stats)
 {
-    if (!sctx || !m || !r) return wisp_fail(WISP_EINVAL, "cuda score_raw: NULL argument");
-    const size_t rows = r->rows;
-    if (!rows) return WISP_OK;
-    if (rows > 0xFFFFFFF0u) return wisp_fail(WISP_ELIMIT, "cuda transform: %zu rows", rows);
-    const uint64_t t0 = wisp_now_ns();
+    const size_t rows = r->rows, prows = R1 - R0;
     const void *w = NULL;
-    int st = wisp_cuda__weights(sctx, m, &w, stats);
-    if (st) return st;
     xf *x = NULL;
-    if ((st = xf_get(sctx, r->eng, &x))) return st;
+    int st = wisp_cuda__weights(sctx, k, m, &w, stats);
+    if (st) return st;
+    if ((st = xf_get(sctx, k, r->eng, &x))) return st;
     if ((st = plan_build(sctx, x, r->cols))) return st;
     const wisp_columns *c = r->cols;
     const size_t ni = c->ninputs;
@@ -562,20 +579,25 @@ int wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *
     memset(&none, 0, sizeof none);
     if ((st = raw_layout(x, r, &none, &L, 0))) return st;
     if (ni > 64) return wisp_fail(WISP_EDEVICE, "cuda transform: %zu inputs (the chunked path takes 64)", ni);
-    size_t nch = L.shipped / XCHUNK_BYTES;
-    if (nch > rows / XCHUNK_ROWS) nch = rows / XCHUNK_ROWS;
+    struct xpart *P = &x->part;
+    P->r0 = R0;
+    P->r1 = R1;
+    P->bytes = 0;
+    size_t nch = (size_t)((double)L.shipped * (double)prows / (double)rows) / XCHUNK_BYTES;
+    if (nch > prows / XCHUNK_ROWS) nch = prows / XCHUNK_ROWS;
     const char *cr = getenv("WISP_GPU_XF_CHUNK_ROWS");      /* tests: chunks of this many rows (at most 8) */
-    if (cr && *cr && strtoul(cr, NULL, 10) > 0) nch = rows / strtoul(cr, NULL, 10);
+    if (cr && *cr && strtoul(cr, NULL, 10) > 0) nch = prows / strtoul(cr, NULL, 10);
     if (nch < 1) nch = 1;
     if (nch > MAX_XCHUNKS) nch = MAX_XCHUNKS;
-    /* device layout: head (skip flags) | chunks | fingerprints | out | counters */
+    P->nch = nch;
+    /* device layout: head (skip flags of the part's rows) | chunks | fingerprints | out | counters */
     const size_t tab = al(ni * sizeof(wisp_tinput) + 1);
-    struct xchunk ch[MAX_XCHUNKS];
-    size_t o = al(r->nbad ? rows : 1);
-    for (size_t k = 0; k < nch; k++) {
-        struct xchunk *q = &ch[k];
-        q->r0 = rows * k / nch;
-        q->r1 = rows * (k + 1) / nch;
+    struct xchunk *ch = P->ch;
+    size_t o = al(r->nbad ? prows : 1);
+    for (size_t q0 = 0; q0 < nch; q0++) {
+        struct xchunk *q = &ch[q0];
+        q->r0 = R0 + prows * q0 / nch;
+        q->r1 = R0 + prows * (q0 + 1) / nch;
         q->base = o;
         size_t b = tab;
         for (size_t i = 0; i < ni; i++) {
@@ -597,24 +619,25 @@ int wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *
     const size_t shipped = o;
     size_t fpo[64];
     for (size_t i = 0; i < ni; i++)
-        if (x->tin[i].need_fp) { fpo[i] = o; o += al((size_t)x->tin[i].n * 8 + 1); }
-    const size_t oout = o;
-    o += al(rows * 4);
-    const size_t ocnt = o;
+        if (x->tin[i].need_fp) { fpo[i] = o; o += al((size_t)(ch[nch - 1].hi[i] - ch[0].lo[i]) * 8 + 1); }
+    P->oout = o;
+    o += al(prows * 4);
+    P->ocnt = o;
     o += al(sizeof(wisp_tcount));
-    const size_t back = o - oout;
-    if ((st = ensure(sctx, x, o, shipped > back ? shipped : back))) return st;
+    P->back = o - P->oout;
+    if ((st = ensure(sctx, x, o, shipped > P->back ? shipped : P->back))) return st;
     char *d = x->dbuf, *h = x->stage;
     /* head: the skip flags */
     cudaError_t e = cudaEventRecord(x->ev[EV_START], x->st);
     uint64_t bytes = 0;
     if (r->nbad) {
-        memset(h, 0, rows);
-        for (size_t i = 0; i < r->nbad; i++) if (r->bad[i].row < rows) h[r->bad[i].row] = 1;
-        if (e == cudaSuccess) e = cudaMemcpyAsync(d, h, rows, cudaMemcpyHostToDevice, x->st);
-        bytes += rows;
+        memset(h, 0, prows);
+        for (size_t i = 0; i < r->nbad; i++)
+            if (r->bad[i].row >= R0 && r->bad[i].row < R1) h[r->bad[i].row - R0] = 1;
+        if (e == cudaSuccess) e = cudaMemcpyAsync(d, h, prows, cudaMemcpyHostToDevice, x->st);
+        bytes += prows;
     }
-    wisp_tcount *dcnt = (wisp_tcount *)(d + ocnt);
+    wisp_tcount *dcnt = (wisp_tcount *)(d + P->ocnt);
     if (e == cudaSuccess) e = cudaMemsetAsync(dcnt, 0, sizeof *dcnt, x->cst);
     /* which arrays are pinned: their slices go to the device without packing
      * (pin[i]: 1 row_ptr, 2 vals or string bytes, 4 string offsets) */
@@ -638,8 +661,10 @@ int wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *
     memset(&sh, 0, sizeof sh);
     memset(&dsh, 0, sizeof dsh);
     wisp_tinput tins[64];
-    for (size_t k = 0; k < nch && e == cudaSuccess; k++) {
-        struct xchunk *q = &ch[k];
+    float *dout = (float *)biased(d, P->oout, R0 * 4);
+    const uint8_t *dskip = r->nbad ? (const uint8_t *)biased(d, 0, R0) : NULL;
+    for (size_t q0 = 0; q0 < nch && e == cudaSuccess; q0++) {
+        struct xchunk *q = &ch[q0];
         /* the chunk's table (biased pointers) and its segments */
         size_t b = q->base + tab;
         sh.nsegs = 0;
@@ -669,7 +694,7 @@ int wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *
                 st |= add_seg(pin[i] & 2 ? &dsh : &sh, h + b, (const char *)ri->vals + a * elt, (z - a) * elt);
                 b += al((z - a) * elt + 1);
             }
-            t->fp = t->need_fp ? (uint64_t *)(d + fpo[i]) : NULL;
+            t->fp = t->need_fp ? (uint64_t *)biased(d, fpo[i], (size_t)ch[0].lo[i] * 8) : NULL;
         }
         if (st) break;
         memcpy(h + q->base, tins, ni * sizeof *tins);
@@ -701,18 +726,18 @@ int wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *
             bytes += ni * sizeof *tins;
             if (e == cudaSuccess) e = copy_segs(&sh, &dsh, d, h, x->st, &bytes);
         }
-        if (e == cudaSuccess) e = cudaEventRecord(x->ready[k], x->st);
+        if (e == cudaSuccess) e = cudaEventRecord(x->ready[q0], x->st);
         RANGE_POP();
         /* the compute stream: this chunk's fingerprints, then the fused kernel over its rows */
         RANGE_PUSH("wisp fingerprints + fused kernel");
-        if (e == cudaSuccess) e = cudaStreamWaitEvent(x->cst, x->ready[k], 0);
-        if (e == cudaSuccess) e = cudaEventRecord(x->fp0[k], x->cst);
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(x->cst, x->ready[q0], 0);
+        if (e == cudaSuccess) e = cudaEventRecord(x->fp0[q0], x->cst);
         if (e == cudaSuccess) e = (cudaError_t)wisp_k_fingerprints(tins, (uint32_t)ni, q->lo, q->hi, x->cst);
-        if (e == cudaSuccess) e = cudaEventRecord(x->fp1[k], x->cst);
-        wisp_traw traw = { (const wisp_tinput *)(d + q->base), r->nbad ? (const uint8_t *)d : NULL, (uint32_t)q->r1, (uint32_t)q->r0 };
+        if (e == cudaSuccess) e = cudaEventRecord(x->fp1[q0], x->cst);
+        wisp_traw traw = { (const wisp_tinput *)(d + q->base), dskip, (uint32_t)q->r1, (uint32_t)q->r0 };
         if (e == cudaSuccess)
-            e = (cudaError_t)wisp_k_xf_score(&x->plan, &traw, w, m->dtype, m->scale, m->num_features, m->bias,
-                                             (float *)(d + oout), dcnt, x->cst);
+            e = (cudaError_t)wisp_k_xf_score(&x->plan, &traw, w, m->dtype, m->scale, m->num_features, m->bias, dout,
+                                             dcnt, x->cst);
         RANGE_POP();
     }
     wisp_free(sh.segs);
@@ -724,37 +749,104 @@ int wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *
     }
     if (e == cudaSuccess) e = cudaEventRecord(x->ev[EV_H2D], x->st);
     if (e == cudaSuccess) e = cudaEventRecord(x->ev[EV_KERNEL], x->cst);
-    char *hout = h;                   /* the staging's shipped part has crossed by the time this lands */
-    if (e == cudaSuccess) e = cudaMemcpyAsync(hout, d + oout, back, cudaMemcpyDeviceToHost, x->cst);
+    /* into the staging: its shipped part has crossed by the time this lands */
+    if (e == cudaSuccess) e = cudaMemcpyAsync(h, d + P->oout, P->back, cudaMemcpyDeviceToHost, x->cst);
     if (e == cudaSuccess) e = cudaEventRecord(x->ev[EV_END], x->cst);
+    P->bytes = bytes;
+    if (e != cudaSuccess) {
+        if (cudaStreamSynchronize(x->st) != cudaSuccess || cudaStreamSynchronize(x->cst) != cudaSuccess) cudaGetLastError();
+        return cfail(sctx, x->k, e, "scoring raw rows");
+    }
+    *px = x;
+    return WISP_OK;
+}
+
+/* Wait for a launched part's answers (into out[r0, r1)); its stage times into t[] (h2d,
+ * fingerprints, kernel, d2h) and its counters into cnt. */
+static int part_finish(void *sctx, xf *x, float *out, uint64_t *t, wisp_tcount *cnt)
+{
+    const struct xpart *P = &x->part;
+    cudaError_t e = cudaSetDevice(x->dev);
     RANGE_PUSH("wisp sync");
     if (e == cudaSuccess) e = cudaEventSynchronize(x->ev[EV_END]);
     RANGE_POP();
     if (e != cudaSuccess) {
         if (cudaStreamSynchronize(x->st) != cudaSuccess || cudaStreamSynchronize(x->cst) != cudaSuccess) cudaGetLastError();
-        return cfail(sctx, e, "scoring raw rows");
+        return cfail(sctx, x->k, e, "scoring raw rows");
     }
-    memcpy(out, hout, rows * 4);
-    wisp_tcount cnt;
-    memcpy(&cnt, hout + (ocnt - oout), sizeof cnt);
+    const char *hout = x->stage;
+    memcpy(out + P->r0, hout, (P->r1 - P->r0) * 4);
+    memcpy(cnt, hout + (P->ocnt - P->oout), sizeof *cnt);
     uint64_t fp = 0;
-    for (size_t k = 0; k < nch; k++) fp += ev_ns(x->fp0[k], x->fp1[k]);
-    const uint64_t h2d = ev_ns(x->ev[EV_START], x->ev[EV_H2D]);
-    const uint64_t comp = ev_ns(x->fp0[0], x->ev[EV_KERNEL]), d2h = ev_ns(x->ev[EV_KERNEL], x->ev[EV_END]);
-    const uint64_t ker = comp > fp ? comp - fp : 0;
+    for (size_t q = 0; q < P->nch; q++) fp += ev_ns(x->fp0[q], x->fp1[q]);
+    const uint64_t comp = ev_ns(x->fp0[0], x->ev[EV_KERNEL]);
+    t[0] = ev_ns(x->ev[EV_START], x->ev[EV_H2D]);
+    t[1] = fp;
+    t[2] = comp > fp ? comp - fp : 0;
+    t[3] = ev_ns(x->ev[EV_KERNEL], x->ev[EV_END]);
+    t[4] = comp;
+    return WISP_OK;
+}
+
+/* Fused transform + score. On a session of several GPUs the rows are split into one
+ * contiguous part per device (as score splits a batch), each part queued on its device
+ * before any is waited for, so the devices work at once. Stage times are the slowest
+ * part's (the parts overlap); bytes and counts add up. */
+int wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *out, uint64_t *stats)
+{
+    if (!sctx || !m || !r) return wisp_fail(WISP_EINVAL, "cuda score_raw: NULL argument");
+    const size_t rows = r->rows;
+    if (!rows) return WISP_OK;
+    if (rows > 0xFFFFFFF0u) return wisp_fail(WISP_ELIMIT, "cuda transform: %zu rows", rows);
+    const uint64_t t0 = wisp_now_ns();
+    /* parts: one per device, each of at least XCHUNK_ROWS rows (WISP_GPU_XF_CHUNK_ROWS, for
+     * tests, splits small batches too) */
+    int nparts = wisp_cuda__ndev(sctx);
+    const char *cr = getenv("WISP_GPU_XF_CHUNK_ROWS");
+    const size_t min_rows = cr && *cr && strtoul(cr, NULL, 10) > 0 ? 1 : XCHUNK_ROWS;
+    if ((size_t)nparts > rows / min_rows) nparts = (int)(rows / min_rows);
+    if (nparts < 1) nparts = 1;
+    xf *parts[WISP_MAX_GPUS];
+    int st = WISP_OK, launched = 0;
+    for (int k = 0; k < nparts && st == WISP_OK; k++) {
+        st = part_launch(sctx, k, m, r, rows * (size_t)k / (size_t)nparts, rows * (size_t)(k + 1) / (size_t)nparts, &parts[k],
+                         stats);
+        if (st == WISP_OK) launched++;
+    }
+    uint64_t tmax[5] = { 0 }, bytes = 0, back = 0;
+    wisp_tcount sum = { 0 };
+    for (int k = 0; k < launched; k++) {
+        uint64_t t[5];
+        wisp_tcount cnt;
+        if (st != WISP_OK) {                 /* a part failed: the others are waited for, their answers dropped */
+            if (cudaSetDevice(parts[k]->dev) != cudaSuccess || cudaEventSynchronize(parts[k]->ev[EV_END]) != cudaSuccess)
+                cudaGetLastError();
+            continue;
+        }
+        st = part_finish(sctx, parts[k], out, t, &cnt);
+        if (st != WISP_OK) continue;
+        for (int i = 0; i < 5; i++) if (t[i] > tmax[i]) tmax[i] = t[i];
+        bytes += parts[k]->part.bytes;
+        back += parts[k]->part.back;
+        sum.bad += cnt.bad;
+        sum.oor += cnt.oor;
+        sum.nnz += cnt.nnz;
+    }
+    if (st != WISP_OK) return st;
+    const uint64_t h2d = tmax[0], d2h = tmax[3], comp = tmax[4];
     const uint64_t wall = wisp_now_ns() - t0, staged = h2d + d2h + (comp > h2d ? comp - h2d : 0);
     stats[WISP_STAT_NS_H2D] += h2d;
-    stats[WISP_STAT_NS_TRANSFORM] += fp;
-    stats[WISP_STAT_NS_KERNEL] += ker;
+    stats[WISP_STAT_NS_TRANSFORM] += tmax[1];
+    stats[WISP_STAT_NS_KERNEL] += tmax[2];
     stats[WISP_STAT_NS_D2H] += d2h;
     stats[WISP_STAT_NS_SYNC] += wall > staged ? wall - staged : 0;
     stats[WISP_STAT_BYTES_H2D] += bytes;
     stats[WISP_STAT_BYTES_D2H] += back;
     stats[WISP_STAT_BATCHES]++;
     stats[WISP_STAT_ROWS] += rows;
-    stats[WISP_STAT_NNZ] += cnt.nnz;
-    stats[WISP_STAT_OUT_OF_RANGE] += cnt.oor;
-    stats[WISP_STAT_BAD_ROWS] += cnt.bad + r->nbad;
+    stats[WISP_STAT_NNZ] += sum.nnz;
+    stats[WISP_STAT_OUT_OF_RANGE] += sum.oor;
+    stats[WISP_STAT_BAD_ROWS] += sum.bad + r->nbad;
     return WISP_OK;
 }
 
@@ -810,7 +902,7 @@ int wisp_cuda_xf_transform(void *sctx, const wisp_raw *r, wisp_batch *b, uint64_
     if (e == cudaSuccess) e = cudaMemcpyAsync(h + al(rows), rp + rows, 4, cudaMemcpyDeviceToHost, x->st);
     if (e == cudaSuccess) e = cudaMemcpyAsync(h + al(rows) + 4, vp + rows, 4, cudaMemcpyDeviceToHost, x->st);
     if (e == cudaSuccess) e = cudaStreamSynchronize(x->st);
-    if (e != cudaSuccess) return cfail(sctx, e, "counting the transform's features");
+    if (e != cudaSuccess) return cfail(sctx, x->k, e, "counting the transform's features");
     for (size_t i = 0; i < rows; i++)
         if (h[i] == 1) return cpu_transform(r, b, stats);          /* a row the CPU must explain */
     uint32_t nnz, nvals;
@@ -824,7 +916,7 @@ int wisp_cuda_xf_transform(void *sctx, const wisp_raw *r, wisp_batch *b, uint64_
         x->dcsr = NULL;
         x->csr_cap = 0;
         e = cudaMalloc((void **)&x->dcsr, csr + csr / 4);
-        if (e != cudaSuccess) { x->dcsr = NULL; return cfail(sctx, e, "allocating the transform's ids"); }
+        if (e != cudaSuccess) { x->dcsr = NULL; return cfail(sctx, x->k, e, "allocating the transform's ids"); }
         x->csr_cap = csr + csr / 4;
     }
     uint32_t *dids = (uint32_t *)x->dcsr;
@@ -847,7 +939,7 @@ int wisp_cuda_xf_transform(void *sctx, const wisp_raw *r, wisp_batch *b, uint64_
     RANGE_PUSH("wisp sync");
     if (e == cudaSuccess) e = cudaEventSynchronize(x->ev[EV_END]);
     RANGE_POP();
-    if (e != cudaSuccess) return cfail(sctx, e, "transforming raw rows");
+    if (e != cudaSuccess) return cfail(sctx, x->k, e, "transforming raw rows");
     const uint64_t h2d = ev_ns(x->ev[EV_START], x->ev[EV_H2D]), d2h = ev_ns(x->ev[EV_KERNEL], x->ev[EV_END]);
     stats[WISP_STAT_NS_H2D] += h2d;
     stats[WISP_STAT_NS_D2H] += d2h;

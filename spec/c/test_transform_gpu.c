@@ -61,7 +61,7 @@ static void run(wisp_engine *eng, int gpu, int quick)
     char path[64];
     snprintf(path, sizeof path, "/tmp/wisp_xf_%d.wisp", (int)getpid());
     char *sbuf = malloc(WISP_MAX_STRING_BYTES + 16);
-    int rounds = quick ? 12 : 40, differ = 0, gpu_batches = 0, score_bad = 0, compared = 0, bad_list_differ = 0;
+    int rounds = quick ? 12 : 40, differ = 0, gpu_batches = 0, score_bad = 0, compared = 0, bad_list_differ = 0, gpus_bad = 0;
     size_t rows_total = 0, bad_total = 0, nan_rows = 0;
     double worst = 0;
     for (int round = 0; round < rounds; round++) {
@@ -80,13 +80,14 @@ static void run(wisp_engine *eng, int gpu, int quick)
         CHECK(m != NULL);
         wisp_raw *raw = NULL;
         wisp_batch *ref = NULL, *got = NULL;
-        wisp_session *sg = NULL, *sc = NULL;
+        wisp_session *sg = NULL, *sc = NULL, *sa = NULL;
         CHECK_OK(wisp_raw_new(eng, c, &raw));
         CHECK_OK(wisp_batch_new(eng, &ref));
         CHECK_OK(wisp_batch_new(eng, &got));
         CHECK_OK(wisp_session_new(eng, m, "gpu", &sg));
         CHECK_OK(wisp_session_new(eng, m, "cpu", &sc));
-        if (!raw || !ref || !got || !sg || !sc || !m) break;
+        CHECK_OK(wisp_session_new(eng, m, "gpus", &sa));
+        if (!raw || !ref || !got || !sg || !sc || !sa || !m) break;
         size_t n = round % 5 == 4 ? 1 + rndn(3) : 1 + rndn(quick ? 800 : 3000);
         for (size_t i = 0; i < n; i++) testcols_row(raw, clean, sbuf);
         /* 1. ids: the session's transform against wisp_transform, byte for byte (messages too) */
@@ -126,6 +127,19 @@ static void run(wisp_engine *eng, int gpu, int quick)
             if (d > worst) worst = d;
             if (d > 1e-6 && score_bad++ < 5) fprintf(stderr, "row %zu: cpu %.9g, score_raw %.9g\n", i, o1[i], o2[i]);
         }
+        /* 2b. on every GPU ("gpus": the rows split into one part per device; the chunked
+         * rounds split even small batches): the same answers and bad rows */
+        for (size_t i = 0; i < n; i++) o2[i] = -7.0f;
+        CHECK_OK(wisp_session_score_raw(sa, raw, o2));
+        CHECK_MSG(same_bad_rows(sa, ref, bwhy, sizeof bwhy), "gpus score_raw's bad rows: %s", bwhy);
+        for (size_t i = 0; i < n; i++) {
+            if (isnan(o1[i]) || isnan(o2[i])) {
+                if (isnan(o1[i]) != isnan(o2[i]) && gpus_bad++ < 5) fprintf(stderr, "gpus row %zu: cpu %g, score_raw %g\n", i, o1[i], o2[i]);
+                continue;
+            }
+            if (fabs((double)o1[i] - o2[i]) > 1e-6 && gpus_bad++ < 5)
+                fprintf(stderr, "gpus row %zu: cpu %.9g, score_raw %.9g\n", i, o1[i], o2[i]);
+        }
         /* 3. the CPU session's score_raw is the same as transform + score */
         CHECK_OK(wisp_session_score_raw(sc, raw, o2));
         int same = 1;
@@ -138,6 +152,7 @@ static void run(wisp_engine *eng, int gpu, int quick)
         free(o2);
         wisp_session_free(sg);
         wisp_session_free(sc);
+        wisp_session_free(sa);
         wisp_batch_free(ref);
         wisp_batch_free(got);
         wisp_raw_free(raw);
@@ -147,6 +162,7 @@ static void run(wisp_engine *eng, int gpu, int quick)
     unlink(path);
     free(sbuf);
     CHECK_MSG(differ == 0, "%d of %d random descriptions transform differently on the session's device", differ, rounds);
+    CHECK_MSG(gpus_bad == 0, "%d rows: score_raw on \"gpus\" differs from transform + CPU score by more than 1e-6", gpus_bad);
     CHECK_MSG(bad_list_differ == 0, "%d of %d rounds: score_raw's bad rows differ from the CPU transform's", bad_list_differ,
               rounds);
     CHECK_MSG(score_bad == 0, "%d of %d rows: score_raw differs from transform + CPU score by more than 1e-6 (worst %.3g)",
