@@ -230,6 +230,18 @@ int  wisp_model_convert(const wisp_model *m, const char *path, int dtype);
  * probability of the first label of LIBLINEAR's "label" line. */
 int  wisp_import_liblinear(const char *liblinear_path, const char *out_path, int dtype);
 
+/* Import an ONNX-ML model (one LinearClassifier, binary, post_transform
+ * LOGISTIC or NONE; or one LinearRegressor with one target, the score then
+ * sigmoid(w.x + b)), as skl2onnx writes it, as a .wisp file: column j of
+ * the ONNX input is feature id j, the score is sigmoid(class 1's score),
+ * ONNX Runtime's probabilities[:, 1] under LOGISTIC. Anything else (other
+ * nodes than Cast/ZipMap/Identity after the linear one, a preprocessing
+ * node before it, more classes, SOFTMAX/PROBIT) is refused with
+ * WISP_EPARSE naming the reason; the rules are at the top of
+ * engine/import_onnx.c. The _memory form reads a serialized ModelProto. */
+int  wisp_import_onnx(const char *onnx_path, const char *out_path, int dtype);
+int  wisp_import_onnx_memory(const void *data, size_t len, const char *out_path, int dtype);
+
 /* ---------------------------------------------------------------------------
  * 4. Batches: rows of sparse features in CSR form
  *
