@@ -111,6 +111,7 @@ static const char usage_score[] =
 static const char usage_import[] =
     "usage: wisp import liblinear MODEL.txt OUT.wisp [--dtype f32|f16|i8]\n"
     "       wisp import vw MODEL.txt OUT.wisp [--dtype f32|f16|i8]\n"
+    "       wisp import onnx MODEL.onnx OUT.wisp [--dtype f32|f16|i8]   (ONNX-ML LinearClassifier/LinearRegressor)\n"
     "\n"
     "liblinear: converts a LIBLINEAR binary logistic-regression model (solvers L2R_LR,\n"
     "L1R_LR, L2R_LR_DUAL; saved by liblinear-train -s 0, 6 or 7) into a .wisp file. Feature\n"
@@ -775,8 +776,13 @@ static int cmd_import(int argc, char **argv)
     named_input ins[1] = { { argv[2], -1 } };
     if (check_output(argv[3], ins, 1)) return 2;
     if (!strcmp(argv[1], "vw")) return import_vw(argv[2], argv[3], dtype);
+    if (!strcmp(argv[1], "onnx")) {
+        if (wisp_import_onnx(argv[2], argv[3], dtype) != WISP_OK) return die("%s", wisp_errmsg());
+        fprintf(stderr, "wisp: wrote %s (%s weights) from ONNX model %s\n", argv[3], wisp_dtype_name(dtype), argv[2]);
+        return 0;
+    }
     if (strcmp(argv[1], "liblinear"))
-        return die("import: unknown model kind '%s' (supported: liblinear, vw)", argv[1]), 2;
+        return die("import: unknown model kind '%s' (supported: liblinear, vw, onnx)", argv[1]), 2;
     if (wisp_import_liblinear(argv[2], argv[3], dtype) != WISP_OK) return die("%s", wisp_errmsg());
     fprintf(stderr, "wisp: wrote %s (%s weights) from LIBLINEAR model %s\n", argv[3], wisp_dtype_name(dtype), argv[2]);
     return 0;
