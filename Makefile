@@ -7,6 +7,12 @@
 .DEFAULT_GOAL := all
 .SUFFIXES:
 MAKEFLAGS += --no-builtin-rules
+# every core by default; an explicit -j (on the command line, in MAKEFLAGS, or from an
+# outer make's jobserver) wins. (GNU make 4.3 shows no -j in MAKEFLAGS while it reads
+# this file, so the environment's copy is looked at too; a command-line -j overrides this.)
+ifeq ($(filter -j% --jobserver%,$(MAKEFLAGS) $(shell printenv MAKEFLAGS)),)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
+endif
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
@@ -81,7 +87,8 @@ $(BUILD)/obj/cli%.o: engine/cli%.c engine/include/wisp.h engine/internal.h engin
 $(BUILD)/obj/kernels/%.o: kernels/%.cu engine/include/wisp.h engine/internal.h engine/farmhash.h engine/bucketize.h $(wildcard kernels/*.cuh) | $(BUILD)/obj
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
-$(BUILD)/obj:
+# under -j, nothing compiles before the build's Debian packages are there
+$(BUILD)/obj: | deps-build
 	@mkdir -p $@ $@/kernels
 
 $(BUILD)/libwisp.a: $(LIB_OBJ)
@@ -137,12 +144,23 @@ demo: deps-test all
 	@$(BUILD)/wisp run examples/demo.lua --out $(BUILD)/demo
 
 bench: all
-	@sh scripts/bench/bench_cpu_vs_liblinear.sh
+	@bash scripts/bench/bench_cpu_vs_liblinear.sh --build $(BUILD)
 
 # ---- install -----------------------------------------------------------------
-$(BUILD)/wisp.pc: Makefile
-	@printf 'prefix=%s\nexec_prefix=$${prefix}\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: wisp\nDescription: inference engine for sparse wide models on CPUs and CUDA GPUs\nVersion: %s\nLibs: -L$${libdir} -lwisp\nLibs.private: %s\nCflags: -I$${includedir}\n' \
-	  '$(PREFIX)' '$(VERSION)' '$(strip $(CUDA_LIBS) $(LDLIBS))' > $@
+# $(BUILD)/prefix records PREFIX; it changes (and wisp.pc is remade) only when PREFIX
+# does: `make install PREFIX=A` then PREFIX=B installs a wisp.pc naming B. (The CLI
+# needs no rebuild: it looks for the Lua modules next to itself first.)
+$(BUILD)/prefix: FORCE | $(BUILD)/obj
+	@echo '$(PREFIX)' | cmp -s - $@ || echo '$(PREFIX)' > $@
+.PHONY: FORCE
+FORCE:
+# Outside /usr, wisp.pc adds an rpath to PREFIX/lib, so a program linked with
+# `pkg-config --libs wisp` runs without LD_LIBRARY_PATH; the installed bin/wisp links
+# the library statically and finds the Lua modules next to itself (PREFIX/share/lua/5.1).
+PC_RPATH = $(if $(filter /usr,$(PREFIX)),,-Wl,-rpath,$${libdir} )
+$(BUILD)/wisp.pc: Makefile $(BUILD)/prefix
+	@printf 'prefix=%s\nexec_prefix=$${prefix}\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: wisp\nDescription: inference engine for sparse wide models on CPUs and CUDA GPUs\nVersion: %s\nLibs: -L$${libdir} %s-lwisp\nLibs.private: %s\nCflags: -I$${includedir}\n' \
+	  '$(PREFIX)' '$(VERSION)' '$(PC_RPATH)' '$(strip $(CUDA_LIBS) $(LDLIBS))' > $@
 
 install: all $(BUILD)/wisp.pc
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(LUADIR)/wisp
@@ -160,6 +178,11 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/wisp $(DESTDIR)$(PREFIX)/lib/libwisp.so* $(DESTDIR)$(PREFIX)/lib/libwisp.a \
 	  $(DESTDIR)$(PREFIX)/include/wisp.h $(DESTDIR)$(PREFIX)/lib/pkgconfig/wisp.pc
 	rm -rf $(DESTDIR)$(LUADIR)/wisp
+	@# the directories install made, each removed only when nothing else is left in it
+	@# (under /usr and /usr/local the system's own bin, lib, include and share stay)
+	@for d in $(LUADIR) $(PREFIX)/share/lua $(PREFIX)/lib/pkgconfig $(if $(filter /usr /usr/local,$(PREFIX)),, \
+	          $(PREFIX)/share $(PREFIX)/lib $(PREFIX)/include $(PREFIX)/bin $(PREFIX)); do \
+	  [ -d "$(DESTDIR)$$d" ] && rmdir "$(DESTDIR)$$d" 2>/dev/null || true; done
 
 clean:
 	rm -rf $(BUILD)
