@@ -14,22 +14,29 @@
 #                         the vowpalwabbit PyPI package, -q interactions, --readable_model and
 #                         --invert_hash, import with `wisp import vw`, score held-out lines with
 #                         `wisp score --format vw`, |p_wisp - p_vw| <= 1e-5); installs vowpalwabbit
-#                         with `$(INTEROP_PY) -m pip install vowpalwabbit` when missing, skipped with a
+#                         into the build's own virtual environment when missing, skipped with a
 #                         message when that fails. VW's golden vectors (spec/data/vw_golden.json,
 #                         spec/data/gen/vw_golden.py) are tested by `make test` (spec/c/test_vw.c).
 #   make vw-golden        regenerate spec/data/vw_golden.json with the installed vowpalwabbit
 
-INTEROP_PY ?= python3
+# The parity tests run under a virtual environment of their own, $(BUILD)/interop-venv
+# (made on first use; it also sees the system's site-packages, so a system-wide TensorFlow
+# is used). pip installs only into that venv, never into the python3 first on PATH: with
+# INTEROP_PY set to another interpreter nothing is installed, missing packages are skipped.
+INTEROP_VENV := $(BUILD)/interop-venv
+INTEROP_PY ?= $(INTEROP_VENV)/bin/python
+INTEROP_OWN := $(filter $(INTEROP_VENV)/bin/python,$(INTEROP_PY))
 
 .PHONY: test-interop tf-golden interop-farmhash interop-tf interop-vw vw-golden
 test-interop: interop-farmhash interop-tf interop-vw
+interop-tf interop-vw tf-golden vw-golden: $(if $(INTEROP_OWN),interop-venv-base)
 
 interop-tf: all
 	@if $(INTEROP_PY) -c "import tensorflow" >/dev/null 2>&1; then \
 	  out=$$(WISP_LIB=$(abspath $(BUILD))/libwisp.so TF_CPP_MIN_LOG_LEVEL=3 $(INTEROP_PY) spec/interop/tf_parity.py 2>&1); st=$$?; \
 	  if [ $$st -eq 0 ]; then echo "$$out" | tail -n 1; else echo "$$out" | tail -n 30; fi; exit $$st; \
 	else \
-	  echo "test-interop: TensorFlow parity SKIPPED: '$(INTEROP_PY) -c \"import tensorflow\"' fails (pip install tensorflow-cpu)"; \
+	  echo "test-interop: TensorFlow parity SKIPPED: '$(INTEROP_PY) -c \"import tensorflow\"' fails (make interop-venv installs it into $(INTEROP_VENV))"; \
 	fi
 
 interop-farmhash: $(BUILD)/libwisp.a
@@ -44,21 +51,22 @@ interop-farmhash: $(BUILD)/libwisp.a
 tf-golden:
 	TF_CPP_MIN_LOG_LEVEL=3 $(INTEROP_PY) spec/data/gen/tf_golden.py --out spec/data 2>/dev/null
 
-# A virtual environment with the trainers' packages, for CI (.ci/run): `make interop-venv`
-# then `make test-interop INTEROP_PY=$(BUILD)/interop-venv/bin/python`. Fails (and CI skips
-# the parity tests, saying so) when PyPI cannot be reached.
+# `make interop-venv` installs every trainer's package into that venv, for CI (.ci/run runs
+# it, then `make test-interop`). Fails (and CI skips the parity tests, saying so) when PyPI
+# cannot be reached.
 INTEROP_PIP_PKGS ?= "tensorflow-cpu==2.21.*" "tf_keras==2.21.*" "vowpalwabbit==9.*" numpy
-.PHONY: interop-venv
-interop-venv:
+.PHONY: interop-venv interop-venv-base
+interop-venv-base:
 	$(call ensure_pkgs,python3 python3-venv)
-	@[ -x $(BUILD)/interop-venv/bin/python ] || python3 -m venv $(BUILD)/interop-venv
-	@echo "wisp: installing $(INTEROP_PIP_PKGS) into $(BUILD)/interop-venv (minutes)"
-	@timeout 900 $(BUILD)/interop-venv/bin/pip install -q --disable-pip-version-check $(INTEROP_PIP_PKGS)
+	@[ -x $(INTEROP_VENV)/bin/python ] || python3 -m venv --system-site-packages $(INTEROP_VENV)
+interop-venv: interop-venv-base
+	@echo "wisp: installing $(INTEROP_PIP_PKGS) into $(INTEROP_VENV) (minutes)"
+	@timeout 900 $(INTEROP_VENV)/bin/pip install -q --disable-pip-version-check $(INTEROP_PIP_PKGS)
 
 interop-vw: all
-	@if ! $(INTEROP_PY) -c "import vowpalwabbit" >/dev/null 2>&1; then \
-	  echo "test-interop: installing vowpalwabbit ($(INTEROP_PY) -m pip install vowpalwabbit)"; \
-	  $(INTEROP_PY) -m pip install -q vowpalwabbit >/dev/null 2>&1 || true; \
+	@if [ -n "$(INTEROP_OWN)" ] && ! $(INTEROP_PY) -c "import vowpalwabbit" >/dev/null 2>&1; then \
+	  echo "test-interop: installing vowpalwabbit into $(INTEROP_VENV)"; \
+	  $(INTEROP_PY) -m pip install -q --disable-pip-version-check vowpalwabbit >/dev/null 2>&1 || true; \
 	fi; \
 	if $(INTEROP_PY) -c "import vowpalwabbit" >/dev/null 2>&1; then \
 	  out=$$($(INTEROP_PY) spec/interop/vw_parity.py --wisp $(abspath $(BUILD))/wisp 2>&1); st=$$?; \
