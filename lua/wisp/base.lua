@@ -80,6 +80,9 @@ local function last_error(rc, context)
     return msg
 end
 M.last_error = last_error
+-- base.errmsg(rc) -> the message of a failed call without a context (wisp_errmsg, else
+-- the status text): for callers that make the C call themselves
+function M.errmsg(rc) return last_error(rc) end
 
 -- metatable -> the word for its objects in messages ("engine", "raw batch", ...);
 -- each module registers its classes.

@@ -251,6 +251,21 @@ function Batch:parse_libsvm(text, a2, a3)
     return tonumber(C.wisp_batch_rows(h) - before), tonumber(size_box[0]), tonumber(u64_box[0])
 end
 
+-- batch:parse_libsvm_buf(text, len, max_rows[, final[, line]]) -> rows_added, bytes
+-- consumed, line count after them; or nil, err. parse_libsvm's hot-path form: text a
+-- Lua string or a `const char *` (e.g. a request body's buffer) of len bytes,
+-- positional arguments (final: default true; line: default 0), no options table.
+function Batch:parse_libsvm_buf(text, len, max_rows, final, line)
+    local h = handle(self, Batch, "batch", "parse_libsvm_buf")
+    if self._wrapped or self._inflight then growable(self, "parse_libsvm_buf") end
+    u64_box[0] = line or 0
+    size_box[0] = 0
+    local before = C.wisp_batch_rows(h)
+    local rc = C.wisp_batch_parse_libsvm(h, text, len, final == false and 0 or 1, max_rows or 0, u64_box, size_box)
+    if rc ~= 0 then return nil, last_error(rc, "parse_libsvm") end
+    return tonumber(C.wisp_batch_rows(h) - before), tonumber(size_box[0]), tonumber(u64_box[0])
+end
+
 function Batch:rows()
     return tonumber(C.wisp_batch_rows(handle(self, Batch, "batch", "rows")))
 end

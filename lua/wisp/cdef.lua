@@ -63,6 +63,8 @@ int  wisp_model_write(const char *path, const float *weights, uint64_t num_featu
                       double bias, int dtype, const char *meta, const char *columns);
 int  wisp_model_convert(const wisp_model *m, const char *path, int dtype);
 int  wisp_import_liblinear(const char *liblinear_path, const char *out_path, int dtype);
+int  wisp_import_onnx(const char *onnx_path, const char *out_path, int dtype);
+int  wisp_import_onnx_memory(const void *data, size_t len, const char *out_path, int dtype);
 
 /* 4. batches */
 typedef struct wisp_batch wisp_batch;

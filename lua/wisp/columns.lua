@@ -1,19 +1,19 @@
--- columns.lua — feature columns described in Lua, exact to TensorFlow's tf.feature_column, saved inside .wisp files; raw rows -> batches.
+-- columns.lua — column descriptions built in Lua, exact to TensorFlow's tf.feature_column, saved inside .wisp files; each gives raw batches (raw.lua).
 --
 --   local wisp = require "wisp"
 --   local fc = require "wisp.columns"
 --   local age = fc.numeric("age", { default = 0, normalizer = { type = "standard", mean = 38, std = 13 } })
---   local spec = assert(fc.spec {
+--   local desc = assert(fc.description {
 --       age,
 --       fc.bucketized(age, { 18, 25, 35, 50, 65 }),           -- "age_bucketized"
 --       fc.hash_bucket("city", 1000),
 --       fc.vocabulary_list("color", { "red", "green" }, { num_oov_buckets = 2 }),
 --       fc.crossed({ "city", fc.bucketized(age, { 30, 60 }) }, 10000),
 --   })
---   wisp.write_model("m.wisp", weights, { bias = b, columns = spec:json() })
---   local t = spec:transformer()                       -- raw rows -> a batch
---   t:add { age = 37, city = "Paris", color = "mauve" }
---   local batch = t:transform()
+--   wisp.write_model("m.wisp", weights, { bias = b, columns = desc:json() })
+--   local r = desc:raw_batch()                         -- rows of raw inputs
+--   r:add { age = 37, city = "Paris", color = "mauve" }
+--   local batch = r:transform()                        -- the transform: raw batch -> batch
 --
 -- Names follow TensorFlow: numeric, hash_bucket, vocabulary_list and
 -- identity columns are named after their input; bucketized columns
@@ -23,7 +23,8 @@
 -- fc.input are inferred (numeric: float32, hash_bucket: string unless
 -- opts.dtype, vocabulary: from its entries, identity: int64, a raw cross
 -- key: from its other uses, else string). The description's grammar and
--- TensorFlow's rules are written at the top of engine/columns.c.
+-- TensorFlow's rules: engine/COLUMNS.md. Old names kept as deprecated aliases:
+-- fc.spec (fc.description), desc:transformer() (desc:raw_batch()), fc.Spec, fc.Transformer.
 --
 -- Conventions of wisp (lua-resty-core's): caller mistakes raise errors;
 -- runtime failures return nil, "context: reason".
@@ -87,9 +88,9 @@ local function check_count(n, fname, v, what)
     end
 end
 
-local function opts_of(n, fname, opts)
+local function opts_of(n, fname, opts, level)
     if opts == nil then return {} end
-    if type(opts) ~= "table" then argerr(n, fname, "options table expected", 2) end
+    if type(opts) ~= "table" then argerr(n, fname, "options table expected", (level or 1) + 1) end
     return opts
 end
 
@@ -305,6 +306,7 @@ end
 local Spec = {}
 Spec.__index = Spec
 M.Spec = Spec
+M.Description = Spec
 
 -- Record the inputs a column uses (with the dtype it implies, or nil).
 local function collect_inputs(c, add)
@@ -330,24 +332,26 @@ local function compile(text)
     return h
 end
 
--- fc.spec({column, ..., fc.input(...), ...} [, {num_features=}]) -> spec, or nil, err
--- Inputs may be listed among the columns (fc.input) or inferred.
-function M.spec(list, opts)
-    if type(list) ~= "table" then argerr(1, "spec", "a list of columns expected") end
-    opts = opts_of(2, "spec", opts)
+-- fc.description({column, ..., fc.input(...), ...} [, {num_features=}]) -> a column
+-- description, or nil, err. Inputs may be listed among the columns (fc.input) or
+-- inferred. fc.spec is its old name, kept as a deprecated alias (its messages say
+-- 'spec'). The object's class is fc.Description (fc.Spec: the same table).
+local function describe(fname, list, opts)
+    if type(list) ~= "table" then argerr(1, fname, "a list of columns expected", 2) end
+    opts = opts_of(2, fname, opts, 2)
     local cols, declared, order = {}, {}, {}
     for i, c in ipairs(list) do
         if type(c) == "table" and c._input then
-            if declared[c.name] then argerr(1, "spec", "input '" .. c.name .. "' is declared twice") end
+            if declared[c.name] then argerr(1, fname, "input '" .. c.name .. "' is declared twice", 2) end
             declared[c.name] = c
             order[#order + 1] = c.name
         elseif is_column(c) then
             cols[#cols + 1] = c
         else
-            argerr(1, "spec", "entry " .. i .. " is neither a column nor an input")
+            argerr(1, fname, "entry " .. i .. " is neither a column nor an input", 2)
         end
     end
-    if #cols == 0 then argerr(1, "spec", "no columns") end
+    if #cols == 0 then argerr(1, fname, "no columns", 2) end
     -- inputs: declared ones first, then inferred in the order of use
     local inferred, conflicts = {}, nil
     local function add(name, dtype, default)
@@ -411,6 +415,16 @@ function M.spec(list, opts)
     local h, err = compile(text)
     if not h then return nil, err end
     return setmetatable({ _h = h, text = text, columns = cols, inputs = inputs }, Spec)
+end
+
+function M.description(list, opts)
+    local d, err = describe("description", list, opts)
+    return d, err
+end
+
+function M.spec(list, opts)
+    local d, err = describe("spec", list, opts)
+    return d, err
 end
 
 -- A description read back (fc.parse, fc.from_model): decoded once, by C; its columns

@@ -28,7 +28,7 @@ local base = require "wisp.base"
 
 local C, wisp = base.C, base.wisp
 local ffi_str = ffi.string
-local rawget, require = rawget, require
+local rawget, require, tonumber = rawget, require, tonumber
 
 require "wisp.engine"
 require "wisp.model"
@@ -45,6 +45,11 @@ end
 function wisp.errmsg() return ffi_str(C.wisp_errmsg()) end
 function wisp.strerror(status) return ffi_str(C.wisp_strerror(status)) end
 function wisp.err_name(status) return ffi_str(C.wisp_err_name(status)) end
+
+-- wisp.clock_ns() -> the engine's monotonic clock in ns (wisp_clock_ns: the clock of
+-- the profiles' start_ns), as a number; wisp.clock() -> the same in seconds.
+function wisp.clock_ns() return tonumber(C.wisp_clock_ns()) end
+function wisp.clock() return tonumber(C.wisp_clock_ns()) * 1e-9 end
 
 function wisp.dtype_name(d)
     local s = C.wisp_dtype_name(base.check_dtype(1, 1, "dtype_name", d))

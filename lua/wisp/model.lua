@@ -231,4 +231,15 @@ function wisp.import_liblinear(src, dst, dtype)
     return true
 end
 
+-- wisp.import_onnx(src, dst[, dtype]) -> true or nil, err: an ONNX-ML LinearClassifier
+-- (binary) or LinearRegressor file as a .wisp model (engine/import_onnx.c's rules)
+function wisp.import_onnx(src, dst, dtype)
+    if type(src) ~= "string" then expected(1, 1, "import_onnx", "string", src) end
+    if type(dst) ~= "string" then expected(1, 2, "import_onnx", "string", dst) end
+    local d = check_dtype(1, 3, "import_onnx", dtype)
+    local rc = C.wisp_import_onnx(src, dst, d)
+    if rc ~= 0 then return nil, last_error(rc, "import_onnx") end
+    return true
+end
+
 return M

@@ -603,10 +603,11 @@ function Pipeline:place_raw(raw)
     return dev, fused
 end
 
+local RawBatch = require("wisp.raw").RawBatch
+
 local function check_raw(raw, fname)
-    local cols = package.loaded["wisp.columns"]
-    if type(raw) ~= "table" or raw._h == nil or (cols and getmetatable(raw) ~= cols.Transformer) then
-        error("bad argument #1 to '" .. fname .. "' (an open transformer (raw rows) expected)", 3)
+    if getmetatable(raw) ~= RawBatch or raw._h == nil then
+        error("bad argument #1 to '" .. fname .. "' (an open raw batch expected)", 3)
     end
 end
 

@@ -31,49 +31,15 @@ local max = math.max
 local M = {}
 local Session, Batch = wisp.Session, wisp.Batch
 
-local NSTAT = 0
-local names = {}
-while true do
-    local s = C.wisp_stat_name(NSTAT)
-    if s == nil then break end
-    names[NSTAT] = ffi.string(s)
-    NSTAT = NSTAT + 1
-end
+local names = wisp.stat_names
+local NSTAT = #names + 1
 M.stat_names = names
 
 -- the stages of a call, in pipeline order, and their tracks
 M.STAGES = { "parse", "transform", "h2d", "kernel", "d2h", "sync", "overhead" }
 
----------------------------------------------------------------------------
--- session methods over the C profile
----------------------------------------------------------------------------
-
-local function h_of(self, fname)
-    if getmetatable(self) ~= Session then error("calling '" .. fname .. "' on bad self (session expected)", 3) end
-    local h = self._h
-    if h == nil then error("calling '" .. fname .. "' on a closed session", 3) end
-    return h
-end
-
--- session:set_profiling(on): the per-call record on or off (off by default).
-function Session:set_profiling(on)
-    C.wisp_session_set_profiling(h_of(self, "set_profiling"), on and 1 or 0)
-end
-
-function Session:profiling()
-    return C.wisp_session_profiling(h_of(self, "profiling")) ~= 0
-end
-
--- session:last_stats() -> what the last score/submit/wait added to each statistic
--- ({ns_kernel=, bytes_h2d=, rows=, ...}) plus start_ns (wisp_clock_ns clock); nil
--- when profiling is off.
-function Session:last_stats()
-    local h = h_of(self, "last_stats")
-    if C.wisp_session_profiling(h) == 0 then return nil end
-    local t = { start_ns = tonumber(C.wisp_session_last_start_ns(h)) }
-    for i = 0, NSTAT - 1 do t[names[i]] = tonumber(C.wisp_session_last_stat(h, i)) end
-    return t
-end
+-- session:set_profiling, :profiling, :last_stat and :last_stats (the C profile of a
+-- call) are the session's own methods (session.lua).
 
 ---------------------------------------------------------------------------
 -- the stage table

@@ -148,6 +148,20 @@ function RawBatch:parse_jsonl(text, opts)
     return parse_text(self, "parse_jsonl", C.wisp_raw_parse_jsonl, text, opts)
 end
 
+-- r:parse_jsonl_buf(text, len, max_rows[, final[, line]]) -> bytes consumed, lines; or
+-- nil, err. parse_jsonl's hot-path form: text a Lua string or a `const char *` of len
+-- bytes, positional arguments (final: default true; line: default 0), no options table.
+function RawBatch:parse_jsonl_buf(text, len, max_rows, final, line)
+    local h = handle(self, RawBatch, "raw batch", "parse_jsonl_buf")
+    u64_box[0] = line or 0
+    size_box[0] = 0
+    local rc = C.wisp_raw_parse_jsonl(h, text, len, final == false and 0 or 1, max_rows or 0, u64_box, size_box)
+    if rc ~= 0 then return nil, last_error(rc, "parse_jsonl") end
+    return tonumber(size_box[0]), tonumber(u64_box[0])
+end
+
+function RawBatch:bad_count() return tonumber(C.wisp_raw_bad_count(handle(self, RawBatch, "raw batch", "bad_count"))) end
+
 function RawBatch:rows() return tonumber(C.wisp_raw_rows(handle(self, RawBatch, "raw batch", "rows"))) end
 
 function RawBatch:bad_rows()
@@ -179,6 +193,8 @@ function RawBatch:close()
     ffi_gc(h, nil)
     C.wisp_raw_free(h)
 end
+
+function RawBatch:is_closed() return self._h == nil end
 
 -- Raw values of one input (tests, devices): { {v, ...} per row } as Lua values.
 function RawBatch:input_values(name)

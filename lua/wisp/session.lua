@@ -26,6 +26,8 @@ base.register(Session, "session")
 
 local M = { Session = Session }
 
+local QCAP = base.K.WISP_MAX_PENDING      -- slots of the submit queue, as in C
+
 local function new_session(fname, model, device, ndev)
     if device == nil then device = "auto" end
     if type(device) ~= "string" then expected(2, ndev, fname, "string", device) end
@@ -45,8 +47,10 @@ local function new_session(fname, model, device, ndev)
         for bh in pairs(inflight) do ffi_gc(bh, C.wisp_batch_free) end
     end)
     session_box[0] = nil
-    return setmetatable({ _h = h, model = model, engine = e, _out = nil, _outcap = 0, _inflight = inflight },
-                        Session)
+    -- _qb/_qo/_qhead/_qn: the batches submitted and not yet waited for, and their
+    -- outs, in submit order: a ring of WISP_MAX_PENDING slots mirroring the C one
+    return setmetatable({ _h = h, model = model, engine = e, _out = nil, _outcap = 0, _inflight = inflight,
+                          _qb = {}, _qo = {}, _qhead = 0, _qn = 0 }, Session)
 end
 
 -- The batch of a submit is done (its wait returned, or the session was
@@ -146,26 +150,39 @@ function Session:submit(batch, out)
     batch._inflight = self
     self._inflight[bh] = true
     ffi_gc(bh, nil)
-    local q = self._pending
-    if not q then q = { first = 1, last = 0 }; self._pending = q end
-    q.last = q.last + 1
-    q[q.last] = { batch, out }
+    -- the mirror of the C ring (wisp_session_wait returns them in this order)
+    local n = self._qn
+    local slot = (self._qhead + n) % QCAP
+    self._qb[slot], self._qo[slot] = batch, out
+    self._qn = n + 1
     return true
 end
 
 -- session:wait() -> batch, out of the oldest submitted batch once it is scored;
--- or nil, err (nothing pending, or a failure).
+-- or nil, err (nothing pending, or a failure). The session's queue is the C ring's
+-- mirror: the batch returned is the one wisp_session_wait completed.
 function Session:wait()
     local h = handle(self, Session, "session", "wait")
-    local q = self._pending
-    if not q or q.first > q.last then return nil, "wait: nothing was submitted" end
+    if self._qn == 0 then return nil, "wait: nothing was submitted" end
     local rc = C.wisp_session_wait(h, done_box)
-    local e = q[q.first]
-    q[q.first] = nil
-    q.first = q.first + 1
-    batch_landed(self, e[1])
+    local head = self._qhead
+    local b, out = self._qb[head], self._qo[head]
+    self._qb[head], self._qo[head] = nil, nil
+    self._qhead, self._qn = (head + 1) % QCAP, self._qn - 1
+    local done = done_box[0]
+    done_box[0] = nil
+    batch_landed(self, b)
     if rc ~= 0 then return nil, last_error(rc, "wait") end
-    return e[1], e[2]
+    if done ~= b._h then
+        return nil, "wait: the session's queue and the C ring disagree (a submit or wait of this session went around its Lua object)"
+    end
+    return b, out
+end
+
+-- session:pending() -> the number of batches submitted and not yet waited for.
+function Session:pending()
+    handle(self, Session, "session", "pending")
+    return self._qn
 end
 
 -- session:score_table(batch) -> a Lua array of the rows' probabilities
@@ -223,6 +240,18 @@ function Session:score_raw(raw, out)
     return out, rows
 end
 
+-- session:bad_count() and session:bad_rows() -> the bad rows of the last score_raw on
+-- this session, whatever the device: the raw batch's own and those its transform
+-- refused, with the transform's messages ({row=, line=, msg=}, 0-based rows), so a
+-- caller never runs the transform again to explain a NaN. Valid until the next score_raw.
+function Session:bad_count()
+    return tonumber(C.wisp_session_bad_count(handle(self, Session, "session", "bad_count")))
+end
+
+function Session:bad_rows()
+    return base.bad_rows(handle(self, Session, "session", "bad_rows"), C.wisp_session_bad_count, C.wisp_session_bad_row)
+end
+
 function Session:set_device(device)
     local h = handle(self, Session, "session", "set_device")
     if type(device) ~= "string" then expected(1, 1, "set_device", "string", device) end
@@ -254,6 +283,35 @@ do
         stat_index[name] = i
         i = i + 1
     end
+end
+
+local NSTAT = #stat_names + 1
+
+-- session:set_profiling(on): the per-call record (last_stat, last_stats) on or off (off by default).
+function Session:set_profiling(on)
+    C.wisp_session_set_profiling(handle(self, Session, "session", "set_profiling"), on and 1 or 0)
+end
+
+function Session:profiling()
+    return C.wisp_session_profiling(handle(self, Session, "session", "profiling")) ~= 0
+end
+
+-- session:last_stat(i) -> what the last score/submit/wait added to statistic i (a
+-- WISP_STAT_* index: wisp.stat_index[name]); 0 when profiling is off. The hot-path
+-- form of last_stats: a number, nothing allocated.
+function Session:last_stat(i)
+    return tonumber(C.wisp_session_last_stat(handle(self, Session, "session", "last_stat"), i))
+end
+
+-- session:last_stats() -> what the last score/submit/wait added to each statistic
+-- ({ns_kernel=, bytes_h2d=, rows=, ...}) plus start_ns (wisp_clock_ns clock); nil
+-- when profiling is off.
+function Session:last_stats()
+    local h = handle(self, Session, "session", "last_stats")
+    if C.wisp_session_profiling(h) == 0 then return nil end
+    local t = { start_ns = tonumber(C.wisp_session_last_start_ns(h)) }
+    for i = 0, NSTAT - 1 do t[stat_names[i]] = tonumber(C.wisp_session_last_stat(h, i)) end
+    return t
 end
 
 -- {batches=, rows=, nnz=, out_of_range=, bad_rows=, fallbacks=, ns_parse=, ..., ns_total=, ...}
@@ -290,15 +348,17 @@ function Session:close()
     self._h = nil
     ffi_gc(h, nil)
     C.wisp_session_free(h)                 -- finishes every batch in flight (wisp.h)
-    local q = self._pending
-    if q then
-        for i = q.first, q.last do batch_landed(self, q[i][1]) end
-        self._pending = nil
+    for k = 0, self._qn - 1 do
+        local slot = (self._qhead + k) % QCAP
+        batch_landed(self, self._qb[slot])
+        self._qb[slot], self._qo[slot] = nil, nil
     end
+    self._qhead, self._qn = 0, 0
     self._out, self._outcap = nil, 0
 end
 
 function Session:is_closed() return self._h == nil end
-wisp.stat_names = stat_names
+wisp.stat_names = stat_names      -- [i] = name, i from 0 (WISP_STAT_*)
+wisp.stat_index = stat_index      -- [name] = i
 
 return M
