@@ -92,7 +92,7 @@ for mb in $modes; do
     before=$(workers)
     "$S" --port "$port" --dir "$d" --served "$d/ctr.wisp" --seconds "$secs" --conns "$conns" --seed "$seed" > "$tmp/soak.out" 2>&1
     rc=$?
-    # the first configuration also checks how an in-place change is reported (nginx.lua's operator
+    # the first configuration also checks how an in-place change is reported (the service's operator
     # contract): v2 renamed in, then cp v1 over it / truncate it / rewrite 8 bytes of it: the
     # answers stay v2's, /v1/models/ctr says file.state "changed in place, refused: ...", /readyz
     # stays 200 with a warning for ctr

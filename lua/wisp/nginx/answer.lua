@@ -1,0 +1,199 @@
+-- wisp/nginx/answer.lua — a predict answer's JSON: probabilities written into one reused FFI
+-- buffer (put_num: %.9g without string.format), the errors list, and every message made
+-- valid UTF-8. No ngx here: the thread VM encodes its answers with it too.
+
+local ffi = require "ffi"
+local S = require "wisp.nginx.state"
+
+local type, tostring, pairs, ipairs = type, tostring, pairs, ipairs
+local fmt, concat, floor, huge = string.format, table.concat, math.floor, math.huge
+
+local M = {}
+
+-- The answer's JSON, written into one FFI byte buffer and made a Lua string once: the
+-- head ('{"model":..,"version":..,"device":..,"predictions":[') is cached per entry and
+-- device, and each probability is formatted by put_num below (string.format("%.9g") and
+-- a table.concat of 100 strings cost ~20 µs a 100-row answer; this costs ~2 µs).
+local u8arr = ffi.typeof("uint8_t[?]")
+local obuf, obuf_cap = nil, 0
+local DIG2 = ffi.new("uint8_t[200]")       -- "00".."99"
+for i = 0, 99 do DIG2[2 * i] = 48 + floor(i / 10); DIG2[2 * i + 1] = 48 + i % 10 end
+
+-- Write x at buf[pos] as %.9g would for 1e-4 <= x < 1 (what a probability nearly always
+-- is): "0.", the leading zeros, then 9 significant digits, correctly rounded but for
+-- ties within one part in 2^53 (a float32 round-trips through 9 digits), trailing zeros
+-- dropped. 0 and 1 print as "0" and "1"; NaN and infinities as null; anything else
+-- goes through string.format("%.9g"). No loops (each would be a trace of its own):
+-- returns the position after the text.
+local function put_num(buf, pos, x)
+    if x >= 1e-4 and x < 1 then
+        local z, m
+        -- z zeros after "0."; m: 9 significant digits (the decade bounds are doubles
+        -- next to 10^-k: a rounded-up m of 10^9 or a low one under 10^8 moves z)
+        if x >= 0.1 then z = 0; m = floor(x * 1e9 + 0.5)
+        elseif x >= 0.01 then z = 1; m = floor(x * 1e10 + 0.5)
+        elseif x >= 0.001 then z = 2; m = floor(x * 1e11 + 0.5)
+        else z = 3; m = floor(x * 1e12 + 0.5) end
+        if m < 1e8 then z = z + 1; m = floor(x * 10 ^ (9 + z) + 0.5) end
+        if m >= 1e9 then
+            m = 1e8; z = z - 1
+            if z < 0 then buf[pos] = 49; return pos + 1 end      -- "1"
+        end
+        buf[pos] = 48; buf[pos + 1] = 46; buf[pos + 2] = 48; buf[pos + 3] = 48; buf[pos + 4] = 48
+        buf[pos + 5] = 48                     -- "0.0000", of which z zeros stay
+        pos = pos + 2 + z
+        -- 9 digits: 1 + 4 pairs, split as 5 + 4 digits and then in pairs, without a
+        -- division: floor((k + 0.5) * 10^-j) is floor(k / 10^j) for integers k < 2^30
+        -- (the error of the product is far below the 0.5 * 10^-j margin); the splits
+        -- of the two halves are independent (a shorter dependency chain than 4 divides)
+        local hi = floor((m + 0.5) * 1e-4)
+        local lo = m - hi * 1e4
+        local d = floor((hi + 0.5) * 1e-4)
+        local r = hi - d * 1e4
+        local p1 = floor((r + 0.5) * 1e-2)
+        local p2 = r - p1 * 100
+        local p3 = floor((lo + 0.5) * 1e-2)
+        local p4 = lo - p3 * 100
+        buf[pos] = 48 + d
+        buf[pos + 1] = DIG2[2 * p1]; buf[pos + 2] = DIG2[2 * p1 + 1]
+        buf[pos + 3] = DIG2[2 * p2]; buf[pos + 4] = DIG2[2 * p2 + 1]
+        buf[pos + 5] = DIG2[2 * p3]; buf[pos + 6] = DIG2[2 * p3 + 1]
+        buf[pos + 7] = DIG2[2 * p4]; buf[pos + 8] = DIG2[2 * p4 + 1]
+        pos = pos + 9
+        if p4 == 0 then                       -- trailing zeros (the first digit is not 0)
+            pos = pos - 2
+            if p3 == 0 then
+                pos = pos - 2
+                if p2 == 0 then pos = pos - 2; if p1 == 0 then pos = pos - 2 end end
+            end
+        end
+        if buf[pos - 1] == 48 then pos = pos - 1 end
+        return pos
+    elseif x == 0 then
+        buf[pos] = 48; return pos + 1
+    elseif x == 1 then
+        buf[pos] = 49; return pos + 1
+    elseif x ~= x or x == huge or x == -huge then
+        ffi.copy(buf + pos, "null", 4); return pos + 4
+    end
+    local t = fmt("%.9g", x)
+    ffi.copy(buf + pos, t, #t)
+    return pos + #t
+end
+
+-- n values of out (an FFI float array) as a JSON list's items "p,p,...", nil for the rows
+-- in bad (0-based set, or nil): for tests of put_num against string.format
+function M.format_values(out, n, bad)
+    local cap = n * 24 + 16
+    local buf = u8arr(cap)
+    local pos = 0
+    for i = 0, n - 1 do
+        if i > 0 then buf[pos] = 44; pos = pos + 1 end
+        if bad and bad[i] then ffi.copy(buf + pos, "null", 4); pos = pos + 4
+        else pos = put_num(buf, pos, out[i]) end
+    end
+    return ffi.string(buf, pos)
+end
+
+-- s as valid UTF-8: each byte that starts no valid sequence becomes U+FFFD. Messages
+-- quote what clients sent (a URI, a model name, a body's bytes); cjson copies string bytes
+-- as they are, and an answer with invalid UTF-8 is not JSON (found by spec/nginx/svcfuzz.sh)
+local byte = string.byte
+local function utf8_clean(s)
+    if not s:find("[\128-\255]") then return s end
+    local out, i, n = {}, 1, #s
+    while i <= n do
+        local c = byte(s, i)
+        local len = c < 0x80 and 1 or (c >= 0xC2 and c <= 0xDF) and 2 or (c >= 0xE0 and c <= 0xEF) and 3
+            or (c >= 0xF0 and c <= 0xF4) and 4 or 0
+        local good = len > 0 and i + len - 1 <= n
+        if good and len > 1 then
+            for k = 1, len - 1 do
+                local cc = byte(s, i + k)
+                if cc < 0x80 or cc > 0xBF then good = false; break end
+            end
+            local c2 = byte(s, i + 1)
+            if good and ((c == 0xE0 and c2 < 0xA0) or (c == 0xED and c2 > 0x9F) or (c == 0xF0 and c2 < 0x90)
+                         or (c == 0xF4 and c2 > 0x8F)) then good = false end
+        end
+        if good then out[#out + 1] = s:sub(i, i + len - 1); i = i + len
+        else out[#out + 1] = "\239\191\189"; i = i + 1 end
+    end
+    return concat(out)
+end
+M.utf8_clean = utf8_clean
+
+-- every string in t (tables to a few levels) as valid UTF-8, in place
+local function clean_strings(t, depth)
+    for k, v in pairs(t) do
+        if type(v) == "string" then t[k] = utf8_clean(v)
+        elseif type(v) == "table" and depth < 6 then clean_strings(v, depth + 1) end
+    end
+    return t
+end
+
+local function sort_by_index(a, b) return a.index < b.index end
+
+-- -> status, JSON text of the answer ending in "\n". bad: 0-based set of unscored rows
+-- (or nil); errs: list of {index, error[, line]} (or nil).
+local function encode_answer(e, n, out, bad, errs, device)
+    -- the invariant of every answer: a null has its errors entry. A row scored NaN (or
+    -- anything but a probability) that no parser or transform marked bad gets one here,
+    -- whatever the path (inline, async, the batcher, a thread)
+    for i = 0, n - 1 do
+        local p = out[i]
+        if not (p >= 0 and p <= 1) and not (bad and bad[i]) then
+            errs, bad = errs or {}, bad or {}
+            errs[#errs + 1] = { index = i, error = "the row scored " .. tostring(p) .. ", not a probability" }
+            bad[i] = true
+        end
+    end
+    local heads = e.heads
+    if not heads then heads = {}; e.heads = heads end
+    local head = heads[device]
+    if not head then
+        head = '{"model":' .. S.cjson.encode(e.name) .. ',"version":' .. S.cjson.encode(e.version) .. ',"device":'
+            .. S.cjson.encode(device) .. ',"predictions":['
+        heads[device] = head
+    end
+    local status = 200
+    local tail = "]}\n"
+    if errs and #errs > 0 then
+        table.sort(errs, sort_by_index)
+        for _, er in ipairs(errs) do er.error = utf8_clean(er.error) end
+        tail = '],"errors":' .. S.cjson.encode(errs)
+        if #errs >= n then
+            status = 400
+            tail = tail .. ',"error":"no row could be scored (see errors)"'
+        end
+        tail = tail .. "}\n"
+    end
+    local need = #head + n * 24 + #tail
+    if need > obuf_cap then
+        obuf_cap = need > 2 * obuf_cap and need or 2 * obuf_cap
+        obuf = u8arr(obuf_cap)
+    end
+    local buf = obuf
+    ffi.copy(buf, head, #head)
+    local pos = #head
+    if bad then
+        for i = 0, n - 1 do
+            if i > 0 then buf[pos] = 44; pos = pos + 1 end
+            if bad[i] then ffi.copy(buf + pos, "null", 4); pos = pos + 4
+            else pos = put_num(buf, pos, out[i]) end
+        end
+    else
+        for i = 0, n - 1 do
+            if i > 0 then buf[pos] = 44; pos = pos + 1 end
+            pos = put_num(buf, pos, out[i])
+        end
+    end
+    ffi.copy(buf + pos, tail, #tail)
+    return status, ffi.string(buf, pos + #tail)
+end
+
+M.put_num = put_num
+M.clean_strings = clean_strings
+M.encode_answer = encode_answer
+
+return M

@@ -1,0 +1,86 @@
+-- wisp/nginx/http.lua — the HTTP edge of the service: a request's body read in place from nginx's
+-- memory, its Content-Type made a body kind, and answers sent with their length (JSON errors).
+
+local ffi = require "ffi"
+local S = require "wisp.nginx.state"
+local A = require "wisp.nginx.answer"
+
+local type, tonumber, pairs, pcall = type, tonumber, pairs, pcall
+local clean_strings = A.clean_strings
+
+local M = {}
+
+-- body_ptr() -> pointer, length of the request body in nginx's memory, or nil (no body, or
+-- it is in a temporary file): the $request_body variable read through lua-resty-core's FFI
+-- call (ngx.var would make it a Lua string). For one body buffer nginx hands out that
+-- buffer itself, which lives until the request ends. Set in init_worker; nil without
+-- resty.core (then the body is read with ngx.req.get_body_data).
+M.body_ptr = nil
+function M.init_body_ptr()
+    local ok, base = pcall(require, "resty.core.base")
+    if not ok or type(base) ~= "table" or not base.get_request then return end
+    local fn
+    ok = pcall(function() require "resty.core.var"; fn = ffi.C.ngx_http_lua_ffi_var_get end)
+    if not ok or not fn then return end
+    local get_request = base.get_request
+    local vp, lp, ep = ffi.new("unsigned char *[1]"), ffi.new("size_t[1]"), ffi.new("char *[1]")
+    local lower = ffi.new("char[16]")
+    M.body_ptr = function()
+        local r = get_request()
+        if r == nil then return nil end
+        if fn(r, "request_body", 12, lower, 0, vp, lp, ep) ~= 0 then return nil end
+        local n = tonumber(lp[0])
+        if n == 0 then return nil end
+        return vp[0], n
+    end
+end
+
+-- The answer, with its length: no chunked encoding, and an answer over postpone_output
+-- (1460 bytes) leaves in one writev (chunked, its last chunk would take a second one).
+local function send(status, body, ctype)
+    ngx.status = status
+    local h = ngx.header
+    h["Content-Type"] = ctype or "application/json"
+    h["Content-Length"] = #body
+    ngx.print(body)
+    return status
+end
+
+local function send_json(status, t)
+    return send(status, S.cjson.encode(clean_strings(t, 0)) .. "\n")
+end
+
+local function fail(status, msg, extra)
+    local t = { error = msg }
+    if extra then for k, v in pairs(extra) do t[k] = v end end
+    return send_json(status, t)
+end
+
+local function method_not_allowed(allow)
+    ngx.header["Allow"] = allow
+    return fail(405, "method " .. ngx.req.get_method() .. " not allowed here (use " .. allow .. ")")
+end
+
+-- Content-Type header -> "json" | "libsvm" | false (and the media type), memoised (a
+-- client sends the same few headers; the memo is bounded)
+local ctype_memo, ctype_memo_n = {}, 0
+local function body_kind(raw)
+    local m = ctype_memo[raw]
+    if m ~= nil then return m, nil end
+    local ctype = raw:lower():match("^%s*([^;%s]+)") or ""
+    local kind = false
+    if ctype == "application/json" then kind = "json"
+    elseif ctype == "text/plain" or ctype == "text/x-libsvm" then kind = "libsvm"
+    elseif ctype == "application/x-ndjson" or ctype == "application/jsonl" then kind = "jsonl" end
+    if kind and ctype_memo_n < 64 then ctype_memo[raw] = kind; ctype_memo_n = ctype_memo_n + 1 end
+    return kind, ctype
+end
+
+
+M.send = send
+M.send_json = send_json
+M.fail = fail
+M.method_not_allowed = method_not_allowed
+M.body_kind = body_kind
+
+return M

@@ -1,0 +1,68 @@
+-- wisp/nginx/thread.lua — mode "thread": a predict request scored in a pool thread's own Lua VM
+-- (ngx.run_worker_thread(pool, "wisp.nginx.thread", "predict", ...)), with its own engine and
+-- its own copy of exactly the model version the request holds.
+
+local S = require "wisp.nginx.state"
+local F = require "wisp.nginx.file"
+local MD = require "wisp.nginx.models"
+local R = require "wisp.nginx.request"
+local A = require "wisp.nginx.answer"
+local MT = require "wisp.nginx.metrics"
+
+local tostring, pairs = tostring, pairs
+local file_stamp, open_entry, float_buf = F.file_stamp, MD.open_entry, MD.float_buf
+local parse_into, encode_answer, clean_strings, last_stages = R.parse_into, A.encode_answer, A.clean_strings, MT.last_stages
+
+local M = {}
+
+local thread_entries = {}     -- in a thread VM: path -> entry
+local thread_failed = {}      -- in a thread VM: path -> the file stamp that failed to load as asked
+
+-- ngx.run_worker_thread(pool, "wisp.nginx.thread", "predict", name, path, stamp, checksum, device, kind,
+-- body, max_rows) -> status, body, rows, bad rows, device, kernel ns, total ns.
+-- The thread's VM scores with its own copy of exactly the version the request holds
+-- (file stamp and header checksum): it (re)maps the file only when the stamp asked for
+-- differs from its copy's, and keeps the copy only when the file is that version. When it
+-- cannot (the file was renamed over since, or is broken) the status is 0: "stale", and
+-- the worker scores the request inline with the entry it holds; the same file is not
+-- tried again by this VM until it changes.
+function M.predict(name, path, stamp, checksum, device, kind, body, max_rows)
+    S.load_libs()
+    if not S.engine then
+        local engine, err = S.new_engine(1)
+        S.engine = engine
+        if not engine then return 503, S.cjson.encode { error = "engine: " .. tostring(err) } .. "\n", 0, 0, "", 0, 0 end
+    end
+    local e = thread_entries[path]
+    if not e or e.stamp ~= stamp or e.checksum ~= checksum then
+        local now = file_stamp(path)
+        if now == nil or now ~= stamp or thread_failed[path] == now then return 0, "", 0, 0, "", 0, 0 end
+        local ne = open_entry(name, path, device)
+        if not ne or ne.stamp ~= stamp or ne.checksum ~= checksum then
+            if ne then ne:close() end
+            thread_failed[path] = now
+            return 0, "", 0, 0, "", 0, 0
+        end
+        if e then e:close() end
+        thread_entries[path] = ne
+        thread_failed[path] = nil
+        e = ne
+    end
+    local b = e.batch
+    b:clear()
+    local n, errs, bad, extra = parse_into(e, b, kind, body, max_rows)
+    if not n then
+        local t = { error = bad }
+        if extra then for k, v in pairs(extra) do t[k] = v end end
+        return errs, S.cjson.encode(clean_strings(t, 0)) .. "\n", 0, 0, "", 0, 0
+    end
+    if n > e.outcap then e.outcap = n; e.out = float_buf(n) end
+    local out, err = e.session:score(b, e.out)
+    if not out then return 500, S.cjson.encode { error = tostring(err) } .. "\n", n, 0, "", 0, 0 end
+    local dev = e.session:last_device()
+    local st = last_stages(e.session)
+    local status, text = encode_answer(e, n, out, bad, errs, dev)
+    return status, text, n, errs and #errs or 0, dev, st.ns_kernel, st.ns_total
+end
+
+return M
