@@ -171,7 +171,7 @@ install: all $(BUILD)/wisp.pc
 	install -m 644 $(BUILD)/libwisp.a $(DESTDIR)$(PREFIX)/lib/libwisp.a
 	install -m 644 engine/include/wisp.h $(DESTDIR)$(PREFIX)/include/wisp.h
 	install -m 644 $(BUILD)/wisp.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/wisp.pc
-	install -m 644 lua/wisp/*.lua $(DESTDIR)$(LUADIR)/wisp/
+	install -m 644 lua/wisp/*.lua $(DESTDIR)$(LUADIR)/wisp/ && install -d $(DESTDIR)$(LUADIR)/wisp/nginx && install -m 644 lua/wisp/nginx/*.lua $(DESTDIR)$(LUADIR)/wisp/nginx/
 	@if [ -z "$(DESTDIR)" ] && command -v ldconfig >/dev/null; then ldconfig; fi
 
 uninstall:
