@@ -44,6 +44,21 @@ else
     echo "busted specs: luajit or spec/lua missing"; failed=$((failed + 1)); echo "  busted specs: luajit or spec/lua missing" >>"$recap"
 fi
 
+# every recorded run in scripts/results/ against its one schema (scripts/results/SCHEMA.md):
+# scripts/results/check.lua prints "results schema: N passed, N failed" last
+if command -v luajit >/dev/null 2>&1 && [ -f scripts/results/check.lua ]; then
+    luajit scripts/results/check.lua >"$log" 2>&1
+    rc=$?
+    line=$(grep -E "^results schema: [0-9]+ passed, [0-9]+ failed" "$log" | tail -n 1)
+    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
+    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+    if [ -z "$line" ]; then p=0; f=1; fi
+    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    passed=$((passed + p)); failed=$((failed + f))
+    printf '%-24s %5d passed, %d failed\n' "results (schema)" "$p" "$f"
+    if [ "$f" -ne 0 ]; then grep -v '^ok ' "$log" | sed 's/^/    /' | tail -n 20; fail_recap "results (schema): $f failed"; fi
+fi
+
 # the OpenResty service against a real nginx (spec/nginx/run.sh prints "nginx: N passed, N failed" last)
 if [ -f spec/nginx/run.sh ] && [ "${WISP_NGINX:-1}" != 0 ]; then
     sh spec/nginx/run.sh >"$log" 2>&1
