@@ -1,0 +1,150 @@
+// Batch.java — CSR rows in direct buffers that the engine reads in place: wrapped caller buffers or memory wisp allocates.
+package wisp;
+
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.FloatBuffer;
+import java.nio.IntBuffer;
+import java.util.Objects;
+
+/**
+ * A batch of rows in CSR form over java.nio direct buffers, read in place by
+ * the engine (no copy):
+ * <ul>
+ * <li>indptr: rows + 1 ints, indptr[0] = 0; row r's features are
+ *     indices[indptr[r] .. indptr[r+1]);</li>
+ * <li>indices: feature ids (ints; a negative id makes its row bad);</li>
+ * <li>values: one float per feature, or null for binary rows (every value 1).</li>
+ * </ul>
+ * Each buffer is read from its position; it must be direct and in the
+ * platform's byte order ({@code ByteBuffer.allocateDirect(n).order(ByteOrder.nativeOrder())}).
+ * {@link #allocate} gives buffers in memory wisp allocates: page-locked
+ * (pinned) when the engine has a usable GPU, so a GPU session copies it in
+ * one DMA, with no staging copy. A batch is used by one thread at a time and
+ * must not change while a session scores it (or while a submitted score of
+ * it is pending).
+ */
+public final class Batch implements AutoCloseable {
+    final IntBuffer indptr, indices;
+    final FloatBuffer values;
+    final int rows;
+    private final boolean pinned;
+    private volatile boolean closed;
+
+    private Batch(IntBuffer indptr, IntBuffer indices, FloatBuffer values, boolean pinned) {
+        this.indptr = indptr;
+        this.indices = indices;
+        this.values = values;
+        this.rows = indptr.remaining() - 1;
+        this.pinned = pinned;
+    }
+
+    private static void check(java.nio.Buffer b, ByteOrder order, String what) {
+        if (!b.isDirect())
+            throw new WispException(WispException.EINVAL, "Batch.wrap: " + what + " is not a direct buffer (ByteBuffer.allocateDirect(n).order(ByteOrder.nativeOrder()).as...Buffer())");
+        if (order != ByteOrder.nativeOrder())
+            throw new WispException(WispException.EINVAL, "Batch.wrap: " + what + " is " + order + ", not the platform's byte order (" + ByteOrder.nativeOrder() + ")");
+    }
+
+    /** A batch over the caller's direct buffers (values may be null: binary rows). */
+    public static Batch wrap(IntBuffer indptr, IntBuffer indices, FloatBuffer values) {
+        Objects.requireNonNull(indptr, "indptr");
+        Objects.requireNonNull(indices, "indices");
+        check(indptr, indptr.order(), "indptr");
+        check(indices, indices.order(), "indices");
+        if (values != null) check(values, values.order(), "values");
+        if (indptr.remaining() < 1)
+            throw new WispException(WispException.EINVAL, "Batch.wrap: indptr is empty (it has rows + 1 entries)");
+        return new Batch(indptr, indices, values, false);
+    }
+
+    /**
+     * A batch of `rows` rows and `nnz` features in memory wisp allocates
+     * (pinned when a GPU is usable), valued when {@code valued}. Fill
+     * {@link #indptr()}, {@link #indices()} and {@link #values()}, then score it.
+     */
+    public static Batch allocate(int rows, int nnz, boolean valued) {
+        if (rows < 0 || nnz < 0)
+            throw new WispException(WispException.EINVAL, "Batch.allocate: rows and nnz must be >= 0 (got " + rows + ", " + nnz + ")");
+        long bytes = 4L * (rows + 1) + 4L * nnz + (valued ? 4L * nnz : 0) + 3 * 64;
+        if (bytes > Integer.MAX_VALUE)
+            throw new WispException(WispException.ELIMIT, "Batch.allocate: " + bytes + " bytes, more than one direct buffer holds (2 GiB)");
+        Wisp.engine();
+        ByteBuffer block = HostMemory.allocate((int) bytes);
+        boolean pinned = HostMemory.isPinned(block);
+        int off = 0;
+        IntBuffer p = slice(block, off, 4 * (rows + 1)).asIntBuffer();
+        off = align(off + 4 * (rows + 1));
+        IntBuffer i = slice(block, off, 4 * nnz).asIntBuffer();
+        off = align(off + 4 * nnz);
+        FloatBuffer v = valued ? slice(block, off, 4 * nnz).asFloatBuffer() : null;
+        return new Batch(p, i, v, pinned);
+    }
+
+    /** A batch of rows and nnz valued features (see {@link #allocate(int, int, boolean)}). */
+    public static Batch allocate(int rows, int nnz) {
+        return allocate(rows, nnz, true);
+    }
+
+    /** Copy CSR arrays into a new {@link #allocate}d batch (values may be null). */
+    public static Batch of(int[] indptr, int[] indices, float[] values) {
+        Objects.requireNonNull(indptr, "indptr");
+        Objects.requireNonNull(indices, "indices");
+        if (indptr.length < 1) throw new WispException(WispException.EINVAL, "Batch.of: indptr is empty (it has rows + 1 entries)");
+        Batch b = allocate(indptr.length - 1, indices.length, values != null);
+        b.indptr.put(0, indptr);
+        b.indices.put(0, indices);
+        if (values != null) {
+            if (values.length != indices.length)
+                throw new WispException(WispException.EINVAL, "Batch.of: " + values.length + " values for " + indices.length + " indices");
+            b.values.put(0, values);
+        }
+        return b;
+    }
+
+    private static int align(int off) {
+        return (off + 63) & ~63;
+    }
+
+    private static ByteBuffer slice(ByteBuffer block, int off, int len) {
+        return block.slice(off, len).order(ByteOrder.nativeOrder());
+    }
+
+    public int rows() {
+        return rows;
+    }
+
+    /** The row offsets (rows + 1 ints). */
+    public IntBuffer indptr() {
+        return indptr;
+    }
+
+    public IntBuffer indices() {
+        return indices;
+    }
+
+    /** The values, or null for a binary batch. */
+    public FloatBuffer values() {
+        return values;
+    }
+
+    /** Whether the memory is page-locked (an allocated batch on an engine with a usable GPU). */
+    public boolean pinned() {
+        return pinned;
+    }
+
+    void checkOpen() {
+        if (closed) throw new WispException(WispException.ESTATE, "batch is closed");
+    }
+
+    /**
+     * Close the batch: sessions refuse it from now on. Its memory (for an
+     * allocated batch) is freed once neither the batch nor its buffers are
+     * reachable, so a buffer kept by the caller never points at freed memory.
+     * Closing twice is harmless.
+     */
+    @Override
+    public void close() {
+        closed = true;
+    }
+}
