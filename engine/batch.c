@@ -52,10 +52,10 @@
  * wrapped batch and are answered NaN by every device, session.c), the
  * text parsers (libsvm.c, vw.c: the decimal itself is checked, so the
  * message quotes the text), and the Lua layer (init.lua) above them. The
- * feature-column path (raw inputs, tsv.c, columns.c) reads numbers as
+ * feature-column path (raw inputs, csv.c, jsonl.c, textnum.c) reads numbers as
  * TensorFlow does (1e39 -> inf) and applies the rule where a value meets
  * a weight: a numeric column's non-finite value makes the row bad
- * (tsv.c's opening comment lists the JSON decisions).
+ * (jsonl.c's opening comment lists the JSON decisions).
  *
  * Failure. Every append checks limits and reserves all memory before it
  * writes anything, so a failed append leaves the batch as it was (a grown

@@ -6,6 +6,7 @@
 #include "internal.h"
 #include "columns_impl.h"
 #include "json.h"
+#include "textnum.h"
 
 #include <errno.h>
 #include <math.h>
@@ -23,8 +24,8 @@ typedef struct {
 } builder;
 
 
-static int bfail(builder *b, const jv *at, int status, const char *fmt, ...) WISP_PRINTF(4, 5);
-static int bfail(builder *b, const jv *at, int status, const char *fmt, ...)
+static int bfail(builder *b, const wisp_jv *at, int status, const char *fmt, ...) WISP_PRINTF(4, 5);
+static int bfail(builder *b, const wisp_jv *at, int status, const char *fmt, ...)
 {
     char msg[400];
     va_list ap;
@@ -40,21 +41,21 @@ static int bfail(builder *b, const jv *at, int status, const char *fmt, ...)
 }
 
 
-/* A field of obj that must be present with type t (J_TRUE stands for any boolean). */
-static int need(builder *b, const jv *obj, const char *key, int t, const jv **out)
+/* A field of obj that must be present with type t (WISP_JSON_TRUE stands for any boolean). */
+static int need(builder *b, const wisp_jv *obj, const char *key, int t, const wisp_jv **out)
 {
-    const jv *v = wisp__json_get(obj, key);
+    const wisp_jv *v = wisp__json_get(obj, key);
     *out = NULL;
     if (!v) return bfail(b, obj, WISP_EPARSE, "missing \"%s\"", key);
-    bool ok = t == J_TRUE ? (v->t == J_TRUE || v->t == J_FALSE) : v->t == t;
+    bool ok = t == WISP_JSON_TRUE ? (v->t == WISP_JSON_TRUE || v->t == WISP_JSON_FALSE) : v->t == t;
     if (!ok) return bfail(b, v, WISP_EPARSE, "\"%s\" must be %s, not %s", key,
-                          t == J_TRUE ? "true or false" : wisp__json_type_name(t), wisp__json_type_name(v->t));
+                          t == WISP_JSON_TRUE ? "true or false" : wisp__json_type_name(t), wisp__json_type_name(v->t));
     *out = v;
     return WISP_OK;
 }
 
 /* Only these keys may appear in obj (catches typos like "bucket"). */
-static int only_keys(builder *b, const jv *obj, const char *const *allowed)
+static int only_keys(builder *b, const wisp_jv *obj, const char *const *allowed)
 {
     for (size_t i = 0; i < obj->n; i++) {
         bool ok = false;
@@ -66,11 +67,11 @@ static int only_keys(builder *b, const jv *obj, const char *const *allowed)
 }
 
 /* An integer literal (no fraction or exponent) in [lo, hi]. */
-static int get_int(builder *b, const jv *v, const char *what, int64_t lo, int64_t hi, int64_t *out)
+static int get_int(builder *b, const wisp_jv *v, const char *what, int64_t lo, int64_t hi, int64_t *out)
 {
-    if (v->t != J_NUM) return bfail(b, v, WISP_EPARSE, "%s must be an integer, not %s", what, wisp__json_type_name(v->t));
+    if (v->t != WISP_JSON_NUM) return bfail(b, v, WISP_EPARSE, "%s must be an integer, not %s", what, wisp__json_type_name(v->t));
     int64_t x;
-    int r = wisp_parse_i64(v->s, v->len, &x);
+    int r = wisp__textnum_i64(v->s, v->len, &x);
     if (r == -1) return bfail(b, v, WISP_EPARSE, "%s must be an integer, not %s", what, v->s);
     if (r == -2 || x < lo || x > hi)
         return bfail(b, v, WISP_EPARSE, "%s is %s, outside [%lld, %lld]", what, v->s, (long long)lo, (long long)hi);
@@ -79,10 +80,10 @@ static int get_int(builder *b, const jv *v, const char *what, int64_t lo, int64_
 }
 
 /* A count in [1, max]: an integer literal that may exceed int64 only up to max. */
-static int get_count(builder *b, const jv *obj, const char *key, uint64_t max, uint64_t *out)
+static int get_count(builder *b, const wisp_jv *obj, const char *key, uint64_t max, uint64_t *out)
 {
-    const jv *v;
-    int st = need(b, obj, key, J_NUM, &v);
+    const wisp_jv *v;
+    int st = need(b, obj, key, WISP_JSON_NUM, &v);
     if (st) return st;
     int64_t x;
     st = get_int(b, v, key, 1, (int64_t)max, &x);
@@ -92,9 +93,9 @@ static int get_count(builder *b, const jv *obj, const char *key, uint64_t max, u
 }
 
 /* A number (any JSON number), as TensorFlow rounds a Python float to float32. */
-static int get_f32(builder *b, const jv *v, const char *what, float *out)
+static int get_f32(builder *b, const wisp_jv *v, const char *what, float *out)
 {
-    if (v->t != J_NUM) return bfail(b, v, WISP_EPARSE, "%s must be a number, not %s", what, wisp__json_type_name(v->t));
+    if (v->t != WISP_JSON_NUM) return bfail(b, v, WISP_EPARSE, "%s must be a number, not %s", what, wisp__json_type_name(v->t));
     double d = strtod(v->s, NULL);
     float f = (float)d;
     if (!isfinite(f)) return bfail(b, v, WISP_EPARSE, "%s (%s) is not a finite float32", what, v->s);
@@ -119,9 +120,9 @@ static int add_node(builder *b, uint32_t *idx)
     return WISP_OK;
 }
 
-static int find_input(builder *b, const jv *v, const char *what, uint32_t *out)
+static int find_input(builder *b, const wisp_jv *v, const char *what, uint32_t *out)
 {
-    if (v->t != J_STR) return bfail(b, v, WISP_EPARSE, "%s must be an input name (a string), not %s", what, wisp__json_type_name(v->t));
+    if (v->t != WISP_JSON_STR) return bfail(b, v, WISP_EPARSE, "%s must be an input name (a string), not %s", what, wisp__json_type_name(v->t));
     long i = wisp_columns__find_input(b->c, v->s, v->len);
     if (i < 0) return bfail(b, v, WISP_EPARSE, "%s: unknown input '%s' (not in \"inputs\")", what, v->s);
     *out = (uint32_t)i;
@@ -138,13 +139,13 @@ static void set_magic(struct wisp_node *nd)
 }
 
 
-static int parse_column(builder *b, const jv *o, bool top, uint32_t *out, uint64_t *size);
+static int parse_column(builder *b, const wisp_jv *o, bool top, uint32_t *out, uint64_t *size);
 
-static int parse_vocab(builder *b, const jv *o, struct wisp_node *nd_in, uint32_t ni)
+static int parse_vocab(builder *b, const wisp_jv *o, struct wisp_node *nd_in, uint32_t ni)
 {
     wisp_columns *c = b->c;
-    const jv *voc;
-    int st = need(b, o, "vocabulary", J_ARR, &voc);
+    const wisp_jv *voc;
+    int st = need(b, o, "vocabulary", WISP_JSON_ARR, &voc);
     if (st) return st;
     if (voc->n == 0) return bfail(b, voc, WISP_EPARSE, "\"vocabulary\" is empty");
     if (voc->n > WISP_MAX_COLUMNS * 64u)
@@ -170,10 +171,10 @@ static int parse_vocab(builder *b, const jv *o, struct wisp_node *nd_in, uint32_
         return bfail(b, NULL, WISP_ENOMEM, "out of memory for a vocabulary of %zu entries", n);
     nd->vocab_mask = slots - 1;
     for (size_t i = 0; i < n; i++) {
-        const jv *e = &voc->items[i];
+        const wisp_jv *e = &voc->items[i];
         uint64_t h;
         if (dt == WISP_INPUT_STRING) {
-            if (e->t != J_STR) return bfail(b, e, WISP_EPARSE, "vocabulary[%zu] must be a string (input '%s' is string)", i, c->inputs[nd->input].name);
+            if (e->t != WISP_JSON_STR) return bfail(b, e, WISP_EPARSE, "vocabulary[%zu] must be a string (input '%s' is string)", i, c->inputs[nd->input].name);
             if (e->len > WISP_MAX_STRING_BYTES) return bfail(b, e, WISP_ELIMIT, "vocabulary[%zu] is longer than %u bytes", i, WISP_MAX_STRING_BYTES);
             nd->vocab_str[i] = wisp_malloc(e->len + 1);
             if (!nd->vocab_str[i]) return bfail(b, NULL, WISP_ENOMEM, "out of memory");
@@ -200,7 +201,7 @@ static int parse_vocab(builder *b, const jv *o, struct wisp_node *nd_in, uint32_
         }
         nd->vocab_slots[s] = (uint32_t)i + 1;
     }
-    const jv *v;
+    const wisp_jv *v;
     int64_t x;
     nd->num_oov = 0;
     if ((v = wisp__json_get(o, "num_oov_buckets"))) {
@@ -209,7 +210,7 @@ static int parse_vocab(builder *b, const jv *o, struct wisp_node *nd_in, uint32_
     }
     nd->has_default = true;
     nd->default_value = -1;
-    if ((v = wisp__json_get(o, "default_value")) && v->t != J_NULL) {
+    if ((v = wisp__json_get(o, "default_value")) && v->t != WISP_JSON_NULL) {
         if ((st = get_int(b, v, "default_value", -1, (int64_t)n - 1, &x))) return st;
         nd->default_value = x;
     }
@@ -219,29 +220,29 @@ static int parse_vocab(builder *b, const jv *o, struct wisp_node *nd_in, uint32_
     return WISP_OK;
 }
 
-static int parse_crossed(builder *b, const jv *o, uint32_t ni)
+static int parse_crossed(builder *b, const wisp_jv *o, uint32_t ni)
 {
     wisp_columns *c = b->c;
-    const jv *keys;
-    int st = need(b, o, "keys", J_ARR, &keys);
+    const wisp_jv *keys;
+    int st = need(b, o, "keys", WISP_JSON_ARR, &keys);
     if (st) return st;
     if (keys->n < 2) return bfail(b, keys, WISP_EPARSE, "a crossed column needs at least 2 keys, has %zu", keys->n);
     /* flatten nested crosses in order */
     struct wisp_cross_key *flat = NULL;
     size_t nflat = 0, cap = 0;
     for (size_t i = 0; i < keys->n; i++) {
-        const jv *k = &keys->items[i];
+        const wisp_jv *k = &keys->items[i];
         struct wisp_cross_key add[1];
         const struct wisp_cross_key *src = add;
         size_t nadd = 1;
-        if (k->t == J_STR) {
+        if (k->t == WISP_JSON_STR) {
             uint32_t in;
             char what[32];
             snprintf(what, sizeof what, "keys[%zu]", i);
             if ((st = find_input(b, k, what, &in))) goto fail;
             add[0].raw = true;
             add[0].index = in;
-        } else if (k->t == J_OBJ) {
+        } else if (k->t == WISP_JSON_OBJ) {
             uint32_t sub;
             uint64_t sz;
             char saved[sizeof b->where];
@@ -296,21 +297,21 @@ static int parse_crossed(builder *b, const jv *o, uint32_t ni)
     wisp_free(flat);
     if ((st = get_count(b, o, "buckets", WISP_MAX_FEATURES, &nd->buckets))) return st;
     nd->hash_key = DEFAULT_HASH_KEY;
-    const jv *hk = wisp__json_get(o, "hash_key");
-    if (hk && hk->t != J_NULL) {
+    const wisp_jv *hk = wisp__json_get(o, "hash_key");
+    if (hk && hk->t != WISP_JSON_NULL) {
         uint64_t key = 0;
-        if (hk->t == J_STR && hk->len > 2 && hk->len <= 18 && hk->s[0] == '0' && (hk->s[1] | 0x20) == 'x') {
+        if (hk->t == WISP_JSON_STR && hk->len > 2 && hk->len <= 18 && hk->s[0] == '0' && (hk->s[1] | 0x20) == 'x') {
             for (size_t i = 2; i < hk->len; i++) {
                 int h = wisp__json_hex_digit(hk->s[i]);
                 if (h < 0) return bfail(b, hk, WISP_EPARSE, "hash_key '%s' is not hexadecimal", hk->s);
                 key = key << 4 | (uint64_t)h;
             }
-        } else if (hk->t == J_NUM && hk->len <= 20 && strspn(hk->s, "0123456789") == hk->len) {
+        } else if (hk->t == WISP_JSON_NUM && hk->len <= 20 && strspn(hk->s, "0123456789") == hk->len) {
             errno = 0;
             unsigned long long x = strtoull(hk->s, NULL, 10);
             if (errno) return bfail(b, hk, WISP_EPARSE, "hash_key %s overflows 64 bits", hk->s);
             key = x;
-        } else if (hk->t == J_NUM && hk->s[0] == '-') {
+        } else if (hk->t == WISP_JSON_NUM && hk->s[0] == '-') {
             int64_t x;          /* TensorFlow's int64 attribute, used as uint64 */
             if ((st = get_int(b, hk, "hash_key", INT64_MIN, -1, &x))) return st;
             key = (uint64_t)x;
@@ -326,12 +327,12 @@ fail:
 }
 
 /* Parse one column object into a node; *size is its slice size. */
-static int parse_column(builder *b, const jv *o, bool top, uint32_t *out, uint64_t *size)
+static int parse_column(builder *b, const wisp_jv *o, bool top, uint32_t *out, uint64_t *size)
 {
     wisp_columns *c = b->c;
-    if (o->t != J_OBJ) return bfail(b, o, WISP_EPARSE, "a column must be an object, not %s", wisp__json_type_name(o->t));
-    const jv *type, *v;
-    int st = need(b, o, "type", J_STR, &type);
+    if (o->t != WISP_JSON_OBJ) return bfail(b, o, WISP_EPARSE, "a column must be an object, not %s", wisp__json_type_name(o->t));
+    const wisp_jv *type, *v;
+    int st = need(b, o, "type", WISP_JSON_STR, &type);
     if (st) return st;
     uint32_t ni = 0;
     if ((st = add_node(b, &ni))) return st;
@@ -341,34 +342,34 @@ static int parse_column(builder *b, const jv *o, bool top, uint32_t *out, uint64
         static const char *const ok[] = { "name", "type", "offset", "size", "key", "normalizer", "shape", "default", NULL };
         if ((st = only_keys(b, o, ok))) return st;
         nd->kind = WISP_NODE_NUMERIC;
-        if ((st = need(b, o, "key", J_STR, &v)) || (st = find_input(b, v, "key", &nd->input))) return st;
+        if ((st = need(b, o, "key", WISP_JSON_STR, &v)) || (st = find_input(b, v, "key", &nd->input))) return st;
         const struct wisp_input *in = &c->inputs[nd->input];
         if (in->dtype == WISP_INPUT_STRING)
             return bfail(b, v, WISP_EPARSE, "a numeric column needs a float32 or int64 input; '%s' is string", in->name);
         if (in->sparse)
             return bfail(b, v, WISP_EPARSE, "a numeric column needs a dense input; '%s' is sparse (TensorFlow refuses SparseTensors here)", in->name);
-        if ((v = wisp__json_get(o, "shape")) && !(v->t == J_NUM && !strcmp(v->s, "1")) &&
-            !(v->t == J_ARR && v->n == 1 && v->items[0].t == J_NUM && !strcmp(v->items[0].s, "1")))
+        if ((v = wisp__json_get(o, "shape")) && !(v->t == WISP_JSON_NUM && !strcmp(v->s, "1")) &&
+            !(v->t == WISP_JSON_ARR && v->n == 1 && v->items[0].t == WISP_JSON_NUM && !strcmp(v->items[0].s, "1")))
             return bfail(b, v, WISP_EPARSE, "only numeric columns of shape 1 are supported");
         if ((v = wisp__json_get(o, "default")))
             return bfail(b, v, WISP_EPARSE, "put the default on the input (\"inputs\"), not on the column");
         nd->norm = WISP_NORM_NONE;
-        if ((v = wisp__json_get(o, "normalizer")) && v->t != J_NULL) {
-            const jv *nt, *a, *bb;
-            if (v->t != J_OBJ) return bfail(b, v, WISP_EPARSE, "\"normalizer\" must be an object");
-            if ((st = need(b, v, "type", J_STR, &nt))) return st;
+        if ((v = wisp__json_get(o, "normalizer")) && v->t != WISP_JSON_NULL) {
+            const wisp_jv *nt, *a, *bb;
+            if (v->t != WISP_JSON_OBJ) return bfail(b, v, WISP_EPARSE, "\"normalizer\" must be an object");
+            if ((st = need(b, v, "type", WISP_JSON_STR, &nt))) return st;
             if (in->dtype != WISP_INPUT_FLOAT32)
                 return bfail(b, v, WISP_EPARSE, "a normalizer needs a float32 input; '%s' is int64", in->name);
             if (!strcmp(nt->s, "standard")) {
                 static const char *const nk[] = { "type", "mean", "std", NULL };
-                if ((st = only_keys(b, v, nk)) || (st = need(b, v, "mean", J_NUM, &a)) || (st = need(b, v, "std", J_NUM, &bb)) ||
+                if ((st = only_keys(b, v, nk)) || (st = need(b, v, "mean", WISP_JSON_NUM, &a)) || (st = need(b, v, "std", WISP_JSON_NUM, &bb)) ||
                     (st = get_f32(b, a, "mean", &nd->norm_a)) || (st = get_f32(b, bb, "std", &nd->norm_b)))
                     return st;
                 if (nd->norm_b == 0) return bfail(b, bb, WISP_EPARSE, "std is 0");
                 nd->norm = WISP_NORM_STANDARD;
             } else if (!strcmp(nt->s, "affine")) {
                 static const char *const nk[] = { "type", "scale", "shift", NULL };
-                if ((st = only_keys(b, v, nk)) || (st = need(b, v, "scale", J_NUM, &a)) || (st = need(b, v, "shift", J_NUM, &bb)) ||
+                if ((st = only_keys(b, v, nk)) || (st = need(b, v, "scale", WISP_JSON_NUM, &a)) || (st = need(b, v, "shift", WISP_JSON_NUM, &bb)) ||
                     (st = get_f32(b, a, "scale", &nd->norm_a)) || (st = get_f32(b, bb, "shift", &nd->norm_b)))
                     return st;
                 nd->norm = WISP_NORM_AFFINE;
@@ -380,8 +381,8 @@ static int parse_column(builder *b, const jv *o, bool top, uint32_t *out, uint64
     } else if (!strcmp(t, "bucketized")) {
         static const char *const ok[] = { "name", "type", "offset", "size", "source", "boundaries", NULL };
         if ((st = only_keys(b, o, ok))) return st;
-        const jv *src, *bd;
-        if ((st = need(b, o, "source", J_OBJ, &src)) || (st = need(b, o, "boundaries", J_ARR, &bd))) return st;
+        const wisp_jv *src, *bd;
+        if ((st = need(b, o, "source", WISP_JSON_OBJ, &src)) || (st = need(b, o, "boundaries", WISP_JSON_ARR, &bd))) return st;
         uint32_t sn;
         uint64_t ssz;
         char saved[sizeof b->where];
@@ -418,7 +419,7 @@ static int parse_column(builder *b, const jv *o, bool top, uint32_t *out, uint64
         static const char *const ok[] = { "name", "type", "offset", "size", "key", "buckets", "dtype", NULL };
         if ((st = only_keys(b, o, ok))) return st;
         nd->kind = WISP_NODE_HASH;
-        if ((st = need(b, o, "key", J_STR, &v)) || (st = find_input(b, v, "key", &nd->input))) return st;
+        if ((st = need(b, o, "key", WISP_JSON_STR, &v)) || (st = find_input(b, v, "key", &nd->input))) return st;
         struct wisp_input *in = &c->inputs[nd->input];
         if (in->dtype == WISP_INPUT_FLOAT32)
             return bfail(b, v, WISP_EPARSE, "a hash_bucket column needs a string or int64 input; '%s' is float32", in->name);
@@ -430,7 +431,7 @@ static int parse_column(builder *b, const jv *o, bool top, uint32_t *out, uint64
                                           "default_value", "dtype", NULL };
         if ((st = only_keys(b, o, ok))) return st;
         nd->kind = WISP_NODE_VOCAB;
-        if ((st = need(b, o, "key", J_STR, &v)) || (st = find_input(b, v, "key", &nd->input))) return st;
+        if ((st = need(b, o, "key", WISP_JSON_STR, &v)) || (st = find_input(b, v, "key", &nd->input))) return st;
         if ((st = parse_vocab(b, o, nd, ni))) return st;
         nd = &c->nodes[ni];
         if (c->inputs[nd->input].dtype == WISP_INPUT_STRING) c->inputs[nd->input].need_fp = true;
@@ -439,12 +440,12 @@ static int parse_column(builder *b, const jv *o, bool top, uint32_t *out, uint64
         static const char *const ok[] = { "name", "type", "offset", "size", "key", "buckets", "default_value", NULL };
         if ((st = only_keys(b, o, ok))) return st;
         nd->kind = WISP_NODE_IDENTITY;
-        if ((st = need(b, o, "key", J_STR, &v)) || (st = find_input(b, v, "key", &nd->input))) return st;
+        if ((st = need(b, o, "key", WISP_JSON_STR, &v)) || (st = find_input(b, v, "key", &nd->input))) return st;
         if (c->inputs[nd->input].dtype != WISP_INPUT_INT64)
             return bfail(b, v, WISP_EPARSE, "an identity column needs an int64 input; '%s' is %s", c->inputs[nd->input].name,
                          wisp__input_type_name(c->inputs[nd->input].dtype));
         if ((st = get_count(b, o, "buckets", WISP_MAX_FEATURES, &nd->buckets))) return st;
-        if ((v = wisp__json_get(o, "default_value")) && v->t != J_NULL) {
+        if ((v = wisp__json_get(o, "default_value")) && v->t != WISP_JSON_NULL) {
             int64_t x;
             if ((st = get_int(b, v, "default_value", 0, (int64_t)nd->buckets - 1, &x))) return st;
             nd->has_default = true;
@@ -478,7 +479,7 @@ static int parse_column(builder *b, const jv *o, bool top, uint32_t *out, uint64
     return WISP_OK;
 }
 
-static int parse_inputs(builder *b, const jv *arr)
+static int parse_inputs(builder *b, const wisp_jv *arr)
 {
     wisp_columns *c = b->c;
     if (arr->n > WISP_MAX_COLUMNS) return bfail(b, arr, WISP_ELIMIT, "more than %u inputs", WISP_MAX_COLUMNS);
@@ -489,12 +490,12 @@ static int parse_inputs(builder *b, const jv *arr)
     if (!c->inputs || !c->name_slots) return bfail(b, NULL, WISP_ENOMEM, "out of memory");
     c->name_mask = slots - 1;
     for (size_t i = 0; i < arr->n; i++) {
-        const jv *o = &arr->items[i], *v;
+        const wisp_jv *o = &arr->items[i], *v;
         snprintf(b->where, sizeof b->where, "inputs[%zu]", i);
-        if (o->t != J_OBJ) return bfail(b, o, WISP_EPARSE, "an input must be an object, not %s", wisp__json_type_name(o->t));
+        if (o->t != WISP_JSON_OBJ) return bfail(b, o, WISP_EPARSE, "an input must be an object, not %s", wisp__json_type_name(o->t));
         static const char *const ok[] = { "name", "dtype", "sparse", "default", NULL };
         int st;
-        if ((st = only_keys(b, o, ok)) || (st = need(b, o, "name", J_STR, &v))) return st;
+        if ((st = only_keys(b, o, ok)) || (st = need(b, o, "name", WISP_JSON_STR, &v))) return st;
         if (v->len == 0) return bfail(b, v, WISP_EPARSE, "empty input name");
         /* names are C strings (wisp_strdup below, name_len hashed): a \u0000 would cut them short */
         if (memchr(v->s, '\0', v->len)) return bfail(b, v, WISP_EPARSE, "the input name contains a NUL (\\u0000)");
@@ -505,27 +506,27 @@ static int parse_inputs(builder *b, const jv *arr)
         c->ninputs = i + 1;          /* owned from here on (freed with c) */
         in->name_len = v->len;
         snprintf(b->where, sizeof b->where, "inputs[%zu] '%.80s'", i, in->name);
-        if ((st = need(b, o, "dtype", J_STR, &v))) return st;
+        if ((st = need(b, o, "dtype", WISP_JSON_STR, &v))) return st;
         if (!strcmp(v->s, "float32")) in->dtype = WISP_INPUT_FLOAT32;
         else if (!strcmp(v->s, "int64")) in->dtype = WISP_INPUT_INT64;
         else if (!strcmp(v->s, "string")) in->dtype = WISP_INPUT_STRING;
         else return bfail(b, v, WISP_EPARSE, "unknown dtype '%s' (float32, int64 or string)", v->s);
         if ((v = wisp__json_get(o, "sparse"))) {
-            if (v->t != J_TRUE && v->t != J_FALSE) return bfail(b, v, WISP_EPARSE, "\"sparse\" must be true or false");
-            in->sparse = v->t == J_TRUE;
+            if (v->t != WISP_JSON_TRUE && v->t != WISP_JSON_FALSE) return bfail(b, v, WISP_EPARSE, "\"sparse\" must be true or false");
+            in->sparse = v->t == WISP_JSON_TRUE;
         }
         v = wisp__json_get(o, "default");
         if (in->sparse) {
-            if (v && v->t != J_NULL) return bfail(b, v, WISP_EPARSE, "a sparse input has no default (missing means no value)");
+            if (v && v->t != WISP_JSON_NULL) return bfail(b, v, WISP_EPARSE, "a sparse input has no default (missing means no value)");
         } else if (!v) {                    /* TensorFlow's missing markers */
             in->has_default = in->dtype != WISP_INPUT_FLOAT32;
             in->def_i = -1;
             in->def_s = wisp_strdup("");
             if (!in->def_s) return bfail(b, NULL, WISP_ENOMEM, "out of memory");
-        } else if (v->t != J_NULL) {
+        } else if (v->t != WISP_JSON_NULL) {
             in->has_default = true;
             if (in->dtype == WISP_INPUT_STRING) {
-                if (v->t != J_STR) return bfail(b, v, WISP_EPARSE, "the default of a string input must be a string");
+                if (v->t != WISP_JSON_STR) return bfail(b, v, WISP_EPARSE, "the default of a string input must be a string");
                 if (v->len > WISP_MAX_STRING_BYTES) return bfail(b, v, WISP_ELIMIT, "the default is longer than %u bytes", WISP_MAX_STRING_BYTES);
                 in->def_s = wisp_malloc(v->len + 1);
                 if (!in->def_s) return bfail(b, NULL, WISP_ENOMEM, "out of memory");
@@ -591,30 +592,30 @@ static int cmp_slice(const void *a, const void *b)
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-static int build(builder *b, const jv *root)
+static int build(builder *b, const wisp_jv *root)
 {
     wisp_columns *c = b->c;
-    const jv *v;
+    const wisp_jv *v;
     int st;
-    if (root->t != J_OBJ) return bfail(b, root, WISP_EPARSE, "the description must be a JSON object");
+    if (root->t != WISP_JSON_OBJ) return bfail(b, root, WISP_EPARSE, "the description must be a JSON object");
     static const char *const ok[] = { "format", "version", "inputs", "columns", "num_features", "comment", NULL };
     if ((st = only_keys(b, root, ok))) return st;
-    if ((st = need(b, root, "format", J_STR, &v))) return st;
+    if ((st = need(b, root, "format", WISP_JSON_STR, &v))) return st;
     if (strcmp(v->s, "wisp-columns")) return bfail(b, v, WISP_EPARSE, "\"format\" is '%s', expected 'wisp-columns'", v->s);
-    if ((st = need(b, root, "version", J_NUM, &v))) return st;
+    if ((st = need(b, root, "version", WISP_JSON_NUM, &v))) return st;
     if (strcmp(v->s, "1")) return bfail(b, v, WISP_EPARSE, "version %s is not supported (this build reads version 1)", v->s);
-    if ((st = need(b, root, "inputs", J_ARR, &v)) || (st = parse_inputs(b, v))) return st;
-    const jv *cols;
-    if ((st = need(b, root, "columns", J_ARR, &cols))) return st;
+    if ((st = need(b, root, "inputs", WISP_JSON_ARR, &v)) || (st = parse_inputs(b, v))) return st;
+    const wisp_jv *cols;
+    if ((st = need(b, root, "columns", WISP_JSON_ARR, &cols))) return st;
     if (cols->n == 0) return bfail(b, cols, WISP_EPARSE, "\"columns\" is empty");
     if (cols->n > WISP_MAX_COLUMNS) return bfail(b, cols, WISP_ELIMIT, "more than %u columns", WISP_MAX_COLUMNS);
     c->cols = wisp_calloc(cols->n, sizeof *c->cols);
     if (!c->cols) return bfail(b, NULL, WISP_ENOMEM, "out of memory");
     for (size_t i = 0; i < cols->n; i++) {
-        const jv *o = &cols->items[i], *nm;
+        const wisp_jv *o = &cols->items[i], *nm;
         snprintf(b->where, sizeof b->where, "columns[%zu]", i);
-        if (o->t != J_OBJ) return bfail(b, o, WISP_EPARSE, "a column must be an object, not %s", wisp__json_type_name(o->t));
-        if ((st = need(b, o, "name", J_STR, &nm))) return st;
+        if (o->t != WISP_JSON_OBJ) return bfail(b, o, WISP_EPARSE, "a column must be an object, not %s", wisp__json_type_name(o->t));
+        if ((st = need(b, o, "name", WISP_JSON_STR, &nm))) return st;
         snprintf(b->where, sizeof b->where, "columns[%zu] '%.80s'", i, nm->s);
         for (size_t k = 0; k < i; k++)
             if (!strcmp(c->cols[k].name, nm->s)) return bfail(b, nm, WISP_EPARSE, "the name repeats columns[%zu]", k);
@@ -625,7 +626,7 @@ static int build(builder *b, const jv *root)
         uint64_t size;
         if ((st = parse_column(b, o, true, &col->node, &size))) return st;
         int64_t x;
-        if ((st = need(b, o, "offset", J_NUM, &v)) || (st = get_int(b, v, "offset", 0, (int64_t)WISP_MAX_FEATURES, &x))) return st;
+        if ((st = need(b, o, "offset", WISP_JSON_NUM, &v)) || (st = get_int(b, v, "offset", 0, (int64_t)WISP_MAX_FEATURES, &x))) return st;
         col->offset = (uint64_t)x;
         col->size = size;
         if ((v = wisp__json_get(o, "size"))) {
@@ -672,7 +673,7 @@ int wisp_columns_parse(const char *text, size_t len, wisp_columns **out)
     if (len > WISP_MAX_SPEC_BYTES)
         return wisp_fail(WISP_ELIMIT, "columns: %zu bytes of description, more than WISP_MAX_SPEC_BYTES (%u)", len, WISP_MAX_SPEC_BYTES);
     const char *t = text ? text : "";
-    jv root;
+    wisp_jv root;
     char err[256];
     size_t err_off = 0;
     int st = wisp__json_parse(t, len, &root, err, sizeof err, &err_off);

@@ -281,7 +281,7 @@ struct wisp_session {
 enum { WISP_PLACE_CPU = 0, WISP_PLACE_GPU = 1, WISP_PLACE_AUTO = 2 };
 
 
-/* ---- feature columns and raw inputs (columns.c, raw.c, transform_cpu.c, tsv.c, farmhash.c) ------------
+/* ---- feature columns and raw inputs (columns.c, raw.c, transform_cpu.c, csv.c, jsonl.c, farmhash.c) ------------
  * Added for issue 4 (feature columns). The description is parsed once into
  * an immutable wisp_columns; a wisp_raw holds raw inputs column by column
  * (the layout a device transform would ship: per input, row offsets and
@@ -452,21 +452,7 @@ static inline void wisp_raw__commit_row(wisp_raw *r)
     r->open = false;
 }
 
-/* JSON text helpers shared by the description parser and the JSON-lines
- * reader (json.c). wisp_json__string: *p at the opening quote; decodes
- * into out (room for end - *p bytes suffices), *p moves past the closing
- * quote. Returns 0, or a static message ("invalid UTF-8", "bad escape"...). */
-const char *wisp_json__string(const char **p, const char *end, char *out, size_t *out_len);
-/* Length of the number token at p (JSON grammar), 0 if none. */
-size_t wisp_json__number_len(const char *p, const char *end);
-/* Decimal text -> float32 rounded once (as strtof): fast for short
- * decimals, strtof otherwise; accepts nan/inf/infinity when `words`. Returns 0
- * on success, -1 when the text is not a number. */
-int  wisp_parse_f32(const char *s, size_t len, int words, float *out);
-/* Decimal text -> int64 ([+-]digits). 0 on success, -1 not a number, -2 out of range. */
-int  wisp_parse_i64(const char *s, size_t len, int64_t *out);
-/* UTF-8 validity of s[0..len). */
-bool wisp_utf8_valid(const char *s, size_t len);
+/* The text readers' number parsing is engine/textnum.h, the JSON tokens engine/json.h. */
 /* The reference transform, one row at a time (wisp_transform goes column by
  * column over chunks of rows); the tests check that both give the same batch. */
 int  wisp_transform__rowwise(const wisp_raw *r, wisp_batch *b);
@@ -480,7 +466,7 @@ int  wisp__read_file(const char *path, const char *what, char **out, size_t *len
  * bytes as '?', "..." when cut; buf holds 44 bytes (libsvm.c; vw.c uses it too). */
 const char *wisp__excerpt(const char *s, const char *e, char *buf);
 
-/* CSV records (RFC 4180, tsv.c): a quoted field may hold newlines, so a
+/* CSV records (RFC 4180, csv.c): a quoted field may hold newlines, so a
  * record ends at the first '\n' outside quotes. From p, a record's start,
  * returns the '\n' that ends the first record ending at or after `want`
  * (want = p: p's own record), or NULL when the text [p, e) ends first

@@ -17,7 +17,7 @@ typedef struct {
     int status;
 } jparser;
 
-void wisp__json_free(jv *v)
+void wisp__json_free(wisp_jv *v)
 {
     if (!v) return;
     for (size_t i = 0; i < v->n; i++) {
@@ -64,7 +64,7 @@ static int utf8_seq(const unsigned char *s, const unsigned char *e)
     return n;
 }
 
-bool wisp_utf8_valid(const char *s, size_t len)
+bool wisp__utf8_valid(const char *s, size_t len)
 {
     const unsigned char *p = (const unsigned char *)s, *e = p + len;
     while (p < e) {
@@ -102,7 +102,7 @@ static size_t put_utf8(char *o, unsigned c)
     return 4;
 }
 
-const char *wisp_json__string(const char **pp, const char *end, char *out, size_t *out_len)
+const char *wisp__json_string(const char **pp, const char *end, char *out, size_t *out_len)
 {
     const char *p = *pp;
     size_t n = 0;
@@ -166,7 +166,7 @@ const char *wisp_json__string(const char **pp, const char *end, char *out, size_
     return NULL;
 }
 
-size_t wisp_json__number_len(const char *p, const char *end)
+size_t wisp__json_number_len(const char *p, const char *end)
 {
     const char *s = p;
     if (p < end && *p == '-') p++;
@@ -188,13 +188,13 @@ size_t wisp_json__number_len(const char *p, const char *end)
     return (size_t)(p - s);
 }
 
-static int jparse_value(jparser *jp, jv *v, int depth);
+static int jparse_value(jparser *jp, wisp_jv *v, int depth);
 
-static int jpush(jparser *jp, jv *v, size_t *idx, bool obj)
+static int jpush(jparser *jp, wisp_jv *v, size_t *idx, bool obj)
 {
     if (v->n == v->cap) {
         size_t nc = v->cap ? v->cap * 2 : 8;
-        jv *ni = wisp_realloc(v->items, nc * sizeof *ni);
+        wisp_jv *ni = wisp_realloc(v->items, nc * sizeof *ni);
         if (!ni) return jfail(jp, WISP_ENOMEM, "out of memory");
         v->items = ni;
         if (obj) {
@@ -222,14 +222,14 @@ static int jstring(jparser *jp, char **out, size_t *len)
     size_t cap = (size_t)(q - jp->p) + 1;
     char *buf = wisp_malloc(cap);
     if (!buf) return jfail(jp, WISP_ENOMEM, "out of memory");
-    const char *err = wisp_json__string(&jp->p, jp->end, buf, len);
+    const char *err = wisp__json_string(&jp->p, jp->end, buf, len);
     if (err) { wisp_free(buf); return jfail(jp, WISP_EPARSE, err); }
     buf[*len] = '\0';
     *out = buf;
     return 0;
 }
 
-static int jparse_value(jparser *jp, jv *v, int depth)
+static int jparse_value(jparser *jp, wisp_jv *v, int depth)
 {
     jskip(jp);
     v->off = (size_t)(jp->p - jp->text);
@@ -238,7 +238,7 @@ static int jparse_value(jparser *jp, jv *v, int depth)
     if (c == '{' || c == '[') {
         if (depth >= WISP_JSON_MAX_DEPTH) return jfail(jp, WISP_ELIMIT, "nested deeper than 64 levels");
         bool obj = c == '{';
-        v->t = obj ? J_OBJ : J_ARR;
+        v->t = obj ? WISP_JSON_OBJ : WISP_JSON_ARR;
         jp->p++;
         jskip(jp);
         if (jp->p < jp->end && *jp->p == (obj ? '}' : ']')) { jp->p++; return 0; }
@@ -264,10 +264,10 @@ static int jparse_value(jparser *jp, jv *v, int depth)
         }
     }
     if (c == '"') {
-        v->t = J_STR;
+        v->t = WISP_JSON_STR;
         return jstring(jp, &v->s, &v->len);
     }
-    static const struct { const char *w; int t; } words[] = { { "null", J_NULL }, { "true", J_TRUE }, { "false", J_FALSE } };
+    static const struct { const char *w; int t; } words[] = { { "null", WISP_JSON_NULL }, { "true", WISP_JSON_TRUE }, { "false", WISP_JSON_FALSE } };
     for (size_t i = 0; i < 3; i++) {
         size_t n = strlen(words[i].w);
         if ((size_t)(jp->end - jp->p) >= n && !memcmp(jp->p, words[i].w, n)) {
@@ -276,9 +276,9 @@ static int jparse_value(jparser *jp, jv *v, int depth)
             return 0;
         }
     }
-    size_t n = wisp_json__number_len(jp->p, jp->end);
+    size_t n = wisp__json_number_len(jp->p, jp->end);
     if (!n) return jfail(jp, WISP_EPARSE, "expected a value");
-    v->t = J_NUM;
+    v->t = WISP_JSON_NUM;
     v->s = wisp_malloc(n + 1);
     if (!v->s) return jfail(jp, WISP_ENOMEM, "out of memory");
     memcpy(v->s, jp->p, n);
@@ -288,9 +288,9 @@ static int jparse_value(jparser *jp, jv *v, int depth)
     return 0;
 }
 
-const jv *wisp__json_get(const jv *o, const char *key)
+const wisp_jv *wisp__json_get(const wisp_jv *o, const char *key)
 {
-    if (!o || o->t != J_OBJ) return NULL;
+    if (!o || o->t != WISP_JSON_OBJ) return NULL;
     size_t kl = strlen(key);
     for (size_t i = 0; i < o->n; i++)
         if (o->klen[i] == kl && !memcmp(o->keys[i], key, kl)) return &o->items[i];
@@ -300,7 +300,7 @@ const jv *wisp__json_get(const jv *o, const char *key)
 const char *wisp__json_type_name(int t)
 {
     static const char *n[] = { "null", "false", "true", "a number", "a string", "an array", "an object" };
-    return t >= J_NULL && t <= J_OBJ ? n[t] : "?";
+    return t >= WISP_JSON_NULL && t <= WISP_JSON_OBJ ? n[t] : "?";
 }
 
 void wisp__json_line_col(const char *text, size_t off, size_t *line, size_t *col)
@@ -313,7 +313,7 @@ void wisp__json_line_col(const char *text, size_t off, size_t *line, size_t *col
     *col = c;
 }
 
-int wisp__json_parse(const char *text, size_t len, jv *root, char *err, size_t errsz, size_t *err_off)
+int wisp__json_parse(const char *text, size_t len, wisp_jv *root, char *err, size_t errsz, size_t *err_off)
 {
     jparser jp = { .text = text ? text : "", .p = text ? text : "", .end = (text ? text : "") + len };
     memset(root, 0, sizeof *root);

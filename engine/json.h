@@ -1,27 +1,36 @@
 /* json.h — private: the small strict JSON reader's tree (engine/json.c), read by
  * the column description's builder (engine/columns.c). Descriptions are small,
  * so the reader builds a whole tree; the JSON-lines reader (engine/jsonl.c)
- * scans its rows with wisp_json__string / wisp_json__number_len (internal.h)
- * instead. */
+ * scans its rows with the token functions below instead. */
 #ifndef WISP_JSON_H
 #define WISP_JSON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define WISP_JSON_MAX_DEPTH 64
 
-enum { J_NULL = 0, J_FALSE, J_TRUE, J_NUM, J_STR, J_ARR, J_OBJ };
+/* The JSON string at *p (at its opening quote), decoded into out (room for
+ * end - *p bytes suffices); *p moves past the closing quote. Returns NULL, or
+ * a static message ("invalid UTF-8", "bad escape"...). */
+const char *wisp__json_string(const char **p, const char *end, char *out, size_t *out_len);
+/* Length of the number token at p (JSON grammar), 0 if none. */
+size_t wisp__json_number_len(const char *p, const char *end);
+/* UTF-8 validity of s[0..len) (no overlongs, surrogates or code points past U+10FFFF). */
+bool wisp__utf8_valid(const char *s, size_t len);
 
-typedef struct jv {
+enum { WISP_JSON_NULL = 0, WISP_JSON_FALSE, WISP_JSON_TRUE, WISP_JSON_NUM, WISP_JSON_STR, WISP_JSON_ARR, WISP_JSON_OBJ };
+
+typedef struct wisp_jv {
     int t;
     size_t off;                  /* byte offset of the value in the text */
-    char *s;                     /* J_STR: decoded (NUL-terminated); J_NUM: the token */
+    char *s;                     /* WISP_JSON_STR: decoded (NUL-terminated); WISP_JSON_NUM: the token */
     size_t len;
-    struct jv *items;            /* J_ARR, J_OBJ values */
-    char **keys;                 /* J_OBJ keys (NUL-terminated) */
+    struct wisp_jv *items;            /* WISP_JSON_ARR, WISP_JSON_OBJ values */
+    char **keys;                 /* WISP_JSON_OBJ keys (NUL-terminated) */
     size_t *klen;
     size_t n, cap;
-} jv;
+} wisp_jv;
 
 /* The value of hexadecimal digit c, or -1. */
 static inline int wisp__json_hex_digit(char c)
@@ -36,11 +45,11 @@ static inline int wisp__json_hex_digit(char c)
  * allowed) into *root. Returns WISP_OK, or a status (WISP_EPARSE, WISP_ELIMIT
  * deeper than WISP_JSON_MAX_DEPTH, WISP_ENOMEM) with a message in err and the
  * byte offset of the fault in *err_off; on failure *root holds nothing to free. */
-int wisp__json_parse(const char *text, size_t len, jv *root, char *err, size_t errsz, size_t *err_off);
+int wisp__json_parse(const char *text, size_t len, wisp_jv *root, char *err, size_t errsz, size_t *err_off);
 /* Free what v holds (not v itself); NULL is a no-op. */
-void wisp__json_free(jv *v);
+void wisp__json_free(wisp_jv *v);
 /* The member `key` of object o, or NULL (also when o is not an object). */
-const jv *wisp__json_get(const jv *o, const char *key);
+const wisp_jv *wisp__json_get(const wisp_jv *o, const char *key);
 /* "null", "a number", "an object"... for messages. */
 const char *wisp__json_type_name(int t);
 /* The 1-based line and column of byte offset off in text. */

@@ -14,7 +14,7 @@
  * Values are (float)strtod(token) exactly: the common case (up to 19
  * significant digits, mantissa < 2^53, |exponent| <= 22) is Clinger's fast
  * path, one exact multiply or divide of two exact doubles, hence the
- * correctly rounded double; everything else goes to strtod on a NUL-terminated
+ * correctly rounded double; everything else goes to strtod (C locale, engine/textnum.c) on a NUL-terminated
  * copy of the token (the text itself is not NUL-terminated). Rounding twice
  * (to double, then to float) is not always strtof's single rounding (e.g.
  * "1.143291413784027": 16 digits, the double nearest is a float midpoint);
@@ -35,44 +35,21 @@
  * "line N: <what>, at column C" (C counts bytes from 1).
  */
 #include "internal.h"
+#include "textnum.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const double pow10_exact[23] = {
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
-    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22
-};
 
 static inline int is_blank(char c) { return c == ' ' || c == '\t'; }
 
 enum { NUM_OK = 0, NUM_SYNTAX = 1, NUM_TOOLONG = 2 };
 
-#define NUM_MAX_TOKEN 511
+#define NUM_MAX_TOKEN WISP_TEXTNUM_MAX_TOKEN
 
 static const uint64_t pow10_u64[9] = { 1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000 };
-
-/* The leading decimal digits of the 8 bytes at p (all readable): returns
- * how many (0..8) and their value in *val. Eight digits at once: no
- * per-digit branch, so no mispredicted loop exit per token. */
-static inline __attribute__((always_inline)) unsigned swar_digits(const char *p, uint64_t *val)
-{
-    uint64_t w;
-    memcpy(&w, p, 8);                                   /* little-endian: p[0] is the low byte */
-    uint64_t lo = w - 0x3030303030303030ull;            /* digit bytes become 0..9 */
-    uint64_t hi = w + 0x4646464646464646ull;            /* bytes above '9' get their top bit */
-    uint64_t nondigit = (lo | hi) & 0x8080808080808080ull;
-    unsigned n = nondigit ? (unsigned)__builtin_ctzll(nondigit) >> 3 : 8;
-    if (n == 0) { *val = 0; return 0; }
-    uint64_t d = lo << (64 - 8 * n);                    /* keep the n digits, leading zeros below */
-    d = (d * 10 + (d >> 8)) & 0x00FF00FF00FF00FFull;
-    d = (d * 100 + (d >> 16)) & 0x0000FFFF0000FFFFull;
-    d = (d * 10000 + (d >> 32)) & 0xFFFFFFFFull;
-    *val = d;
-    return n;
-}
 
 /* Digits at *pp into *m (m = m * 10^k + digits, wrapping past 19 digits):
  * eight at a time while 8 bytes are readable before `bufend`, then byte by
@@ -84,7 +61,7 @@ static inline __attribute__((always_inline)) size_t read_digits(const char **pp,
     uint64_t v = *m, chunk;
     unsigned n = 8, d;
     while (n == 8 && bufend - p >= 8) {
-        n = swar_digits(p, &chunk);
+        n = wisp__textnum_swar8(p, &chunk);
         v = v * pow10_u64[n] + chunk;
         p += n;
     }
@@ -131,19 +108,11 @@ static inline __attribute__((always_inline)) int parse_number(const char **pp, c
     *pp = p;
     if (WISP_LIKELY(ndig <= 19)) {             /* m is exact */
         if (m == 0) { *out = neg ? -0.0 : 0.0; return NUM_OK; }
-        if (WISP_LIKELY(m < (1ull << 53) && exp10 >= -22 && exp10 <= 22)) {
-            double v = (double)m;
-            v = exp10 < 0 ? v / pow10_exact[-exp10] : v * pow10_exact[exp10];
-            *out = neg ? -v : v;
-            return NUM_OK;
-        }
+        if (WISP_LIKELY(wisp__textnum_clinger(m, exp10, neg, out))) return NUM_OK;
     }
     size_t n = (size_t)(p - start);
     if (n > NUM_MAX_TOKEN) return NUM_TOOLONG;
-    char buf[NUM_MAX_TOKEN + 1];
-    memcpy(buf, start, n);
-    buf[n] = '\0';
-    *out = strtod(buf, NULL);
+    *out = wisp__textnum_strtod(start, n, NULL);
     return NUM_OK;
 }
 
@@ -497,7 +466,7 @@ static inline __attribute__((always_inline)) int fast_decimal(const char *v, uns
         m = digits_n(v, ip) * pow10_u64_19[nf] + digits_n(v + ip + 1, nf);
     }
     if (WISP_UNLIKELY(m >= (1ull << 53))) return FAST_NO;
-    double d = (double)m / pow10_exact[nf];                   /* m == 0: +0.0, then the sign: as parse_number */
+    double d = (double)m / wisp__pow10_exact[nf];                   /* m == 0: +0.0, then the sign: as parse_number */
     *out = neg ? -d : d;
     return FAST_OK;
 }

@@ -59,6 +59,7 @@
  * quadratic product that overflows a float (VW would sum an infinity).
  */
 #include "internal.h"
+#include "textnum.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -166,7 +167,6 @@ uint32_t wisp_vw_hash_quadratic(const wisp_vw *v, uint32_t h1, uint32_t h2)
 /* ---- VW's parseFloat ---------------------------------------------------------- */
 
 static float pow10_pos[39], pow10_neg[38];
-static locale_t c_locale;
 static pthread_once_t vw_once = PTHREAD_ONCE_INIT;
 
 static void vw_init_tables(void)
@@ -177,7 +177,6 @@ static void vw_init_tables(void)
     for (int k = 0; k <= 38; k++) { pow10_pos[k] = p; p = p * 10.0f; }
     p = 1.0f;
     for (int k = 0; k <= 37; k++) { pow10_neg[k] = p; p = p / 10.0f; }
-    c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
 }
 
 static inline float vw_fast_pow10(int8_t e)
@@ -224,13 +223,11 @@ static int vw_value(const char *s, size_t n, int next, float *out)
         *out = (float)sign * (acc * vw_fast_pow10((int8_t)(exp_acc - num_dec)));
         return VAL_NUMBER;
     }
-    char buf[512], *end;
-    if (n >= sizeof buf) return VAL_JUNK;
-    memcpy(buf, s, n);
-    buf[n] = '\0';
-    float f = c_locale ? strtof_l(buf, &end, c_locale) : strtof(buf, &end);
-    if (end == buf) return VAL_STRING;
-    if (end != buf + n) return VAL_JUNK;
+    if (n > WISP_TEXTNUM_MAX_TOKEN) return VAL_JUNK;
+    size_t used;
+    float f = wisp__textnum_strtof(s, n, &used);
+    if (used == 0) return VAL_STRING;
+    if (used != n) return VAL_JUNK;
     *out = f;
     return VAL_NUMBER;
 }
@@ -799,7 +796,7 @@ static int weight_line(const char *ln, uint64_t *index, double *wt)
     const char *is = c1 ? c1 + 1 : ln;
     if (!all_digits(is, (size_t)(c2 - is))) return 0;
     char *end;
-    double w = strtod_l(c2 + 1, &end, c_locale);
+    double w = strtod_l(c2 + 1, &end, wisp__textnum_c_locale());
     if (end == c2 + 1 || end != ln + t) return 0;
     *index = strtoull(is, NULL, 10);
     *wt = w;
@@ -841,7 +838,7 @@ int wisp_import_vw(const char *vw_path, const char *out_path, int dtype)
     if (!wisp_dtype_name(dtype))
         return wisp_fail(WISP_EINVAL, "%s: unknown weight dtype %d (f32 0, f16 1, i8 2)", out_path, dtype);
     pthread_once(&vw_once, vw_init_tables);
-    if (!c_locale) return wisp_fail(WISP_ENOMEM, "wisp_import_vw: cannot create the C locale");
+    if (!wisp__textnum_c_locale()) return wisp_fail(WISP_ENOMEM, "wisp_import_vw: cannot create the C locale");
     char *buf = NULL;
     size_t len = 0;
     int rc = wisp__read_file(vw_path, "Vowpal Wabbit model", &buf, &len);
@@ -914,9 +911,9 @@ int wisp_import_vw(const char *vw_path, const char *out_path, int dtype)
                 goto out;
             }
         } else if (!strncmp(ln, "Min label:", 10)) {
-            min_label = strtod_l(ln + 10, NULL, c_locale);
+            min_label = strtod_l(ln + 10, NULL, wisp__textnum_c_locale());
         } else if (!strncmp(ln, "Max label:", 10)) {
-            max_label = strtod_l(ln + 10, NULL, c_locale);
+            max_label = strtod_l(ln + 10, NULL, wisp__textnum_c_locale());
         } else if (!strncmp(ln, "lda:", 4)) {
             if (strtol(ln + 4, NULL, 10) != 0) {
                 rc = wisp_fail(WISP_EPARSE, "%s:%llu: an LDA model (%s) is not supported; %s", vw_path, lineno, ln,

@@ -1,5 +1,6 @@
 /* test_columns.c — feature columns in C: TensorFlow's fingerprints (golden), number parsing, the transform against an independent reference, scores, text readers, misuse and allocation failures. */
 #include "internal.h"
+#include "textnum.h"
 #include "check.h"
 #include "testutil.h"
 #include "testrand.h"
@@ -100,8 +101,8 @@ static void test_numbers(void)
         if (rnd() & 1) n += (size_t)snprintf(s + n, sizeof s - n, "e%d", ex);
         s[n] = '\0';
         float got, want = strtof(s, NULL);
-        if (wisp_parse_f32(s, n, 0, &got) != 0 || memcmp(&got, &want, 4) != 0) {
-            if (mismatches++ < 5) fprintf(stderr, "wisp_parse_f32('%s') = %.9g, strtof %.9g\n", s, (double)got, (double)want);
+        if (wisp__textnum_f32(s, n, 0, &got) != 0 || memcmp(&got, &want, 4) != 0) {
+            if (mismatches++ < 5) fprintf(stderr, "wisp__textnum_f32('%s') = %.9g, strtof %.9g\n", s, (double)got, (double)want);
         }
     }
     CHECK_MSG(mismatches == 0, "%d of 200000 decimals parse differently from strtof", mismatches);
@@ -110,24 +111,24 @@ static void test_numbers(void)
                            "  7.25 ", "+0.5", "-0", "123456789012345678901234567890" };
     for (size_t i = 0; i < sizeof hard / sizeof *hard; i++) {
         float got, want = strtof(hard[i], NULL);
-        CHECK_MSG(wisp_parse_f32(hard[i], strlen(hard[i]), 0, &got) == 0 && memcmp(&got, &want, 4) == 0, "'%s'", hard[i]);
+        CHECK_MSG(wisp__textnum_f32(hard[i], strlen(hard[i]), 0, &got) == 0 && memcmp(&got, &want, 4) == 0, "'%s'", hard[i]);
     }
     float f;
-    CHECK(wisp_parse_f32("nan", 3, 1, &f) == 0 && isnan(f));
-    CHECK(wisp_parse_f32("-Infinity", 9, 1, &f) == 0 && f == -INFINITY);
-    CHECK(wisp_parse_f32("inf", 3, 0, &f) == -1);
+    CHECK(wisp__textnum_f32("nan", 3, 1, &f) == 0 && isnan(f));
+    CHECK(wisp__textnum_f32("-Infinity", 9, 1, &f) == 0 && f == -INFINITY);
+    CHECK(wisp__textnum_f32("inf", 3, 0, &f) == -1);
     const char *notnum[] = { "", "  ", "abc", "1e", "1.2.3", "0x10", "--1", "1,5", "." };
     for (size_t i = 0; i < sizeof notnum / sizeof *notnum; i++)
-        CHECK_MSG(wisp_parse_f32(notnum[i], strlen(notnum[i]), 1, &f) == -1, "'%s' parsed", notnum[i]);
+        CHECK_MSG(wisp__textnum_f32(notnum[i], strlen(notnum[i]), 1, &f) == -1, "'%s' parsed", notnum[i]);
     int64_t v;
-    CHECK(wisp_parse_i64("9223372036854775807", 19, &v) == 0 && v == INT64_MAX);
-    CHECK(wisp_parse_i64("-9223372036854775808", 20, &v) == 0 && v == INT64_MIN);
-    CHECK(wisp_parse_i64("9223372036854775808", 19, &v) == -2);
-    CHECK(wisp_parse_i64("-9223372036854775809", 20, &v) == -2);
-    CHECK(wisp_parse_i64("99999999999999999999999", 23, &v) == -2);
-    CHECK(wisp_parse_i64(" +42 ", 5, &v) == 0 && v == 42);
-    CHECK(wisp_parse_i64("4.0", 3, &v) == -1);
-    CHECK(wisp_parse_i64("-", 1, &v) == -1);
+    CHECK(wisp__textnum_i64("9223372036854775807", 19, &v) == 0 && v == INT64_MAX);
+    CHECK(wisp__textnum_i64("-9223372036854775808", 20, &v) == 0 && v == INT64_MIN);
+    CHECK(wisp__textnum_i64("9223372036854775808", 19, &v) == -2);
+    CHECK(wisp__textnum_i64("-9223372036854775809", 20, &v) == -2);
+    CHECK(wisp__textnum_i64("99999999999999999999999", 23, &v) == -2);
+    CHECK(wisp__textnum_i64(" +42 ", 5, &v) == 0 && v == 42);
+    CHECK(wisp__textnum_i64("4.0", 3, &v) == -1);
+    CHECK(wisp__textnum_i64("-", 1, &v) == -1);
 }
 
 /* ---- 3. the transform against an independent reference ------------------------------- */
@@ -520,7 +521,7 @@ static void test_text(wisp_engine *eng)
     wisp_columns_free(c);
 }
 
-/* ---- the values rule on the text readers (tsv.c's JSON decisions): a float32 field or JSON number
+/* ---- the values rule on the text readers (jsonl.c's JSON decisions): a float32 field or JSON number
  * is read as TensorFlow reads it (1e39 -> inf), and the numeric column, where the value meets its
  * weight, makes a row whose value is not a finite float32 bad, naming the column; NaN/Infinity
  * tokens in JSON lines are refused where read, named; the rows around keep theirs ---- */

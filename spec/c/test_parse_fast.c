@@ -14,8 +14,8 @@
 
 /* libsvm.c: turns its fast path off (0) or on (1); returns the old setting */
 int wisp_libsvm__fast_path(int on);
-/* tsv.c: the same for its per-call field plan (the common fields' fast path) */
-int wisp_tsv__plan(int on);
+/* csv.c: the same for its per-call field plan (the common fields' fast path) */
+#include "rawtext.h"               /* wisp__csv_plan */
 
 
 
@@ -457,11 +457,11 @@ static void test_tsv_plan(wisp_engine *eng)
         wisp_raw_clear(rb);
         uint64_t la = 0, lb = 0;
         size_t ua = 0, ub = 0;
-        wisp_tsv__plan(1);
+        wisp__csv_plan(1);
         int sa = wisp_raw_parse_tsv(ra, exact, t.len, 1, 0, &la, &ua);
-        wisp_tsv__plan(0);
+        wisp__csv_plan(0);
         int sb = wisp_raw_parse_tsv(rb, exact, t.len, 1, 0, &lb, &ub);
-        wisp_tsv__plan(1);
+        wisp__csv_plan(1);
         int same = sa == sb && la == lb && ua == ub && wisp_raw_rows(ra) == wisp_raw_rows(rb) &&
                    wisp_raw_bad_count(ra) == wisp_raw_bad_count(rb);
         for (size_t i = 0; same && i < 6; i++) {

@@ -1,5 +1,6 @@
 /* test_vw.c — Vowpal Wabbit: MurmurHash3/hashstring/parse/prediction golden vectors from the real VW, parser edge cases and bad lines, streaming, options, the importer. */
 #include "internal.h"
+#include "json.h"
 #include "check.h"
 #include "testutil.h"
 #include "testrand.h"
@@ -32,7 +33,7 @@ static int jparse(const char **pp, const char *e, jv *out)
         while (q < e && *q != '"') q += *q == '\\' ? 2 : 1;
         char *buf = malloc((size_t)(q - p) + 2);
         size_t n;
-        if (wisp_json__string(&p, e, buf, &n)) { free(buf); return -1; }
+        if (wisp__json_string(&p, e, buf, &n)) { free(buf); return -1; }
         buf[n] = '\0';
         out->t = J_STR; out->str = buf; out->len = n;
     } else if (*p == '[' || *p == '{') {

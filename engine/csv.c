@@ -1,5 +1,7 @@
-/* tsv.c — text readers into raw columns: delimited lines (the Criteo TSV layout, CSV) and JSON lines; number parsing as TensorFlow's decode_csv does it. */
-/*
+/* csv.c — the delimited-text reader of raw batches: CSV (RFC 4180) and TSV
+ * (the Criteo layout), the schema that maps fields to inputs, and the line
+ * loop the JSON-lines reader (engine/jsonl.c) shares.
+ *
  * Delimited lines. A schema maps field positions to inputs ("criteo": label,
  * I1..I13, C1..C26; a header line; or a list of names). One line is one row
  * (blank lines make none); every dense input must be a field (a sparse one
@@ -19,53 +21,17 @@
  * check). Numbers follow decode_csv (absl::SimpleAtof / SimpleAtoi):
  * surrounding spaces allowed, float32 fields rounded once, directly from
  * the decimal to float32 ("nan", "inf", "infinity" accepted, 1e39 is inf;
- * the column decides what they mean: see the values below), int64 fields
+ * the column decides what they mean: the values rule in jsonl.c), int64 fields
  * are [+-]digits within range.
  *
- * JSON lines. One object per line; keys are input names; null is missing;
- * a number for a float32 input is read as a double and rounded to float32
- * (what json.loads followed by numpy's float32 does); an int64 input needs
- * an integer literal in range; a string input needs a JSON string (valid
- * UTF-8, as JSON requires); an array gives a sparse input its values. An
- * unknown key, a wrong type or malformed JSON make the row bad.
- *
- * THE JSON DECISIONS, one list for every JSON reader (this one, and the
- * service's bodies in lua/wisp/nginx.lua, which must match it): each
- * refusal makes that row bad with a message naming the real type and value.
- *   - values: NaN, Infinity, -Infinity (json.dumps' defaults for non-finite
- *     floats; not JSON) are refused, naming the token. A number is read as
- *     TensorFlow reads it (json.loads, then numpy float32): 1e39 and
- *     3.4028236e38 become inf, as "nan"/"inf"/"1e39" do in a CSV/TSV field
- *     (decode_csv, absl::SimpleAtof). The values rule (batch.c, wisp.h)
- *     applies where a value meets a weight: a numeric column whose value is
- *     not a finite float32 makes the row bad (columns.c, naming the column
- *     and NaN/+inf/-inf); a bucketized column puts it in TensorFlow's
- *     bucket (NaN and +inf last, -inf first: spec/data/tf_golden.json), as
- *     it is a bucket id, not a value. FLT_MAX is kept, and values that
- *     underflow (1e-50 -> 0, subnormals) too. The service's "vals" (a
- *     value per weight: lua/wisp/nginx.lua) follow the values rule.
- *   - int64: an integer literal only, read exactly from the text (never
- *     through a double, so 2^53 + 1 stays exact), in [-2^63, 2^63);
- *     1.0, 1e3 and 1.5 for an int64 input are refused (not integer
- *     literals), as is a value beyond the range.
- *   - strings for numbers are refused: "input 'x': a string where float32
- *     is expected, got the string \"1\"" (no coercion); numbers for strings too.
- *   - true/false refused for every input type; null is a missing value.
- *   - nested arrays (and objects, and null inside an array) are refused;
- *     an array only for a sparse input.
- *   - leading zeros (01), a leading '+', '.5', '5.' are not JSON numbers:
- *     refused as invalid JSON; -0 is 0 for int64 and -0.0 for float32.
- *   - duplicate keys: a dense input given twice is refused ("takes one value
- *     per row"); a sparse input's values are appended.
- *   - \uXXXX escapes (json.dumps' ensure_ascii default) are decoded,
- *     surrogate pairs to one code point; a lone surrogate is refused.
- *
- * Speed: memchr finds line ends and delimiters; the common float32 field
- * (up to 7 significant digits, a small exponent) is one exact float
- * multiply or divide (Clinger's fast path for float32); everything else
- * goes through strtof on a NUL-terminated copy.
+ * Speed: memchr finds line ends and delimiters; a per-call field plan
+ * handles the common fields (small integers by SWAR, float32 by
+ * wisp__textnum_f32: Clinger's fast path for float32, strtof otherwise;
+ * engine/textnum.c).
  */
 #include "internal.h"
+#include "rawtext.h"
+#include "textnum.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -74,160 +40,10 @@
 
 #include <emmintrin.h>
 
-#define MAX_NUM_TOKEN 511
-
-static const float pow10f_exact[11] = { 1e0f, 1e1f, 1e2f, 1e3f, 1e4f, 1e5f, 1e6f, 1e7f, 1e8f, 1e9f, 1e10f };
-static const double pow10_exact[23] = {
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
-    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22
-};
-
-static inline bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f'; }
-
-/* The decimal at s[0..len): sign, mantissa digits (up to 19 kept), decimal
- * exponent. Returns false when the text is not [+-](d+[.d*]|.d+)([eE][+-]d+)?. */
-static bool scan_decimal(const char *s, size_t len, bool *neg, uint64_t *mant, int *ndig, long *exp10)
-{
-    const char *p = s, *e = s + len;
-    *neg = false;
-    if (p < e && (*p == '+' || *p == '-')) { *neg = *p == '-'; p++; }
-    uint64_t m = 0;
-    int nd = 0, nsig = 0;
-    long ex = 0;
-    bool any = false;
-    while (p < e && *p >= '0' && *p <= '9') {
-        any = true;
-        if (nsig < 19) { if (m || *p != '0') { m = m * 10 + (uint64_t)(*p - '0'); nsig += m != 0; } }
-        else ex++;
-        nd++;
-        p++;
-    }
-    if (p < e && *p == '.') {
-        p++;
-        while (p < e && *p >= '0' && *p <= '9') {
-            any = true;
-            if (nsig < 19) { if (m || *p != '0') { m = m * 10 + (uint64_t)(*p - '0'); nsig += m != 0; } ex--; }
-            p++;
-        }
-    }
-    if (!any) return false;
-    if (p < e && (*p == 'e' || *p == 'E')) {
-        p++;
-        bool eneg = false;
-        if (p < e && (*p == '+' || *p == '-')) { eneg = *p == '-'; p++; }
-        if (p >= e || *p < '0' || *p > '9') return false;
-        long x = 0;
-        while (p < e && *p >= '0' && *p <= '9') { if (x < 100000) x = x * 10 + (*p - '0'); p++; }
-        ex += eneg ? -x : x;
-    }
-    if (p != e) return false;
-    *mant = m;
-    *ndig = nsig;
-    *exp10 = ex;
-    (void)nd;
-    return true;
-}
-
-static bool word_eq(const char *s, size_t len, const char *w)
-{
-    size_t n = strlen(w);
-    if (len != n) return false;
-    for (size_t i = 0; i < n; i++)
-        if ((s[i] | 0x20) != w[i]) return false;
-    return true;
-}
-
-static void trim(const char **s, size_t *len)
-{
-    const char *p = *s, *e = p + *len;
-    while (p < e && is_space(*p)) p++;
-    while (e > p && is_space(e[-1])) e--;
-    *s = p;
-    *len = (size_t)(e - p);
-}
-
-int wisp_parse_f32(const char *s, size_t len, int words, float *out)
-{
-    trim(&s, &len);
-    bool neg;
-    uint64_t m;
-    int nsig;
-    long ex;
-    if (!scan_decimal(s, len, &neg, &m, &nsig, &ex)) {
-        if (!words) return -1;
-        const char *w = s;
-        size_t wl = len;
-        bool wneg = false;
-        if (wl && (*w == '+' || *w == '-')) { wneg = *w == '-'; w++; wl--; }
-        if (word_eq(w, wl, "nan")) { *out = wneg ? -NAN : NAN; return 0; }
-        if (word_eq(w, wl, "inf") || word_eq(w, wl, "infinity")) { *out = wneg ? -INFINITY : INFINITY; return 0; }
-        return -1;
-    }
-    if (m == 0) { *out = neg ? -0.0f : 0.0f; return 0; }
-    if (m < (1u << 24) && ex >= -10 && ex <= 10) {      /* exact operands, one correctly rounded op */
-        float f = (float)m;
-        f = ex < 0 ? f / pow10f_exact[-ex] : f * pow10f_exact[ex];
-        *out = neg ? -f : f;
-        return 0;
-    }
-    if (len > MAX_NUM_TOKEN) return -1;
-    char buf[MAX_NUM_TOKEN + 1];
-    memcpy(buf, s, len);
-    buf[len] = '\0';
-    *out = strtof(buf, NULL);
-    return 0;
-}
-
-/* A JSON number (already validated) as a double, exactly as strtod. */
-static double parse_f64(const char *s, size_t len)
-{
-    bool neg;
-    uint64_t m;
-    int nsig;
-    long ex;
-    if (scan_decimal(s, len, &neg, &m, &nsig, &ex)) {
-        if (m == 0) return neg ? -0.0 : 0.0;
-        if (m < (1ull << 53) && ex >= -22 && ex <= 22) {
-            double d = (double)m;
-            d = ex < 0 ? d / pow10_exact[-ex] : d * pow10_exact[ex];
-            return neg ? -d : d;
-        }
-    }
-    char buf[MAX_NUM_TOKEN + 1];
-    if (len > MAX_NUM_TOKEN) len = MAX_NUM_TOKEN;
-    memcpy(buf, s, len);
-    buf[len] = '\0';
-    return strtod(buf, NULL);
-}
-
-int wisp_parse_i64(const char *s, size_t len, int64_t *out)
-{
-    trim(&s, &len);
-    const char *p = s, *e = s + len;
-    bool neg = false;
-    if (p < e && (*p == '+' || *p == '-')) { neg = *p == '-'; p++; }
-    if (p >= e) return -1;
-    uint64_t v = 0;
-    for (; p < e; p++) {
-        unsigned d = (unsigned)((unsigned char)*p - '0');
-        if (d > 9) return -1;
-        if (v > (UINT64_MAX - d) / 10) { v = UINT64_MAX; continue; }
-        v = v * 10 + d;
-    }
-    if (neg) {
-        if (v > (uint64_t)INT64_MAX + 1) return -2;
-        *out = (int64_t)(0 - v);
-    } else {
-        if (v > (uint64_t)INT64_MAX) return -2;
-        *out = (int64_t)v;
-    }
-    return 0;
-}
-
 /* ---- the schema ------------------------------------------------------------------ */
 
 /* The text of a field for messages: at most 40 bytes, unprintable bytes as '?'. */
-static const char *excerpt(const char *s, size_t len, char *buf)
+const char *wisp__text_excerpt(const char *s, size_t len, char *buf)
 {
     size_t n = 0;
     for (size_t i = 0; i < len && n < 40; i++) {
@@ -259,7 +75,7 @@ static int set_fields(wisp_raw *r, const char *names, size_t len, char sep, cons
         if (!q) q = e;
         const char *s = p;
         size_t l = (size_t)(q - p);
-        trim(&s, &l);
+        wisp__textnum_trim(&s, &l);
         if (l >= 2 && s[0] == '"' && s[l - 1] == '"') { s++; l -= 2; }
         long in = l ? wisp_columns__find_input(c, s, l) : -1;
         if (in >= 0 && seen[in]) {
@@ -384,8 +200,8 @@ static inline __attribute__((always_inline)) void put_field(wisp_raw *r, size_t 
                 return;
             }
         }
-        if (WISP_UNLIKELY(wisp_parse_f32(s, len, 1, &v))) {
-            wisp_raw__reject(r, "field %zu (%s): '%s' is not a number", f + 1, inp->name, excerpt(s, len, ex));
+        if (WISP_UNLIKELY(wisp__textnum_f32(s, len, 1, &v))) {
+            wisp_raw__reject(r, "field %zu (%s): '%s' is not a number", f + 1, inp->name, wisp__text_excerpt(s, len, ex));
             return;
         }
         ((float *)ri->vals)[ri->n++] = v;
@@ -393,9 +209,9 @@ static inline __attribute__((always_inline)) void put_field(wisp_raw *r, size_t 
     }
     default: {
         int64_t v;
-        int e = wisp_parse_i64(s, len, &v);
+        int e = wisp__textnum_i64(s, len, &v);
         if (WISP_UNLIKELY(e)) {
-            wisp_raw__reject(r, "field %zu (%s): '%s' is %s", f + 1, inp->name, excerpt(s, len, ex),
+            wisp_raw__reject(r, "field %zu (%s): '%s' is %s", f + 1, inp->name, wisp__text_excerpt(s, len, ex),
                              e == -2 ? "out of the int64 range" : "not an integer");
             return;
         }
@@ -487,10 +303,9 @@ typedef struct {
     struct fplan f[PLAN_MAX];
 } tsv_ctx;
 
-/* spec/c/test_parse_fast.c turns the plan off to compare it with put(). */
-int wisp_tsv__plan(int on);
+/* spec/c/test_parse_fast.c turns the plan off to compare it with put() (rawtext.h). */
 static int plan_on = 1;
-int wisp_tsv__plan(int on)
+int wisp__csv_plan(int on)
 {
     return __atomic_exchange_n(&plan_on, on, __ATOMIC_RELAXED);
 }
@@ -526,16 +341,8 @@ static inline __attribute__((always_inline)) bool small_int(const char *s, size_
     s += neg;
     len -= neg;
     if (len - 1 >= 8) return false;                     /* len 0, or more than 8 digits */
-    uint64_t w;
-    memcpy(&w, s, 8);
-    uint64_t lo = w - 0x3030303030303030ull;            /* digit bytes become 0..9 */
-    uint64_t hi = w + 0x4646464646464646ull;            /* bytes above '9' get their top bit */
-    uint64_t keep = len == 8 ? ~0ull : ((1ull << (8 * len)) - 1);
-    if (((lo | hi) & 0x8080808080808080ull) & keep) return false;   /* a non-digit among the first len */
-    uint64_t d = (lo & keep) << (64 - 8 * len);         /* the len digits at the top, zeros below */
-    d = (d * 10 + (d >> 8)) & 0x00FF00FF00FF00FFull;
-    d = (d * 100 + (d >> 16)) & 0x0000FFFF0000FFFFull;
-    d = (d * 10000 + (d >> 32)) & 0xFFFFFFFFull;
+    uint64_t d;
+    if (wisp__textnum_swar8(s, &d) != len) return false; /* a non-digit among the first len */
     float f = (float)(uint32_t)d;
     *v = neg ? -f : f;
     return true;
@@ -654,7 +461,6 @@ static int parse_delimited_line(wisp_raw *r, const char *p, const char *e, const
     return finish_line(r, f + (r->open_bad ? 1 : 0));
 }
 
-typedef int (*line_fn)(wisp_raw *r, const char *p, const char *e, const char *bufend, uint64_t line, void *ctx);
 
 /* The end of a CSV record (RFC 4180): see internal.h. Outside quotes the
  * scan jumps from quote to quote with memchr (newlines between them end
@@ -696,9 +502,9 @@ const char *wisp__csv_record_end(const char *p, const char *e, const char *want,
 /* A UTF-8 byte order mark (Excel's "CSV UTF-8", pandas' utf-8-sig) */
 static const char utf8_bom[3] = { '\xEF', '\xBB', '\xBF' };
 
-/* The line loop shared by both formats (the contract of wisp_batch_parse_libsvm). */
-static int parse_lines(wisp_raw *r, const char *text, size_t len, int final, size_t max_rows, uint64_t *line_no,
-                       size_t *consumed, line_fn fn, void *ctx, const char *fname)
+/* The line loop of both raw-text formats (rawtext.h). */
+int wisp__raw_text_lines(wisp_raw *r, const char *text, size_t len, int final, size_t max_rows, uint64_t *line_no,
+                         size_t *consumed, wisp__line_fn fn, void *ctx, const char *fname, bool delimited)
 {
     if (consumed) *consumed = 0;
     if (!r) return wisp_fail(WISP_EINVAL, "%s: raw is NULL", fname);
@@ -712,7 +518,7 @@ static int parse_lines(wisp_raw *r, const char *text, size_t len, int final, siz
     const uint64_t line0 = line;
     bool bom = false;
     /* CSV: a record may span lines (a quoted field holding newlines) */
-    const bool csv = fn == parse_delimited_line && r->delim == ',';
+    const bool csv = delimited && r->delim == ',';
     while (p < end && (max_rows == 0 || added < max_rows)) {
         /* a byte order mark at a line's start is not data: the input's start, or where
          * files were concatenated (cat a.csv b.csv); at every line start, so the answer
@@ -745,7 +551,7 @@ static int parse_lines(wisp_raw *r, const char *text, size_t len, int final, siz
         if (e > p && e[-1] == '\r') e--;
         line++;
         if (e == p) { p = nl ? nl + 1 : end; continue; }          /* blank line */
-        if (r->want_header && fn == parse_delimited_line) {
+        if (r->want_header && delimited) {
             st = set_fields(r, p, (size_t)(e - p), (char)r->delim, "header");
             if (st) {
                 st = wisp_fail_context(WISP_EPARSE, "line %llu", (unsigned long long)line);
@@ -779,151 +585,6 @@ int wisp_raw_parse_tsv(wisp_raw *r, const char *text, size_t len, int final, siz
     x.fi = NULL;
     x.nf = 0;
     x.ok = false;
-    return parse_lines(r, text, len, final, max_rows, line_no, consumed, parse_delimited_line, &x, "wisp_raw_parse_tsv");
-}
-
-/* ---- JSON lines ---------------------------------------------------------------------- */
-
-static inline const char *jws(const char *p, const char *e)
-{
-    while (p < e && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) p++;
-    return p;
-}
-
-/* Decode the JSON string at *p into r->qbuf. */
-static const char *jstr(wisp_raw *r, const char **p, const char *e, size_t *len, int *st)
-{
-    size_t need = (size_t)(e - *p);
-    if (need > r->qbuf_cap) {
-        char *nb = wisp_realloc(r->qbuf, need);
-        if (!nb) { *st = wisp_fail(WISP_ENOMEM, "jsonl: out of memory for a string of %zu bytes", need); return "out of memory"; }
-        r->qbuf = nb;
-        r->qbuf_cap = need;
-    }
-    return wisp_json__string(p, e, r->qbuf, len);
-}
-
-/* One scalar JSON value at *p for input `in` (appended, or the row rejected). */
-static int json_scalar(wisp_raw *r, long in, const char **pp, const char *e, const char *ls)
-{
-    const struct wisp_input *inp = &r->cols->inputs[in];
-    const char *p = *pp;
-    char ex[48];
-    int st = WISP_OK;
-    if (*p == '"') {
-        size_t len;
-        const char *err = jstr(r, &p, e, &len, &st);
-        if (st) return st;
-        if (err) { *pp = NULL; return wisp_raw__reject(r, "input '%s': %s at column %zu", inp->name, err, (size_t)(p - ls) + 1); }
-        *pp = p;
-        if (inp->dtype != WISP_INPUT_STRING)
-            return wisp_raw__reject(r, "input '%s': a string where %s is expected, got the string \"%s\"", inp->name,
-                                    inp->dtype == WISP_INPUT_INT64 ? "int64" : "float32", excerpt(r->qbuf, len, ex));
-        return wisp_raw__push_str(r, (size_t)in, r->qbuf, len);
-    }
-    size_t n = wisp_json__number_len(p, e);
-    if (n) {
-        *pp = p + n;
-        if (inp->dtype == WISP_INPUT_STRING)
-            return wisp_raw__reject(r, "input '%s': a number where a string is expected", inp->name);
-        if (inp->dtype == WISP_INPUT_INT64) {
-            int64_t v;
-            bool integral = !memchr(p, '.', n) && !memchr(p, 'e', n) && !memchr(p, 'E', n);
-            int rc = integral ? wisp_parse_i64(p, n, &v) : -1;
-            if (rc) return wisp_raw__reject(r, "input '%s': %s is not an int64", inp->name, excerpt(p, n, ex));
-            return wisp_raw__push_i64(r, (size_t)in, v);
-        }
-        if (n > MAX_NUM_TOKEN)          /* parse_f64 reads at most that much: refuse, never cut the text */
-            return wisp_raw__reject(r, "input '%s': a number of %zu characters ('%s'), longer than the %d bytes the readers take",
-                                    inp->name, n, excerpt(p, n, ex), MAX_NUM_TOKEN);
-        return wisp_raw__push_f32(r, (size_t)in, (float)parse_f64(p, n));
-    }
-    /* NaN, Infinity, -Infinity: not JSON, but what Python's json.dumps writes
-     * for float('nan') and float('inf') by default (allow_nan=True) */
-    {
-        static const char *const nonjson[] = { "NaN", "Infinity", "-Infinity" };
-        for (int k = 0; k < 3; k++) {
-            const size_t kl = strlen(nonjson[k]);
-            if ((size_t)(e - p) >= kl && !memcmp(p, nonjson[k], kl)) {
-                *pp = NULL;
-                return wisp_raw__reject(r, "input '%s': %s is not a finite float32 (and not JSON: Python's json.dumps "
-                                        "writes it for a NaN or infinite float)", inp->name, nonjson[k]);
-            }
-        }
-    }
-    if (((size_t)(e - p) >= 4 && !memcmp(p, "true", 4)) || ((size_t)(e - p) >= 5 && !memcmp(p, "false", 5))) {
-        *pp = p + (p[0] == 't' ? 4 : 5);
-        return wisp_raw__reject(r, "input '%s': a boolean where %s is expected", inp->name,
-                                inp->dtype == WISP_INPUT_STRING ? "a string" : inp->dtype == WISP_INPUT_INT64 ? "int64" : "float32");
-    }
-    *pp = NULL;
-    if (p < e && *p == '{') return wisp_raw__reject(r, "input '%s': an object is not a value", inp->name);
-    return wisp_raw__reject(r, "invalid JSON at column %zu", (size_t)(p - ls) + 1);
-}
-
-static int parse_json_line(wisp_raw *r, const char *ls, const char *e, const char *bufend, uint64_t line, void *ctx)
-{
-    (void)bufend;
-    (void)ctx;
-    int st = wisp_raw_row_begin(r, line);
-    if (st) return st;
-    const char *p = jws(ls, e);
-#define JBAD(...) do { wisp_raw__reject(r, __VA_ARGS__); goto done; } while (0)
-    if (p >= e || *p != '{') JBAD("invalid JSON at column %zu: expected an object", (size_t)(p - ls) + 1);
-    p = jws(p + 1, e);
-    if (p < e && *p == '}') { p++; goto tail; }
-    for (;;) {
-        if (p >= e || *p != '"') JBAD("invalid JSON at column %zu: expected a key", (size_t)(p - ls) + 1);
-        size_t klen;
-        const char *err = jstr(r, &p, e, &klen, &st);
-        if (st) { wisp_raw__abort(r); return st; }
-        if (err) JBAD("invalid JSON at column %zu: %s", (size_t)(p - ls) + 1, err);
-        long in = wisp_columns__find_input(r->cols, r->qbuf, klen);
-        char ex[48];
-        if (in < 0) JBAD("unknown input '%s'", excerpt(r->qbuf, klen, ex));
-        p = jws(p, e);
-        if (p >= e || *p != ':') JBAD("invalid JSON at column %zu: expected ':'", (size_t)(p - ls) + 1);
-        p = jws(p + 1, e);
-        if (p >= e) JBAD("invalid JSON: the line ends inside an object");
-        if (*p == 'n' && e - p >= 4 && !memcmp(p, "null", 4)) {
-            p += 4;                                                 /* missing */
-        } else if (*p == '[') {
-            if (!r->cols->inputs[in].sparse)
-                JBAD("input '%s' is dense and takes one value per row (declare it sparse for lists)", r->cols->inputs[in].name);
-            p = jws(p + 1, e);
-            if (p < e && *p == ']') p++;
-            else for (;;) {
-                if (p >= e) JBAD("invalid JSON: the line ends inside an array");
-                if (*p == '[' || *p == '{' || (*p == 'n' && e - p >= 4 && !memcmp(p, "null", 4)))
-                    JBAD("input '%s': an array may hold only strings or numbers", r->cols->inputs[in].name);
-                st = json_scalar(r, in, &p, e, ls);
-                if (st) { wisp_raw__abort(r); return st; }
-                if (!p || r->open_bad) goto done;
-                p = jws(p, e);
-                if (p < e && *p == ',') { p = jws(p + 1, e); continue; }
-                if (p < e && *p == ']') { p++; break; }
-                JBAD("invalid JSON at column %zu: expected ',' or ']'", (size_t)(p - ls) + 1);
-            }
-        } else {
-            st = json_scalar(r, in, &p, e, ls);
-            if (st) { wisp_raw__abort(r); return st; }
-            if (!p || r->open_bad) goto done;
-        }
-        p = jws(p, e);
-        if (p < e && *p == ',') { p = jws(p + 1, e); continue; }
-        if (p < e && *p == '}') { p++; break; }
-        JBAD("invalid JSON at column %zu: expected ',' or '}'", (size_t)(p - ls) + 1);
-    }
-tail:
-    p = jws(p, e);
-    if (p != e) JBAD("invalid JSON at column %zu: text after the object", (size_t)(p - ls) + 1);
-#undef JBAD
-done:
-    return wisp_raw_row_end(r);
-}
-
-int wisp_raw_parse_jsonl(wisp_raw *r, const char *text, size_t len, int final, size_t max_rows, uint64_t *line_no,
-                         size_t *consumed)
-{
-    return parse_lines(r, text, len, final, max_rows, line_no, consumed, parse_json_line, NULL, "wisp_raw_parse_jsonl");
+    return wisp__raw_text_lines(r, text, len, final, max_rows, line_no, consumed, parse_delimited_line, &x,
+                                "wisp_raw_parse_tsv", true);
 }
