@@ -73,6 +73,8 @@ class build_wisp_ext(build_ext):
         env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
         subprocess.check_call(cmd, env=env)
         ext.extra_objects = [cbuild + "/libwisp.a"]
+        # relink when the engine changed, not only when the module's own sources did
+        ext.depends = [d for d in ext.depends if not d.endswith("libwisp.a")] + [cbuild + "/libwisp.a"]
         ext.libraries = list(LDLIBS)
         if nvcc:
             cuda = os.path.dirname(os.path.dirname(nvcc))

@@ -253,6 +253,7 @@ static int import(const char *path, const uint8_t *data, size_t len, const char 
     if (rc) goto out;
     if (!have_graph) { rc = bad(path, "not an ONNX model (no graph)"); goto out; }
     node *lin = NULL;
+    int foreign = -1;
     char op[64], dom[64];
     for (int i = 0; i < g->nnodes; i++) {
         node *n = &g->nodes[i];
@@ -261,19 +262,31 @@ static int import(const char *path, const uint8_t *data, size_t len, const char 
         if ((!strcmp(op, "LinearClassifier") || !strcmp(op, "LinearRegressor")) && !strcmp(dom, "ai.onnx.ml")) {
             if (lin) { rc = bad(path, "more than one linear node: not one linear model"); goto out; }
             lin = n;
-        } else if (strcmp(op, "Cast") && strcmp(op, "ZipMap") && strcmp(op, "Identity")) {
-            rc = wisp_fail(WISP_EPARSE, "%s: node %d is %s%s%s, not a LinearClassifier/LinearRegressor or a "
-                           "post-processing node (Cast, ZipMap, Identity): wisp imports one linear model over the raw "
-                           "input columns", path, i, dom[0] ? dom : "", dom[0] ? "." : "", op);
-            goto out;
+        } else if (foreign < 0 && strcmp(op, "Cast") && strcmp(op, "ZipMap") && strcmp(op, "Identity")) {
+            foreign = i;          /* reported after the linear node's own checks (they say more) */
         }
+    }
+    if (!lin && foreign >= 0) {
+        pb_copy(g->nodes[foreign].op, op, sizeof op);
+        pb_copy(g->nodes[foreign].domain, dom, sizeof dom);
+        rc = wisp_fail(WISP_EPARSE, "%s: no LinearClassifier or LinearRegressor node (ai.onnx.ml); node %d is %s%s%s "
+                       "(wisp imports one linear model node, not a graph of operators)", path, foreign, dom,
+                       dom[0] ? "." : "", op);
+        goto out;
     }
     if (!lin) { rc = bad(path, "no LinearClassifier or LinearRegressor node (ai.onnx.ml)"); goto out; }
     pb_copy(lin->op, op, sizeof op);
     int classifier = !strcmp(op, "LinearClassifier");
     if (lin->ninputs != 1 || !is_graph_input(g, lin->inputs[0])) {
-        rc = wisp_fail(WISP_EPARSE, "%s: the %s's input is not the graph's input (a preprocessing step before it is "
-                       "not imported)", path, op);
+        char pre[64] = "another node";
+        for (int i = 0; lin->ninputs == 1 && i < g->nnodes; i++)
+            for (int k = 0; k < g->nodes[i].noutputs && k < 4; k++)
+                if (pb_streq(g->nodes[i].outputs[k], "") == 0 &&
+                    g->nodes[i].outputs[k].end - g->nodes[i].outputs[k].p == lin->inputs[0].end - lin->inputs[0].p &&
+                    !memcmp(g->nodes[i].outputs[k].p, lin->inputs[0].p, (size_t)(lin->inputs[0].end - lin->inputs[0].p)))
+                    pb_copy(g->nodes[i].op, pre, sizeof pre);
+        rc = wisp_fail(WISP_EPARSE, "%s: the %s's input is not the graph's input but %s's output (a preprocessing "
+                       "step before the linear model is not imported)", path, op, pre);
         goto out;
     }
     attr a;
@@ -343,6 +356,15 @@ static int import(const char *path, const uint8_t *data, size_t len, const char 
         nf = ncoef;
         w = coef;
         bias = ninter ? interc[0] : 0.0;
+    }
+    if (foreign >= 0) {
+        char fop[64], fdom[64];
+        pb_copy(g->nodes[foreign].op, fop, sizeof fop);
+        pb_copy(g->nodes[foreign].domain, fdom, sizeof fdom);
+        rc = wisp_fail(WISP_EPARSE, "%s: node %d is %s%s%s, not a LinearClassifier/LinearRegressor or a "
+                       "post-processing node (Cast, ZipMap, Identity): wisp imports one linear model over the raw "
+                       "input columns", path, foreign, fdom, fdom[0] ? "." : "", fop);
+        goto out;
     }
     if (nf == 0) { rc = wisp_fail(WISP_EPARSE, "%s: the %s has no coefficients", path, op); goto out; }
     for (size_t j = 0; j < nf; j++)

@@ -5,7 +5,8 @@
 #
 # - The virtual environment is $WISP_BUILD/py-venv (WISP_PY_VENV overrides);
 #   it is created when missing and reused after; pytest, numpy, scipy, scikit-learn,
-#   setuptools and wheel are installed into it (never into the system's or
+#   setuptools and wheel (and, for the specs that compare with them, pandas,
+#   pyarrow, onnx, onnxruntime, skl2onnx) are installed into it (never into the system's or
 #   the user's Python).
 # - The package is built from the repository root with `pip install
 #   --no-build-isolation` (setup.py: make -> libwisp.a -> the extension), its
@@ -39,6 +40,12 @@ VPY=$VENV/bin/python
 if ! "$VPY" -c "import pytest, numpy, scipy, sklearn, wheel, setuptools; assert int(setuptools.__version__.split('.')[0]) >= 61" 2>/dev/null; then
     "$VPY" -m pip install -q --disable-pip-version-check pytest numpy scipy scikit-learn "setuptools>=61" wheel >"$LOG" 2>&1 ||
         { cat "$LOG" >&2; fail "pip could not install pytest, numpy, scipy, scikit-learn, setuptools, wheel into $VENV"; }
+fi
+# the peers of the raw-row and ONNX specs (test_raw.py, test_onnx.py skip without them; a failed
+# install is reported, not fatal: the package itself needs none of them)
+if ! "$VPY" -c "import pandas, pyarrow, onnx, onnxruntime, skl2onnx" 2>/dev/null; then
+    "$VPY" -m pip install -q --disable-pip-version-check pandas pyarrow onnx onnxruntime skl2onnx >>"$LOG" 2>&1 ||
+        echo "spec/python: pip could not install pandas, pyarrow, onnx, onnxruntime, skl2onnx: their specs skip" >&2
 fi
 (cd "$ROOT" && WISP_PY_BUILD=$BUILD/py-build WISP_NVCC=${WISP_PY_NVCC-} \
     "$VPY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall . \

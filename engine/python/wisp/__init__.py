@@ -42,7 +42,7 @@ import numpy as np
 
 from . import _raw, _wisp
 
-__all__ = ["load", "devices", "version", "set_threads", "write_model", "from_sklearn", "Model", "Session", "WispError", "BadRowError",
+__all__ = ["load", "devices", "version", "set_threads", "write_model", "from_sklearn", "from_onnx", "Model", "Session", "WispError", "BadRowError",
            "InvalidArgumentError", "OutOfMemoryError", "WispIOError", "FormatError", "ChecksumError",
            "VersionError", "ParseError", "LimitError", "NoDeviceError", "DeviceError", "StateError"]
 
@@ -240,6 +240,34 @@ def from_sklearn(estimator, path, dtype="f32"):
     meta = {"source": "sklearn", "estimator": name, "classes_json": classes_json,
             "score_class": "1", "n_features_in": str(coef.shape[1])}
     write_model(path, coef[0], intercept, dtype, meta)
+    return load(path)
+
+
+def from_onnx(path_or_model, path, dtype="f32"):
+    """Write an ONNX-ML linear model as a .wisp model at path and return it
+    loaded (a Model). path_or_model: a .onnx file name, the serialized
+    bytes, or an onnx.ModelProto (onnx itself is needed only for that).
+
+    Imported by the engine's own reader (engine/import_onnx.c, the same as
+    `wisp import onnx`): one LinearClassifier (ai.onnx.ml; two class
+    labels; post_transform LOGISTIC or NONE), or one LinearRegressor (one
+    target; the score is sigmoid(w.x + b)), optionally followed by Cast,
+    ZipMap or Identity nodes, as skl2onnx writes them. Column j of the
+    ONNX input is feature id j; the score is sigmoid(class 1's score):
+    ONNX Runtime's probabilities[:, 1] under LOGISTIC (classes_ are the
+    model's class labels, predict_proba's columns in their order).
+    Anything else is refused with the reason (wisp.ParseError, a
+    ValueError): other nodes (a Scaler before the model, skl2onnx's
+    MatMul/Sigmoid graph for SGDClassifier: use from_sklearn for that),
+    more classes, SOFTMAX or PROBIT transforms."""
+    if isinstance(path_or_model, (bytes, bytearray, memoryview)):
+        data = path_or_model
+    elif hasattr(path_or_model, "SerializeToString"):
+        data = path_or_model.SerializeToString()
+    else:
+        with open(path_or_model, "rb") as f:
+            data = f.read()
+    _wisp.import_onnx(data, path, dtype)
     return load(path)
 
 

@@ -314,6 +314,30 @@ static PyObject *py_write_model(PyObject *mod, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* import_onnx(data (bytes-like: a serialized ModelProto), path, dtype):
+ * wisp_import_onnx_memory, the GIL released. */
+static PyObject *py_import_onnx(PyObject *mod, PyObject *args)
+{
+    Py_buffer v;
+    PyObject *path_obj;
+    const char *dtype_name;
+    if (!PyArg_ParseTuple(args, "y*O&s", &v, PyUnicode_FSConverter, &path_obj, &dtype_name)) return NULL;
+    int dtype = wisp_dtype_parse(dtype_name), st = WISP_EINVAL;
+    char msg[1024] = "";
+    if (dtype < 0) snprintf(msg, sizeof msg, "unknown weight dtype '%s' (use f32, f16 or i8)", dtype_name);
+    else {
+        const char *path = PyBytes_AsString(path_obj);
+        Py_BEGIN_ALLOW_THREADS
+        st = wisp_import_onnx_memory(v.buf, (size_t)v.len, path, dtype);
+        if (st != WISP_OK) wisp__py_copy_errmsg(msg, sizeof msg, st);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&v);
+    Py_DECREF(path_obj);
+    if (st != WISP_OK) return wisp__py_raise_status(st, msg);
+    Py_RETURN_NONE;
+}
+
 /* ---- bad rows found here ------------------------------------------------------------ */
 
 
@@ -833,6 +857,7 @@ static PyMethodDef module_methods[] = {
     { "set_threads",     py_set_threads,     METH_O,       "set_threads(n): CPU threads of the engine (before first use)" },
     { "version",         py_version,         METH_NOARGS,  "The engine's version string." },
     { "write_model",     py_write_model,     METH_VARARGS, "write_model(path, weights, bias, dtype, meta, columns=None)" },
+    { "import_onnx",     py_import_onnx,     METH_VARARGS, "import_onnx(data, path, dtype): an ONNX-ML linear model as a .wisp file" },
     { "stat_names",      py_stat_names,      METH_NOARGS,  "The statistics' names, in order." },
     { NULL, NULL, 0, NULL }
 };
