@@ -14,6 +14,22 @@ fail_recap() {
     echo "  $1" >>"$recap"
     grep -m 4 -E "WISP_TEST_SEED|CHECK failed|FAIL|not ok|ERROR|error|Assertion|Segmentation|Aborted" "$log" | cut -c1-200 | sed 's/^/    | /' >>"$recap"
 }
+# run_suite LABEL NAME CMD...: runs CMD (output into $log) and adds the counts of its last line
+# "NAME: N passed, N failed" (none, or a non-zero exit with 0 failed, counts as a failure)
+run_suite() {
+    label=$1 name=$2; shift 2
+    start=$(date +%s)
+    "$@" >"$log" 2>&1
+    rc=$?
+    line=$(grep -aE "^$name: [0-9]+ passed, [0-9]+ failed" "$log" | tail -n 1)
+    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
+    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+    if [ -z "$line" ]; then p=0; f=1; fi
+    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    passed=$((passed + p)); failed=$((failed + f))
+    printf '%-24s %5d passed, %d failed  (%ds)\n' "$label" "$p" "$f" $(( $(date +%s) - start ))
+    if [ "$f" -ne 0 ]; then grep -av '^ok ' "$log" | sed 's/^/    /' | tail -n 60; fail_recap "$label: $f failed"; fi
+}
 
 for t in "$build"/test/test_*; do
     [ -x "$t" ] || continue
@@ -131,19 +147,7 @@ fi
 
 # the README's doc test (spec/doc/readme.sh: runs the tour's "# doc-test" blocks after a demo into a
 # scratch dir and compares their output with the README's; prints "readme: N passed, N failed" last)
-if [ -f spec/doc/readme.sh ]; then
-    start=$(date +%s)
-    sh spec/doc/readme.sh >"$log" 2>&1
-    rc=$?
-    line=$(grep -aE "^readme: [0-9]+ passed, [0-9]+ failed" "$log" | tail -n 1)
-    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
-    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
-    if [ -z "$line" ]; then p=0; f=1; fi
-    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
-    passed=$((passed + p)); failed=$((failed + f))
-    printf '%-24s %5d passed, %d failed  (%ds)\n' "readme (spec/doc)" "$p" "$f" $(( $(date +%s) - start ))
-    if [ "$f" -ne 0 ]; then grep -av '^ok ' "$log" | sed 's/^/    /' | tail -n 60; fail_recap "readme (spec/doc): $f failed"; fi
-fi
+[ -f spec/doc/readme.sh ] && run_suite "readme (spec/doc)" readme sh spec/doc/readme.sh
 
 # install into a scratch DESTDIR and build the C quickstart against it with pkg-config
 stage=$(mktemp -d)
