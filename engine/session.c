@@ -17,50 +17,73 @@ const char *wisp_stat_name(int which)
     return which >= 0 && which < WISP_STAT_COUNT ? stat_names[which] : NULL;
 }
 
-/* Parse a device name into a placement; GPUs are discovered when one is named. */
-static int parse_device(wisp_engine *eng, const char *dev, int *kind, int *gpus, int *ngpu)
+int wisp_device_parse(const char *dev, int *kind, int *n)
 {
-    *ngpu = 0;
+    int kind_, n_;
+    if (!kind) kind = &kind_;
+    if (!n) n = &n_;
+    *kind = WISP_DEVICE_CPU;
+    *n = 0;
     if (!dev || !*dev)
         return wisp_fail(WISP_EINVAL, "device name is empty (use cpu, gpu, gpu:N, gpus, gpus:N or auto)");
     if (strlen(dev) >= 32)
         return wisp_fail(WISP_EINVAL, "device name '%.40s...' is too long", dev);
-    if (!strcmp(dev, "cpu")) { *kind = WISP_PLACE_CPU; return WISP_OK; }
-    int count = wisp_engine_gpu_count(eng);
-    if (!strcmp(dev, "auto") || !strcmp(dev, "gpus")) {
-        *kind = strcmp(dev, "auto") ? WISP_PLACE_GPU : WISP_PLACE_AUTO;
-        for (int i = 0; i < count; i++) gpus[(*ngpu)++] = i;
-        return WISP_OK;
-    }
+    if (!strcmp(dev, "cpu")) return WISP_OK;
+    if (!strcmp(dev, "auto")) { *kind = WISP_DEVICE_AUTO; return WISP_OK; }
+    if (!strcmp(dev, "gpus")) { *kind = WISP_DEVICE_GPUS; return WISP_OK; }
     if (!strncmp(dev, "gpus:", 5)) {
         /* the first N GPUs */
         char *end;
-        long n = strtol(dev + 5, &end, 10);
-        if (end == dev + 5 || *end || n < 1 || n > WISP_MAX_GPUS)
+        long v = strtol(dev + 5, &end, 10);
+        if (end == dev + 5 || *end || v < 1 || v > WISP_MAX_GPUS)
             return wisp_fail(WISP_EINVAL, "bad device '%s': expected gpus:N with N from 1 to %d", dev, WISP_MAX_GPUS);
-        *kind = WISP_PLACE_GPU;
-        if (count > 0 && n > count)
-            return wisp_fail(WISP_ENODEV, "device '%s' asks for %ld GPUs: this machine has %d", dev, n, count);
-        for (int i = 0; i < count && i < n; i++) gpus[(*ngpu)++] = i;
+        *kind = WISP_DEVICE_GPUS;
+        *n = (int)v;
         return WISP_OK;
     }
     if (!strncmp(dev, "gpu", 3) && (dev[3] == '\0' || dev[3] == ':')) {
-        long n = 0;
+        long v = 0;
         if (dev[3] == ':') {
             char *end;
-            n = strtol(dev + 4, &end, 10);
-            if (end == dev + 4 || *end || n < 0 || n >= WISP_MAX_GPUS)
+            v = strtol(dev + 4, &end, 10);
+            if (end == dev + 4 || *end || v < 0 || v >= WISP_MAX_GPUS)
                 return wisp_fail(WISP_EINVAL, "bad device '%s': expected gpu:N with N from 0 to %d",
                                  dev, WISP_MAX_GPUS - 1);
         }
-        *kind = WISP_PLACE_GPU;
-        if (count > 0 && n >= count)
-            return wisp_fail(WISP_ENODEV, "device '%s' does not exist: this machine has %d GPU%s (gpu:0%s)",
-                             dev, count, count == 1 ? "" : "s", count == 1 ? "" : " ...");
-        if (count > 0) gpus[(*ngpu)++] = (int)n;
+        *kind = WISP_DEVICE_GPU;
+        *n = (int)v;
         return WISP_OK;
     }
     return wisp_fail(WISP_EINVAL, "unknown device '%s' (use cpu, gpu, gpu:N, gpus, gpus:N or auto)", dev);
+}
+
+/* A device name (wisp_device_parse's grammar) as this machine's placement; GPUs are
+ * discovered when one is named. */
+static int parse_device(wisp_engine *eng, const char *dev, int *kind, int *gpus, int *ngpu)
+{
+    *ngpu = 0;
+    int dk, n;
+    int st = wisp_device_parse(dev, &dk, &n);
+    if (st != WISP_OK) return st;
+    if (dk == WISP_DEVICE_CPU) { *kind = WISP_PLACE_CPU; return WISP_OK; }
+    int count = wisp_engine_gpu_count(eng);
+    if (dk == WISP_DEVICE_AUTO || (dk == WISP_DEVICE_GPUS && n == 0)) {
+        *kind = dk == WISP_DEVICE_AUTO ? WISP_PLACE_AUTO : WISP_PLACE_GPU;
+        for (int i = 0; i < count; i++) gpus[(*ngpu)++] = i;
+        return WISP_OK;
+    }
+    *kind = WISP_PLACE_GPU;
+    if (dk == WISP_DEVICE_GPUS) {
+        if (count > 0 && n > count)
+            return wisp_fail(WISP_ENODEV, "device '%s' asks for %d GPUs: this machine has %d", dev, n, count);
+        for (int i = 0; i < count && i < n; i++) gpus[(*ngpu)++] = i;
+        return WISP_OK;
+    }
+    if (count > 0 && n >= count)
+        return wisp_fail(WISP_ENODEV, "device '%s' does not exist: this machine has %d GPU%s (gpu:0%s)",
+                         dev, count, count == 1 ? "" : "s", count == 1 ? "" : " ...");
+    if (count > 0) gpus[(*ngpu)++] = n;
+    return WISP_OK;
 }
 
 static void drain_gpu(wisp_session *s);

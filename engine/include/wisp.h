@@ -346,6 +346,21 @@ const float    *wisp_batch_vals(const wisp_batch *b);
  * stream (wisp_session_submit / wisp_session_wait, double-buffered).
  * ------------------------------------------------------------------------- */
 
+/* The device grammar, parsed in one place for every caller (sessions, the Lua
+ * placement layer, the CLI, the service): checks a name's spelling only, not
+ * whether the machine has that GPU (wisp_session_new says that). On WISP_OK
+ * *kind is a WISP_DEVICE_* and *n the N of "gpu:N" or "gpus:N" (0 for "gpu",
+ * and for "gpus", meaning every GPU); either pointer may be NULL. On
+ * WISP_EINVAL (empty, too long, unknown, N out of range) wisp_errmsg() says
+ * why, in the words session creation uses. Thread-safe, no engine needed. */
+enum {
+    WISP_DEVICE_CPU  = 0,   /* "cpu" */
+    WISP_DEVICE_GPU  = 1,   /* "gpu", "gpu:N" */
+    WISP_DEVICE_GPUS = 2,   /* "gpus", "gpus:N" */
+    WISP_DEVICE_AUTO = 3,   /* "auto" */
+};
+int  wisp_device_parse(const char *device, int *kind, int *n);
+
 typedef struct wisp_session wisp_session;
 
 int  wisp_session_new(wisp_engine *eng, wisp_model *m, const char *device, wisp_session **out);

@@ -49,6 +49,8 @@ M.vw_box      = ffi_new("wisp_vw *[1]")
 M.done_box    = ffi_new("const wisp_batch *[1]")   -- wisp_session_wait's batch
 -- value boxes
 M.size_box    = ffi_new("size_t[1]")
+M.int_box     = ffi_new("int[1]")
+M.int_box2    = ffi_new("int[1]")
 M.u64_box     = ffi_new("uint64_t[1]")
 M.str_box     = ffi_new("const char *[1]")
 M.u32p_box    = ffi_new("const uint32_t *[1]")

@@ -89,6 +89,7 @@ const uint32_t *wisp_batch_val_ptr(const wisp_batch *b);
 const float    *wisp_batch_vals(const wisp_batch *b);
 
 /* 5. sessions */
+int  wisp_device_parse(const char *device, int *kind, int *n);
 typedef struct wisp_session wisp_session;
 int  wisp_session_new(wisp_engine *eng, wisp_model *m, const char *device, wisp_session **out);
 void wisp_session_free(wisp_session *s);

@@ -67,6 +67,13 @@ return {
     WISP_INPUT_FLOAT32 = 0,
     WISP_INPUT_INT64   = 1,
     WISP_INPUT_STRING  = 2,
+
+    -- device kinds (wisp_device_parse)
+    WISP_DEVICE_CPU  = 0,
+    WISP_DEVICE_GPU  = 1,
+    WISP_DEVICE_GPUS = 2,
+    WISP_DEVICE_AUTO = 3,
+
     WISP_MAX_STRING_BYTES = 2^16,
     WISP_MAX_COLUMNS      = 65536,
     WISP_MAX_SPEC_BYTES   = 2^30,

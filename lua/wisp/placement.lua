@@ -40,10 +40,12 @@ M.Policy, M.Pipeline = Policy, Pipeline
 local function now_ns() return tonumber(C.wisp_clock_ns()) end
 M.now_ns = now_ns
 
--- true for the device names wisp_session_set_device takes
+-- true for the device names wisp_session_set_device takes: C's grammar (wisp_device_parse),
+-- parsed there once; else false and why
 local function is_device(d)
     if type(d) ~= "string" then return false end
-    return d == "cpu" or d == "gpu" or d == "gpus" or d == "auto" or d:match("^gpus?:%d+$") ~= nil
+    if C.wisp_device_parse(d, nil, nil) == 0 then return true end
+    return false, ffi.string(C.wisp_errmsg())
 end
 M.is_device = is_device
 

@@ -64,6 +64,18 @@ local function batch_landed(self, batch)
     end
 end
 
+-- wisp.device_parse(name) -> kind ("cpu", "gpu", "gpus" or "auto"), n (the N of gpu:N or
+-- gpus:N; 0 for gpu and gpus); or nil, err for a name outside the device grammar. The
+-- grammar is C's (wisp_device_parse), the one sessions use; the machine is not asked.
+local device_kinds = { [0] = "cpu", "gpu", "gpus", "auto" }
+local kind_box, n_box = base.int_box, base.int_box2
+function wisp.device_parse(name)
+    if type(name) ~= "string" then expected(1, 1, "device_parse", "string", name) end
+    local rc = C.wisp_device_parse(name, kind_box, n_box)
+    if rc ~= 0 then return nil, last_error(rc) end
+    return device_kinds[kind_box[0]], n_box[0]
+end
+
 -- model:session([device]) -> session or nil, err. device: "cpu", "gpu",
 -- "gpu:N", "gpus" or "auto" (the default).
 function Model:session(device)

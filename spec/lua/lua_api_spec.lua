@@ -88,6 +88,29 @@ describe("the glossary's names", function()
     end)
 end)
 
+describe("the device grammar", function()
+    it("is parsed once, in C: wisp.device_parse, placement.is_device and sessions agree", function()
+        local good = { cpu = { "cpu", 0 }, gpu = { "gpu", 0 }, ["gpu:3"] = { "gpu", 3 }, gpus = { "gpus", 0 },
+                       ["gpus:2"] = { "gpus", 2 }, auto = { "auto", 0 }, ["gpu:15"] = { "gpu", 15 } }
+        for name, want in pairs(good) do
+            assert.same(want, { wisp.device_parse(name) }, name)
+            assert.is_true(wisp.placement.is_device(name), name)
+        end
+        local m = model()
+        for _, name in ipairs { "", "gpus:", "gpus:0", "gpus:x", "gpu:-1", "gpu:16", "GPU", "tpu:0", ("g"):rep(40) } do
+            local kind, err = wisp.device_parse(name)
+            assert.is_nil(kind, name)
+            local ok, why = wisp.placement.is_device(name)
+            assert.is_false(ok, name)
+            assert.equal(err, why)
+            local s, serr = m:session(name)                       -- the same words from a session
+            assert.is_nil(s, name)
+            assert.equal("session: " .. err, serr)
+        end
+        assert.has_error(function() wisp.device_parse(3) end, "bad argument #1 to 'device_parse' (string expected, got number)")
+    end)
+end)
+
 describe("the service's hot-path methods", function()
     local m = model()
 
