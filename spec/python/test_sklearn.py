@@ -87,3 +87,30 @@ def test_columns_attribute(tmp_path):
     assert wisp.load(str(tmp_path / "t.wisp")).columns == "not json"
     wisp.write_model(str(tmp_path / "n.wisp"), np.zeros(4), 0.0)
     assert wisp.load(str(tmp_path / "n.wisp")).columns is None
+
+
+def test_pipelines(data, tmp_path):
+    from sklearn.feature_extraction import FeatureHasher
+    from sklearn.feature_extraction.text import HashingVectorizer
+    from sklearn.pipeline import Pipeline, make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    X, y = data
+    p = str(tmp_path / "p.wisp")
+    # passthrough steps: the classifier is imported, scores as the pipeline's predict_proba
+    pipe = Pipeline([("id", "passthrough"), ("lr", LogisticRegression(max_iter=1000))]).fit(X, y)
+    m = wisp.from_sklearn(pipe, p)
+    assert np.max(np.abs(m.predict_proba(X, device="cpu") - pipe.predict_proba(X))) < 1e-6
+    rows = [{"city=%d" % (i % 7): 1, "age": float(i % 50)} for i in range(len(y))]
+    hashed = make_pipeline(FeatureHasher(n_features=256), LogisticRegression(max_iter=500)).fit(rows, y)
+    with pytest.raises(ValueError, match="MurmurHash3.*no such node"):
+        wisp.from_sklearn(hashed, p)
+    texts = ["w%d w%d" % (i % 5, i % 11) for i in range(len(y))]
+    hv = make_pipeline(HashingVectorizer(n_features=512), SGDClassifier(loss="log_loss")).fit(texts, y)
+    with pytest.raises(ValueError, match="HashingVectorizer"):
+        wisp.from_sklearn(hv, p)
+    # the documented way round: the classifier alone on the hashed matrix
+    m = wisp.from_sklearn(hashed[-1], p)
+    H = hashed[:-1].transform(rows).astype(np.float32)
+    assert np.max(np.abs(m.predict_proba(H.tocsr(), device="cpu") - hashed.predict_proba(rows))) < 1e-6
+    with pytest.raises(ValueError, match="StandardScaler"):
+        wisp.from_sklearn(make_pipeline(StandardScaler(with_mean=False), LogisticRegression()).fit(X, y), p)

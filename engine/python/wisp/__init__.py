@@ -203,11 +203,19 @@ def from_sklearn(estimator, path, dtype="f32"):
     models), with classes_ kept. Column j of the estimator's input is
     feature id j. Refused with the reason (ValueError): estimators without
     probabilities (LinearSVC, SGDClassifier with another loss), more than
-    two classes, unfitted estimators, anything else. Pipelines come later."""
+    two classes, unfitted estimators, anything else.
+
+    A Pipeline is imported when every step before its classifier is
+    "passthrough" (or None). A FeatureHasher or HashingVectorizer step is
+    refused with the reason: the column description has no node for
+    sklearn's hashing (signed MurmurHash3_x86_32 of the feature name, seed
+    0, index |h| % n_features, value times the sign of h), so the engine
+    could not reproduce it exactly; import the classifier alone
+    (pipeline[-1]) and score the hashed matrix (pipeline[:-1].transform(X))
+    instead. Any other transformer is refused likewise."""
     name = type(estimator).__name__
     if name == "Pipeline":
-        raise ValueError("from_sklearn: Pipelines are not imported yet; pass the final classifier "
-                         "(its input must then be the hashed/vectorized features)")
+        return _from_pipeline(estimator, path, dtype)
     if name == "LinearSVC":
         raise ValueError("from_sklearn: LinearSVC gives no probabilities (its decision function is not a "
                          "logistic model); train LogisticRegression or SGDClassifier(loss='log_loss')")
@@ -269,6 +277,26 @@ def from_onnx(path_or_model, path, dtype="f32"):
             data = f.read()
     _wisp.import_onnx(data, path, dtype)
     return load(path)
+
+
+def _from_pipeline(pipe, path, dtype):
+    steps = list(getattr(pipe, "steps", []))
+    if not steps:
+        raise ValueError("from_sklearn: the Pipeline has no steps")
+    for step_name, step in steps[:-1]:
+        if step is None or step == "passthrough":
+            continue
+        kind = type(step).__name__
+        if kind in ("FeatureHasher", "HashingVectorizer"):
+            raise ValueError(
+                "from_sklearn: Pipeline step %r (%s) hashes with sklearn's signed MurmurHash3 (seed 0, index "
+                "|h| %% n_features, the value times the sign of h); wisp's column description has no such node "
+                "(its hash_bucket is TensorFlow's Fingerprint64), so the hashing cannot be kept exactly. Import "
+                "the classifier alone, from_sklearn(pipeline[-1], path), and score pipeline[:-1].transform(X)"
+                % (step_name, kind))
+        raise ValueError("from_sklearn: Pipeline step %r (%s) is not imported: wisp keeps only hashing it can "
+                         "reproduce exactly; import pipeline[-1] and score pipeline[:-1].transform(X)" % (step_name, kind))
+    return from_sklearn(steps[-1][1], path, dtype)
 
 
 # ---- input forms -----------------------------------------------------------------------
