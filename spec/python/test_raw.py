@@ -184,3 +184,15 @@ def test_numpy_nan_is_a_value_and_defaults_apply(col_model):
     assert np.isfinite(p[0]) and np.isnan(p[1])
     with_default = dict(base, score=[0.5, 0.5])
     assert m.score(with_default, device="cpu")[0] == p[0]
+
+
+def test_transform_refusals_carry_the_engine_message(tmp_path):
+    desc = {"format": "wisp-columns", "version": 1, "inputs": [{"name": "k", "dtype": "int64"}],
+            "columns": [{"name": "k", "type": "identity", "key": "k", "buckets": 10, "offset": 0}]}
+    path = str(tmp_path / "id.wisp")
+    wisp.write_model(path, np.ones(10, np.float32), 0.0, columns=desc)
+    s = wisp.load(path).session("cpu")
+    p = s.score({"k": np.array([3, 12, 4])})
+    assert np.isnan(p[1]) and np.isfinite(p[0]) and np.isfinite(p[2])
+    assert [r for r, _ in s.last_errors] == [1]
+    assert "NaN" not in s.last_errors[0][1] and "12" in s.last_errors[0][1]

@@ -369,10 +369,11 @@ PyObject *wisp__py_score_raw(SessionObject *self, PyObject *args)
         st = wisp_session_score_raw(self->s, raw, out);
         if (st != WISP_OK) wisp__py_copy_errmsg(msg, sizeof msg, st);
         else {
-            size_t nb = wisp_raw_bad_count(raw);
+            /* the raw batch's bad rows and the rows the transform refused, with the engine's messages */
+            size_t nb = wisp_session_bad_count(self->s);
             for (size_t i = 0; i < nb; i++) {
                 size_t row; uint64_t line; const char *m;
-                if (wisp_raw_bad_row(raw, i, &row, &line, &m) == WISP_OK) wisp__py_bad_add(&bad, row, BAD_ENGINE, 0, m);
+                if (wisp_session_bad_row(self->s, i, &row, &line, &m) == WISP_OK) wisp__py_bad_add(&bad, row, BAD_ENGINE, 0, m);
             }
             wisp__py_finish_bad(&bad, out, rows);
         }
