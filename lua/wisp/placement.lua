@@ -1,4 +1,4 @@
--- placement.lua — where each node (transform, score) runs: a device, a Lua function of the batch, or a calibrated policy (wisp.calibrate), applied per batch by a pipeline.
+-- placement.lua — where each stage (transform, score) runs: a device, a Lua function of the batch, or a calibrated policy (wisp.calibrate), applied per batch by a pipeline.
 --
 --   local policy = wisp.calibrate(model)              -- measures this machine, finds the crossover
 --   policy:save("policy.json")                        -- or "policy.lua" (a Lua table literal)
@@ -6,20 +6,20 @@
 --   pipe:score(batch)                                 -- the device is chosen for this batch
 --   pipe:set_placement{ score = function(b) return b.rows < 5000 and "cpu" or "gpu:0" end }
 --
--- A placement is, for each node:
+-- A placement is, for each stage:
 --   score      a device name ("cpu", "gpu", "gpu:N", "gpus", "gpus:N", "auto"), a function of the
 --              batch info {rows=, nnz=, queue_depth=} returning one, or a policy object
 --              (anything with :choose(info)). A bare string, function or policy stands
 --              for {score = it}.
---   transform  the same, for raw rows (pipe:score_raw(raw), pipe:transform(raw)): when it
---              names the GPU the score node runs on too (gpu, gpu:N, gpus, auto), the
+--   transform  the same, for a raw batch (pipe:score_raw(raw), pipe:transform(raw)): when it
+--              names the GPU the score stage runs on too (gpu, gpu:N, gpus, auto), the
 --              transform and the score run fused on that GPU (session:score_raw: only
 --              the raw columns cross PCIe); otherwise raw rows are transformed on the
---              CPU and the batch is scored where the score node says. A GPU transform
+--              CPU and the batch is scored where the score stage says. A GPU transform
 --              with the score elsewhere runs on the CPU (moving a session between
 --              devices per batch would cost more than the transform); last_placement()
---              says where each node ran. For pipe:score(batch) the rows came transformed
---              and the transform node is only recorded.
+--              says where each stage ran. For pipe:score(batch) the rows came transformed
+--              and the transform stage is only recorded.
 -- The info table passed to functions is reused from batch to batch: read it, do not keep it.
 -- Changing the placement (set_placement) takes effect on the next batch; the session
 -- is moved (session:set_device) only when the chosen device differs from the last one.
@@ -475,8 +475,8 @@ end
 -- pipelines: a session whose device is chosen per batch
 ---------------------------------------------------------------------------
 
--- Normalize a placement: {score = node, transform = node}, each a device, a function or a policy.
-local function check_node(v, what, depth)
+-- Normalize a placement: {score = stage, transform = stage}, each a device, a function or a policy.
+local function check_stage(v, what, depth)
     if v == nil then return nil end
     if is_device(v) or type(v) == "function" then return v end
     if type(v) == "table" and type(v.choose) == "function" then return v end
@@ -487,25 +487,25 @@ end
 local function normalize(p, depth)
     if p == nil then return { score = "auto", transform = "cpu" } end
     if type(p) == "string" or type(p) == "function" or (type(p) == "table" and type(p.choose) == "function") then
-        return { score = check_node(p, "score", depth + 1), transform = "cpu" }
+        return { score = check_stage(p, "score", depth + 1), transform = "cpu" }
     end
     if type(p) ~= "table" then
         error("bad placement (a device, a function, a policy or {score=, transform=} expected, got " .. type(p) .. ")", depth + 1)
     end
     for k in pairs(p) do
         if k ~= "score" and k ~= "transform" then
-            error("bad placement (unknown node '" .. tostring(k) .. "': the nodes are score and transform)", depth + 1)
+            error("bad placement (unknown stage '" .. tostring(k) .. "': the stages are score and transform)", depth + 1)
         end
     end
-    return { score = check_node(p.score, "score", depth + 1) or "auto",
-             transform = check_node(p.transform, "transform", depth + 1) or "cpu" }
+    return { score = check_stage(p.score, "score", depth + 1) or "auto",
+             transform = check_stage(p.transform, "transform", depth + 1) or "cpu" }
 end
 M.normalize = normalize
 
-local function resolve(node, info)
-    if type(node) == "string" then return node end
-    if type(node) == "function" then return node(info) end
-    return node:choose(info)
+local function resolve(stage, info)
+    if type(stage) == "string" then return stage end
+    if type(stage) == "function" then return stage(info) end
+    return stage:choose(info)
 end
 
 -- wisp.pipeline{model = m | session = s, placement = ..., device = initial}
@@ -543,9 +543,9 @@ function Pipeline:set_placement(p)
     return true
 end
 
--- The message for a placement (node "score" or "transform") that chose something else than a device.
-local function not_a_device(node, dev)
-    return fmt("pipeline: the %s placement chose %s, not a device (cpu, gpu, gpu:N, gpus, gpus:N, auto)", node,
+-- The message for a placement (stage "score" or "transform") that chose something else than a device.
+local function not_a_device(stage, dev)
+    return fmt("pipeline: the %s placement chose %s, not a device (cpu, gpu, gpu:N, gpus, gpus:N, auto)", stage,
                type(dev) == "string" and ("'" .. dev .. "'") or tostring(dev))
 end
 
@@ -581,7 +581,7 @@ function Pipeline:place(batch)
     return dev
 end
 
--- Choose the devices for raw rows: the score device (applied to the session) and
+-- Choose the devices for a raw batch: the score device (applied to the session) and
 -- whether the transform runs fused with it on the GPU. Returns dev, fused or nil, err.
 function Pipeline:place_raw(raw)
     local info = self._info
@@ -613,8 +613,8 @@ local function check_raw(raw, fname)
     end
 end
 
--- pipe:score_raw(raw[, out]) -> out, rows; or nil, err: raw rows (a transformer) to
--- probabilities, the transform and score nodes placed for this batch.
+-- pipe:score_raw(raw[, out]) -> out, rows; or nil, err: a raw batch to
+-- probabilities, the transform and score stages placed for this batch.
 function Pipeline:score_raw(raw, out)
     check_raw(raw, "score_raw")
     local dev, fused = self:place_raw(raw)
@@ -637,8 +637,8 @@ function Pipeline:score_raw(raw, out)
     return self.session:score(b, out)
 end
 
--- pipe:transform(raw[, batch]) -> batch; or nil, err: the transform node alone (on the
--- GPU when it is placed on the score node's GPU: the ids come back into the batch).
+-- pipe:transform(raw[, batch]) -> batch; or nil, err: the transform stage alone (on the
+-- GPU when it is placed on the score stage's GPU: the ids come back into the batch).
 function Pipeline:transform(raw, batch)
     check_raw(raw, "transform")
     local dev, fused = self:place_raw(raw)
@@ -674,13 +674,13 @@ function Pipeline:close()
     self.session:close()
 end
 
--- A one-line description of a placement node.
-function M.describe_node(node)
-    if type(node) == "string" then return node end
-    if type(node) == "function" then return "a Lua function of the batch" end
-    if getmetatable(node) == Policy then
+-- A one-line description of a placement stage (describe_node: its old name, an alias).
+function M.describe_stage(stage)
+    if type(stage) == "string" then return stage end
+    if type(stage) == "function" then return "a Lua function of the batch" end
+    if getmetatable(stage) == Policy then
         local parts = {}
-        for i, b in ipairs(node.breaks) do
+        for i, b in ipairs(stage.breaks) do
             if b.upto == huge then parts[i] = b.device .. (i > 1 and " above" or " always")
             else parts[i] = fmt("%s below %d rows", b.device, b.upto) end
         end
@@ -688,6 +688,7 @@ function M.describe_node(node)
     end
     return "a policy object"
 end
+M.describe_node = M.describe_stage
 
 wisp.placement = M
 wisp.calibrate = M.calibrate
