@@ -492,24 +492,25 @@ end
 M.RawBatch = raw.RawBatch
 M.Transformer = raw.RawBatch                  -- deprecated: the class's old name
 
--- description:raw_batch([engine]) -> an empty raw batch for its inputs, or nil, err
-function Spec:raw_batch(eng)
+local function raw_batch_of(self, eng, fname)
     local e, err = eng, nil
     if e == nil then e, err = wisp.default_engine() end
     if not e then return nil, err end
-    if getmetatable(e) ~= wisp.Engine or e._h == nil then argerr(1, "raw_batch", "an open engine expected") end
-    local r, rerr = raw.new(e, self, "raw_batch")
+    if getmetatable(e) ~= wisp.Engine or e._h == nil then argerr(1, fname, "an open engine expected", 2) end
+    local r, rerr = raw.new(e, self, fname)
     return r, rerr
+end
+
+-- description:raw_batch([engine]) -> an empty raw batch for its inputs, or nil, err
+function Spec:raw_batch(eng)
+    local r, err = raw_batch_of(self, eng, "raw_batch")
+    return r, err
 end
 
 -- description:transformer([engine]): the deprecated name of description:raw_batch
 function Spec:transformer(eng)
-    local e, err = eng, nil
-    if e == nil then e, err = wisp.default_engine() end
-    if not e then return nil, err end
-    if getmetatable(e) ~= wisp.Engine or e._h == nil then argerr(1, "transformer", "an open engine expected") end
-    local r, rerr = raw.new(e, self, "transformer")
-    return r, rerr
+    local r, err = raw_batch_of(self, eng, "transformer")
+    return r, err
 end
 
 return M

@@ -221,25 +221,25 @@ function wisp.write_model(path, weights, a3, a4)
     return true
 end
 
--- wisp.import_liblinear(src, dst[, dtype]) -> true or nil, err
-function wisp.import_liblinear(src, dst, dtype)
-    if type(src) ~= "string" then expected(1, 1, "import_liblinear", "string", src) end
-    if type(dst) ~= "string" then expected(1, 2, "import_liblinear", "string", dst) end
-    local d = check_dtype(1, 3, "import_liblinear", dtype)
-    local rc = C.wisp_import_liblinear(src, dst, d)
-    if rc ~= 0 then return nil, last_error(rc, "import_liblinear") end
-    return true
+-- An importer: fname(src, dst[, dtype]) -> true or nil, err, over the C call
+-- cfn(src_path, out_path, dtype) (wisp_import_*).
+local function importer(fname, cfn)
+    return function(src, dst, dtype)
+        if type(src) ~= "string" then expected(1, 1, fname, "string", src) end
+        if type(dst) ~= "string" then expected(1, 2, fname, "string", dst) end
+        local d = check_dtype(1, 3, fname, dtype)
+        local rc = cfn(src, dst, d)
+        if rc ~= 0 then return nil, last_error(rc, fname) end
+        return true
+    end
 end
+M.importer = importer
+
+-- wisp.import_liblinear(src, dst[, dtype]) -> true or nil, err: a LIBLINEAR model file
+wisp.import_liblinear = importer("import_liblinear", C.wisp_import_liblinear)
 
 -- wisp.import_onnx(src, dst[, dtype]) -> true or nil, err: an ONNX-ML LinearClassifier
 -- (binary) or LinearRegressor file as a .wisp model (engine/import_onnx.c's rules)
-function wisp.import_onnx(src, dst, dtype)
-    if type(src) ~= "string" then expected(1, 1, "import_onnx", "string", src) end
-    if type(dst) ~= "string" then expected(1, 2, "import_onnx", "string", dst) end
-    local d = check_dtype(1, 3, "import_onnx", dtype)
-    local rc = C.wisp_import_onnx(src, dst, d)
-    if rc ~= 0 then return nil, last_error(rc, "import_onnx") end
-    return true
-end
+wisp.import_onnx = importer("import_onnx", function(src, dst, d) return C.wisp_import_onnx(src, dst, d) end)
 
 return M

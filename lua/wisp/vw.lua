@@ -114,13 +114,6 @@ end
 
 -- wisp.import_vw(src, dst[, dtype]) -> true or nil, err: a VW --readable_model
 -- or --invert_hash file as a .wisp model (see `wisp import vw --help`).
-function wisp.import_vw(src, dst, dtype)
-    if type(src) ~= "string" then expected(1, 1, "import_vw", "string", src) end
-    if type(dst) ~= "string" then expected(1, 2, "import_vw", "string", dst) end
-    local d = check_dtype(1, 3, "import_vw", dtype)
-    local rc = C.wisp_import_vw(src, dst, d)
-    if rc ~= 0 then return nil, last_error(rc, "import_vw") end
-    return true
-end
+wisp.import_vw = model.importer("import_vw", C.wisp_import_vw)
 
 return M
