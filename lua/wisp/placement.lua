@@ -25,7 +25,8 @@
 -- is moved (session:set_device) only when the chosen device differs from the last one.
 local ffi = require "ffi"
 local wisp = require "wisp"
-local C = require "wisp.cdef"
+local base = require "wisp.base"
+local C = base.C
 
 local floor, max, min, huge = math.floor, math.max, math.min, math.huge
 local fmt, concat, sort = string.format, table.concat, table.sort
@@ -44,8 +45,9 @@ M.now_ns = now_ns
 -- parsed there once; else false and why
 local function is_device(d)
     if type(d) ~= "string" then return false end
-    if C.wisp_device_parse(d, nil, nil) == 0 then return true end
-    return false, ffi.string(C.wisp_errmsg())
+    local rc = C.wisp_device_parse(d, nil, nil)
+    if rc == 0 then return true end
+    return false, base.errmsg(rc)
 end
 M.is_device = is_device
 
@@ -362,7 +364,7 @@ function M.random_batches(eng, num_features, rows, width, count, seed)
             for j = 0, width - 1 do ids[j] = r() % num_features end
             for j = 0, nv - 1 do vals[j] = (r() % 1000) / 250 end
             local rc = C.wisp_batch_add_row_mixed(h, ids, vals, nv, ids + nv, nb)
-            if rc ~= 0 then error("calibrate: building a batch: " .. ffi.string(C.wisp_errmsg())) end
+            if rc ~= 0 then error(base.last_error(rc, "calibrate: building a batch")) end
         end
         list[k] = b
     end
