@@ -1,10 +1,18 @@
-/* cli.c — the `wisp` command: score, import, convert, info, devices, run, repl. */
-#include "internal.h"
+/* cli.c — the `wisp` command: score, import, convert, info, devices, run, repl.
+ * It uses wisp.h only, as any embedder does. Its one need beyond scoring, a
+ * thread per piece of a large input, is met by the engine's own pool made
+ * public (wisp_engine_run) rather than by threads of its own: the pool is
+ * already sized to the cores the engine scores with, starting a second set
+ * would oversubscribe them, and other callers that split their own work
+ * (the Python package, a Spark executor) want the same door. Cutting CSV
+ * text between records is public too (wisp_raw_csv_record_end). */
+#include "wisp.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +25,13 @@ int wisp_cli_repl(int argc, char **argv);   /* cli_lua.c */
 
 static const char *prog = "wisp";
 
-static int die(const char *fmt, ...) WISP_PRINTF(1, 2);
+#if defined(__GNUC__)
+#define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define CLI_PRINTF(a, b)
+#endif
+
+static int die(const char *fmt, ...) CLI_PRINTF(1, 2);
 static int die(const char *fmt, ...)
 {
     va_list ap;
@@ -300,7 +314,7 @@ typedef struct piece piece;
 typedef int (*piece_parse_fn)(piece *pc);
 
 struct piece {
-    wisp_batch *batch;              /* libsvm/vw rows; raw formats: the CPU transform that explains bad rows */
+    wisp_batch *batch;              /* libsvm/vw rows; NULL for raw formats */
     wisp_raw *raw;                  /* tsv/csv/jsonl rows; NULL otherwise */
     wisp_session *session;          /* one per piece: a session is one thread's at a time */
     piece_parse_fn parse;           /* the format's parse function */
@@ -313,7 +327,7 @@ struct piece {
     size_t used;                    /* bytes consumed */
     uint64_t lines;                 /* lines consumed */
     size_t rows;                    /* rows parsed */
-    int explained;                  /* raw formats: the bad rows are in batch (the transform found some) */
+    int scored_raw;                 /* raw formats: scored, so the session lists the bad rows */
     uint64_t ns_parse, ns_format;
     int status; char err[256];
 };
@@ -342,21 +356,14 @@ static int parse_jsonl_piece(piece *pc)
     return wisp_raw_parse_jsonl(pc->raw, pc->text, pc->len, pc->final, pc->max_rows, &pc->lines, &pc->used);
 }
 
-/* Raw rows: score, and when the transform found rows bad that the reader did not
- * (a NaN in a numeric column, an identity value out of range, ...), run the CPU
- * transform into the piece's batch, whose bad rows then carry every message. */
+/* Raw rows: transform and score; the session then lists every bad row of
+ * the call, the reader's and those its transform refused (a NaN in a numeric
+ * column, an identity value out of range, ...), with their messages. */
 static int score_raw_piece(piece *pc)
 {
     int st = wisp_session_score_raw(pc->session, pc->raw, pc->probs);
-    if (st != WISP_OK) return st;
-    size_t nan = 0;
-    for (size_t r = 0; r < pc->rows; r++) nan += isnan(pc->probs[r]);
-    if (nan > wisp_raw_bad_count(pc->raw)) {
-        wisp_batch_clear(pc->batch);
-        if ((st = wisp_transform(pc->raw, pc->batch)) != WISP_OK) return st;
-        pc->explained = 1;
-    }
-    return WISP_OK;
+    if (st == WISP_OK) pc->scored_raw = 1;
+    return st;
 }
 
 static void parse_piece(void *ctx, size_t i)
@@ -367,34 +374,37 @@ static void parse_piece(void *ctx, size_t i)
     pc->lines = 0;
     pc->used = 0;
     pc->olen = 0;
-    pc->explained = 0;
-    uint64_t t0 = wisp_now_ns();
+    pc->scored_raw = 0;
+    uint64_t t0 = wisp_clock_ns();
     pc->status = pc->parse(pc);
-    uint64_t t1 = wisp_now_ns();
+    uint64_t t1 = wisp_clock_ns();
     pc->ns_parse += t1 - t0;
     pc->rows = pc->raw ? wisp_raw_rows(pc->raw) : wisp_batch_rows(pc->batch);
     if (pc->status == WISP_OK && pc->rows)
         pc->status = pc->raw ? score_raw_piece(pc) : wisp_session_score(pc->session, pc->batch, pc->probs);
     if (pc->status != WISP_OK) { snprintf(pc->err, sizeof pc->err, "%s", wisp_errmsg()); return; }
-    uint64_t t2 = wisp_now_ns();
+    uint64_t t2 = wisp_clock_ns();
     char *o = pc->obuf;
     for (size_t r = 0; r < pc->rows; r++) o = fmt_prob(o, pc->probs[r]);
     pc->olen = (size_t)(o - pc->obuf);
-    pc->ns_format += wisp_now_ns() - t2;
+    pc->ns_format += wisp_clock_ns() - t2;
 }
 
-/* The piece's bad rows: from its batch (libsvm, vw, or a raw piece the transform
- * explained) or its raw columns. */
+/* The piece's bad rows: from its batch (libsvm, vw), from its session's last
+ * score_raw (raw formats: the reader's and the transform's), or, for a raw
+ * piece not scored (no rows), from its raw batch. */
 static size_t piece_bad_count(const piece *p)
 {
-    return p->raw && !p->explained ? wisp_raw_bad_count(p->raw) : wisp_batch_bad_count(p->batch);
+    if (!p->raw) return wisp_batch_bad_count(p->batch);
+    return p->scored_raw ? wisp_session_bad_count(p->session) : wisp_raw_bad_count(p->raw);
 }
 
 static int piece_bad_row(const piece *p, size_t i, uint64_t *line, const char **msg)
 {
     size_t row;
-    return p->raw && !p->explained ? wisp_raw_bad_row(p->raw, i, &row, line, msg)
-                                   : wisp_batch_bad_row(p->batch, i, &row, line, msg);
+    if (!p->raw) return wisp_batch_bad_row(p->batch, i, &row, line, msg);
+    return p->scored_raw ? wisp_session_bad_row(p->session, i, &row, line, msg)
+                         : wisp_raw_bad_row(p->raw, i, &row, line, msg);
 }
 
 static int parse_count(const char *s, const char *what, long lo, long hi, long *out)
@@ -415,7 +425,7 @@ static int write_all(FILE *f, const char *p, size_t n, const char *name)
 }
 
 /* Cut text[0..len) into at most n pieces ending at line ends (csv: at record
- * ends, never inside a quoted field: wisp__csv_record_end, tsv.c). The last piece
+ * ends, never inside a quoted field: wisp_raw_csv_record_end). The last piece
  * takes the rest when `final`, else it ends at the last '\n'. Returns the count. */
 static size_t cut_pieces(piece *pc, size_t n, const char *text, size_t len, int final, size_t piece_bytes, int csv)
 {
@@ -424,7 +434,7 @@ static size_t cut_pieces(piece *pc, size_t n, const char *text, size_t len, int 
         size_t want = pos + piece_bytes < len ? pos + piece_bytes : len, end;
         if (want >= len && final) end = len;
         else {
-            const char *nl = csv ? wisp__csv_record_end(text + pos, text + len, text + want - (want > pos ? 1 : 0), NULL)
+            const char *nl = csv ? wisp_raw_csv_record_end(text + pos, text + len, text + want - (want > pos ? 1 : 0))
                                  : memchr(text + want - (want > pos ? 1 : 0), '\n', len - want + (want > pos ? 1 : 0));
             if (!nl) {
                 if (!final) break;                  /* an incomplete last line: wait for more text */
@@ -560,7 +570,7 @@ static int cmd_score(int argc, char **argv)
     piece *pc = NULL;
     FILE *out = stdout;
     input in;
-    uint64_t bad_total = 0, rows_total = 0, line_base = 0, t_start = wisp_now_ns(), ns_write = 0;
+    uint64_t bad_total = 0, rows_total = 0, line_base = 0, t_start = wisp_clock_ns(), ns_write = 0;
     if (input_open(&in, in_path)) goto done;
     {
         named_input ins[2] = { { in.name, in.fd }, { model_path, -1 } };
@@ -601,7 +611,7 @@ static int cmd_score(int argc, char **argv)
                     : is_raw ? parse_tsv_piece : parse_libsvm_piece;
         if (wisp_session_new(eng, m, device, &pc[i].session) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
         if (i == 0) wisp_engine_set_log_level(eng, WISP_LOG_ERROR);   /* say a device fallback once, not per piece */
-        if (wisp_batch_new(eng, &pc[i].batch) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
+        if (!is_raw && wisp_batch_new(eng, &pc[i].batch) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
         if (is_raw && wisp_raw_new(eng, cols, &pc[i].raw) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
         if (is_raw && format != FMT_JSONL && schema && strcmp(schema, "header")
             && wisp_raw_set_schema(pc[i].raw, schema, delim) != WISP_OK) {
@@ -637,7 +647,7 @@ static int cmd_score(int argc, char **argv)
         }
         parse_job job = { pc };
         if (k == 1) parse_piece(&job, 0);
-        else wisp_pool_run(eng->pool, k, parse_piece, &job);
+        else wisp_engine_run(eng, k, parse_piece, &job);
         size_t advanced = 0;
         for (size_t j = 0; j < k; j++) {
             piece *p = &pc[j];
@@ -653,9 +663,9 @@ static int cmd_score(int argc, char **argv)
             }
             bad_total += nbad;
             rows_total += p->rows;
-            uint64_t w0 = wisp_now_ns();
+            uint64_t w0 = wisp_clock_ns();
             if (p->olen && write_all(out, p->obuf, p->olen, out_path ? out_path : "<stdout>")) goto done;
-            ns_write += wisp_now_ns() - w0;
+            ns_write += wisp_clock_ns() - w0;
             line_base += p->lines;
             advanced += p->used;
             if (p->used < p->len) break;   /* stopped at max_rows: the pieces after it are parsed again */
@@ -673,7 +683,7 @@ static int cmd_score(int argc, char **argv)
         fprintf(stderr, "%s: %s: %llu malformed line%s scored as nan (reported above); %llu rows in all\n", prog,
                 in.name, (unsigned long long)bad_total, bad_total == 1 ? "" : "s", (unsigned long long)rows_total);
     if (show_stats) {
-        double wall = (double)(wisp_now_ns() - t_start) / 1e9;
+        double wall = (double)(wisp_clock_ns() - t_start) / 1e9;
         uint64_t st[WISP_STAT_COUNT] = {0}, ns_parse = 0, ns_format = 0;
         for (int i = 0; i < npieces; i++) {
             for (int k = 0; k < WISP_STAT_COUNT; k++) st[k] += wisp_session_stat(pc[i].session, k);

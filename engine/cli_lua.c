@@ -1,5 +1,5 @@
 /* cli_lua.c — `wisp run SCRIPT.lua` and `wisp repl`: LuaJIT embedded, the wisp module on its path. */
-#include "internal.h"
+#include "wisp.h"
 
 #include <editline/readline.h>
 #include <errno.h>

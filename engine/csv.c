@@ -499,6 +499,13 @@ const char *wisp__csv_record_end(const char *p, const char *e, const char *want,
     return NULL;
 }
 
+const char *wisp_raw_csv_record_end(const char *text, const char *end, const char *want)
+{
+    if (!text || !end || end < text) return NULL;
+    if (!want || want < text) want = text;
+    return wisp__csv_record_end(text, end, want, NULL);
+}
+
 /* A UTF-8 byte order mark (Excel's "CSV UTF-8", pandas' utf-8-sig) */
 static const char utf8_bom[3] = { '\xEF', '\xBB', '\xBF' };
 

@@ -42,9 +42,8 @@ void *wisp_calloc(size_t n, size_t size);
 void *wisp_realloc(void *p, size_t n);
 void  wisp_free(void *p);
 char *wisp_strdup(const char *s);
-/* Test hook: fail the allocation numbered `nth` (1-based) from now; 0 disables.
- * Returns the number of allocations seen since the last call. */
-uint64_t wisp_fault_alloc_after(uint64_t nth);
+/* Test hooks (wisp_fault_alloc_after, wisp_model_read_hook, the CUDA benchmark hooks): wisp_test.h */
+#include "wisp_test.h"
 
 /* Monotonic nanoseconds. */
 uint64_t wisp_now_ns(void);
@@ -52,9 +51,9 @@ uint64_t wisp_now_ns(void);
 /* ---- thread pool (threadpool.c) ---------------------------------------- */
 
 typedef struct wisp_pool wisp_pool;
-/* fn(ctx, task) is called once for each task in [0, ntasks), spread over
- * the pool's threads and the calling thread; returns when all are done. */
-typedef void (*wisp_task_fn)(void *ctx, size_t task);
+/* fn(ctx, task) (wisp_task_fn, wisp.h) is called once for each task in
+ * [0, ntasks), spread over the pool's threads and the calling thread;
+ * returns when all are done. wisp_engine_run is the public door. */
 int  wisp_pool_new(int threads, wisp_pool **out);
 void wisp_pool_free(wisp_pool *p);
 int  wisp_pool_threads(const wisp_pool *p);
@@ -180,9 +179,6 @@ struct wisp_model {
 };
 
 void wisp_model_retain(wisp_model *m);
-/* Test hook (spec/c/test_model.c): called by the loader between its first fstat
- * and its read of the file, to change the file under the loader. NULL normally. */
-extern void (*wisp_model_read_hook)(const char *path);
 
 /* fp16 <-> fp32 (round to nearest even). */
 float    wisp_half_to_float(uint16_t h);

@@ -1,4 +1,4 @@
-/* threadpool.c — a persistent pool of worker threads that run a job's tasks alongside the caller. */
+/* threadpool.c — a persistent pool of worker threads that run a job's tasks alongside the caller; wisp_engine_run, its public door. */
 #include "internal.h"
 
 #include <errno.h>
@@ -328,4 +328,12 @@ void wisp_pool_run(wisp_pool *p, size_t ntasks, wisp_task_fn fn, void *ctx)
     p->ctx = NULL;
     pthread_mutex_unlock(&p->lock);
     pthread_mutex_unlock(&p->run_lock);
+}
+
+/* The public door to the engine's pool (wisp.h). */
+int wisp_engine_run(wisp_engine *eng, size_t ntasks, wisp_task_fn fn, void *ctx)
+{
+    if (!eng || !fn) return wisp_fail(WISP_EINVAL, "wisp_engine_run: %s is NULL", !eng ? "eng" : "fn");
+    wisp_pool_run(eng->pool, ntasks, fn, ctx);
+    return WISP_OK;
 }

@@ -112,6 +112,18 @@ void wisp_engine_free(wisp_engine *eng);
 /* CPU threads the engine scores with. */
 int  wisp_engine_threads(const wisp_engine *eng);
 
+/* Run fn(ctx, task) once for each task in [0, ntasks) on the engine's CPU
+ * threads (the calling thread works too) and return when all are done: the
+ * pool the engine scores with, so a caller that splits its own work (the
+ * CLI parses and scores pieces of a file this way) does not start threads
+ * that compete with it. Callers from several threads are served one job at
+ * a time; a task that calls wisp_engine_run (or scores on the CPU) on the
+ * same engine runs that inner work on its own thread. Tasks must not fail
+ * the call: each reports its own result through ctx. WISP_EINVAL for a NULL
+ * eng or fn (nothing run). */
+typedef void (*wisp_task_fn)(void *ctx, size_t task);
+int  wisp_engine_run(wisp_engine *eng, size_t ntasks, wisp_task_fn fn, void *ctx);
+
 /* Usable CUDA devices (discovers them on the first call; thread-safe).
  * 0 is a normal answer: no device, no driver, or a build without CUDA;
  * wisp_engine_gpu_status() then says which, in words. */
@@ -616,6 +628,13 @@ int    wisp_raw_set_schema(wisp_raw *r, const char *schema, int delim);
  * WISP_ESTATE when no schema was set. */
 int    wisp_raw_parse_tsv(wisp_raw *r, const char *text, size_t len, int final, size_t max_rows,
                           uint64_t *line_no, size_t *consumed);
+/* Where to cut CSV text between records, for a caller that parses pieces
+ * of one text in parallel: the '\n' that ends the record in force at
+ * `want` or the first one after it, scanning from `text` (a record's start)
+ * to `end`; a quoted field's newlines are data (RFC 4180). NULL when the
+ * text ends first (the record is unfinished). TSV and JSON lines end every
+ * record at the next '\n' (memchr). Thread-safe, allocates nothing. */
+const char *wisp_raw_csv_record_end(const char *text, const char *end, const char *want);
 /* JSON lines: one object per line, {"age": 37, "city": "Paris", "tags": ["a", "b"]};
  * null is a missing value, an array holds a sparse input's values; an
  * unknown key, a value of the wrong type, invalid JSON or invalid UTF-8
