@@ -322,6 +322,19 @@ def _native(a, kinds, what):
 _sparse_types = {}       # type -> whether it is a scipy.sparse matrix/array (asked once per type)
 
 
+_csr_types = {}          # type -> whether it is a scipy.sparse CSR matrix/array (asked once per type)
+_empty = np.empty
+_f32 = np.float32
+
+
+def _is_scipy_csr(X):
+    t = type(X)
+    known = _csr_types.get(t)
+    if known is None:
+        known = _csr_types[t] = _is_scipy_sparse(X) and getattr(X, "format", None) == "csr"
+    return known
+
+
 def _is_scipy_sparse(X):
     t = type(X)
     known = _sparse_types.get(t)
@@ -398,11 +411,27 @@ class Session:
         errors="nan" (default): bad rows score NaN and are listed in
         self.last_errors as (row, reason); errors="raise": BadRowError for
         the first bad row (self.last_errors still lists them all)."""
-        if errors not in ("nan", "raise"):
+        if errors != "nan" and errors != "raise":
             raise ValueError('errors must be "nan" or "raise", not %r' % (errors,))
-        with self._lock:
-            out, bad = self._score_locked(X)
-            self.last_errors = bad
+        bad = None
+        if _is_scipy_csr(X):
+            # the small-batch fast path: one type lookup, one output array, one C call
+            out = _empty(X.shape[0], _f32)
+            with self._lock:
+                s = self._s
+                if s is None:
+                    raise StateError("the session is closed")
+                try:
+                    bad = s.score_csr(X.indptr, X.indices, X.data, out)
+                except (TypeError, BufferError, ValueError) as e:
+                    if isinstance(e, WispError):
+                        raise
+                    out, bad = self._score_locked(X)       # a layout the C side does not read: convert
+                self.last_errors = bad
+        else:
+            with self._lock:
+                out, bad = self._score_locked(X)
+                self.last_errors = bad
         if bad and errors == "raise":
             row, reason = bad[0]
             raise BadRowError(row, reason, bad)

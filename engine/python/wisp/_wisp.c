@@ -516,10 +516,14 @@ void wisp__py_finish_bad(bad_list *bad, float *out, size_t rows)
  * integer types (or not starting at 0: a slice of a larger CSR), indices of
  * other integer types (negative: a bad row; >= 2^32: out of range),
  * values of float64 or integer types. */
-static PyObject *Session_score_csr(SessionObject *self, PyObject *args)
+static PyObject *Session_score_csr(SessionObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *o_ptr, *o_idx, *o_val, *o_out;
-    if (!PyArg_ParseTuple(args, "OOOO", &o_ptr, &o_idx, &o_val, &o_out)) return NULL;
+    /* METH_FASTCALL: the 10-row path pays no argument tuple */
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "score_csr(indptr, indices, values|None, out): 4 arguments, %zd given", nargs);
+        return NULL;
+    }
+    PyObject *o_ptr = args[0], *o_idx = args[1], *o_val = args[2], *o_out = args[3];
     arg_buf bp, bi, bv, bo;
     memset(&bv, 0, sizeof bv); memset(&bi, 0, sizeof bi); memset(&bo, 0, sizeof bo);
     PyObject *result = NULL;
@@ -826,7 +830,7 @@ static PyObject *Session_set_device(SessionObject *self, PyObject *args)
 }
 
 static PyMethodDef Session_methods[] = {
-    { "score_csr",    (PyCFunction)Session_score_csr,    METH_VARARGS, "score_csr(indptr, indices, values|None, out) -> bad rows" },
+    { "score_csr",    (PyCFunction)(void (*)(void))Session_score_csr, METH_FASTCALL, "score_csr(indptr, indices, values|None, out) -> bad rows" },
     { "score_dense",  (PyCFunction)Session_score_dense,  METH_VARARGS, "score_dense(X, out) -> bad rows" },
     { "score_raw",    (PyCFunction)wisp__py_score_raw,   METH_VARARGS, "score_raw(cols, rows, out) -> bad rows (raw rows; _wisp_raw.c)" },
     { "parse_libsvm", (PyCFunction)Session_parse_libsvm, METH_O,       "parse_libsvm(data) -> rows" },

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""bench_python.py — the Python package's call overhead and large-batch cost against the C API, with peers in the same run.
+
+    python scripts/bench/bench_python.py [--build build] [--record] [--repeats 7]
+
+Run with the Python of a venv where the package is installed (spec/python/run.sh
+makes one: $WISP_BUILD/py-venv/bin/python). Measured, interleaved so machine load
+hits every contender alike (best of --repeats rounds each):
+  - 10 rows x 39 features (float32 values, int32 CSR), a 2^16-weight model:
+    C (scripts/bench/bench_python_c.c, compiled here against $BUILD/libwisp.a:
+    wisp_batch_wrap + wisp_session_score in a C loop), Session.score(csr) from
+    Python, scikit-learn predict_proba on the same CSR (a LogisticRegression
+    holding the same weights), ONNX Runtime's LinearClassifier (dense input: its
+    only form) and TensorFlow's predict when tensorflow is importable;
+  - 200k rows from a scipy CSR (int32 indices, float32 data): C vs Python, and the
+    bytes Python allocates during the call (tracemalloc peak: the output array
+    and nothing proportional to the input means no copy).
+Writes JSON to $BUILD/bench_python.json, or scripts/results/bench_python.json with --record.
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+
+import numpy as np
+import scipy.sparse as sp
+
+import wisp
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NF = 1 << 16
+K = 39
+
+
+def rows_csr(n, seed):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, NF, size=(n, K), dtype=np.int32)
+    ids.sort(axis=1)
+    indptr = np.arange(0, n * K + 1, K, dtype=np.int32)
+    data = rng.random(n * K, dtype=np.float32) + 0.5
+    return sp.csr_matrix((data, ids.reshape(-1), indptr), shape=(n, NF))
+
+
+def best_per_call(f, iters, rounds=1):
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter_ns()
+        for _ in range(iters):
+            f()
+        best = min(best, (time.perf_counter_ns() - t0) / iters)
+    return best
+
+
+def c_timer(build, tmp):
+    exe = os.path.join(tmp, "bench_python_c")
+    subprocess.run(["cc", "-O2", "-I" + os.path.join(ROOT, "engine/include"),
+                    os.path.join(ROOT, "scripts/bench/bench_python_c.c"), os.path.join(build, "libwisp.a"),
+                    "-lxxhash", "-lm", "-lpthread", "-ldl", "-lrt", "-o", exe], check=True)
+
+    def run(model, X, iters):
+        base = os.path.join(tmp, "x%d" % X.shape[0])
+        X.indptr.astype(np.uint32).tofile(base + ".rp")
+        X.indices.astype(np.uint32).tofile(base + ".id")
+        X.data.astype(np.float32).tofile(base + ".v")
+        r = subprocess.run([exe, model, base + ".rp", base + ".id", base + ".v", str(iters), "3", "0"],
+                           check=True, capture_output=True, text=True)
+        return json.loads(r.stdout)["best_ns_per_call"]
+    return run
+
+
+def machine():
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip()
+    except OSError:
+        commit = "?"
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
+            "commit": commit, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.environ.get("WISP_BUILD", os.path.join(ROOT, "build")))
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--record", action="store_true")
+    args = ap.parse_args()
+    build = os.path.abspath(args.build)
+    tmp = tempfile.mkdtemp(prefix="bench_python.")
+    rng = np.random.default_rng(0)
+    w = rng.normal(0, 0.3, NF).astype(np.float32)
+    model_path = os.path.join(tmp, "m.wisp")
+    wisp.write_model(model_path, w, 0.1)
+    session = wisp.load(model_path).session("cpu")
+    crun = c_timer(build, tmp)
+    small, big = rows_csr(10, 1), rows_csr(200_000, 2)
+
+    peers = {}
+    try:
+        from sklearn.linear_model import LogisticRegression
+        lr = LogisticRegression()
+        lr.coef_, lr.intercept_, lr.classes_ = w[None, :].astype(np.float64), np.array([0.1]), np.array([0, 1])
+        assert np.max(np.abs(lr.predict_proba(small)[:, 1] - session.score(small))) < 1e-5
+        peers["sklearn_predict_proba_csr"] = lambda: lr.predict_proba(small)
+    except ImportError:
+        pass
+    try:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+        node = helper.make_node("LinearClassifier", ["X"], ["label", "p"], domain="ai.onnx.ml",
+                                coefficients=np.concatenate([-w, w]).tolist(), intercepts=[-0.1, 0.1],
+                                classlabels_ints=[0, 1], post_transform="LOGISTIC")
+        g = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, NF])],
+                              [helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
+                               helper.make_tensor_value_info("p", TensorProto.FLOAT, [None, 2])])
+        onx = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        osess = ort.InferenceSession(onx.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        dense = small.toarray()
+        assert np.max(np.abs(osess.run(["p"], {"X": dense})[0][:, 1] - session.score(small))) < 1e-5
+        peers["onnxruntime_linear_classifier_dense"] = lambda: osess.run(["p"], {"X": dense})
+    except ImportError:
+        pass
+    tf_note = None
+    try:
+        import tensorflow as tf  # noqa: F401
+        tf_note = "tensorflow importable but its peer is not written yet"
+    except ImportError:
+        tf_note = "tensorflow not installed in this venv: no framework-session peer"
+
+    res = {"c_ns": [], "python_ns": [], "python_tuple_ns": []}
+    res.update({k + "_ns": [] for k in peers})
+    big_c, big_py = [], []
+    tuple_small = (small.indptr, small.indices, small.data)
+    for _ in range(args.repeats):
+        res["c_ns"].append(crun(model_path, small, 20000))
+        res["python_ns"].append(best_per_call(lambda: session.score(small), 20000))
+        res["python_tuple_ns"].append(best_per_call(lambda: session.score(tuple_small), 20000))
+        for k, f in peers.items():
+            res[k + "_ns"].append(best_per_call(f, 200))
+        big_c.append(crun(model_path, big, 5))
+        big_py.append(best_per_call(lambda: session.score(big), 5))
+    tracemalloc.start()
+    session.score(big)
+    tracemalloc.reset_peak()
+    before = tracemalloc.get_traced_memory()[0]
+    session.score(big)
+    peak = tracemalloc.get_traced_memory()[1] - before
+    tracemalloc.stop()
+
+    best = {k: min(v) for k, v in res.items()}
+    out = {
+        "script": "scripts/bench/bench_python.py", "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "machine": machine(), "model": {"num_features": NF, "dtype": "f32"},
+        "small": {"rows": 10, "features_per_row": K, "best_ns_per_call": best,
+                  "python_minus_c_ns": best["python_ns"] - best["c_ns"], "target": "python within 1500 ns of C",
+                  "rounds": res},
+        "large": {"rows": big.shape[0], "nnz": int(big.nnz), "c_best_ns": min(big_c), "python_best_ns": min(big_py),
+                  "python_over_c": min(big_py) / min(big_c), "target": "within 1.05x of C",
+                  "python_bytes_allocated_during_call": int(peak), "output_bytes": 4 * big.shape[0],
+                  "input_bytes": int(big.indptr.nbytes + big.indices.nbytes + big.data.nbytes),
+                  "rounds_c_ns": big_c, "rounds_python_ns": big_py},
+        "notes": [tf_note, "interleaved rounds, best of each; C and Python use one engine thread per core",
+                  "onnxruntime's LinearClassifier takes dense rows only (10 x 65536 float32 per call)"],
+    }
+    path = os.path.join(ROOT, "scripts/results/bench_python.json") if args.record else os.path.join(build, "bench_python.json")
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+    print(json.dumps({"small_best_ns": best, "large": {k: out["large"][k] for k in
+                      ("c_best_ns", "python_best_ns", "python_over_c", "python_bytes_allocated_during_call")}}, indent=1))
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+/* bench_python_c.c — the C side of scripts/bench/bench_python.py: times wisp_batch_wrap + wisp_session_score over CSR arrays read from files, in a C loop.
+ *
+ *   bench_python_c MODEL ROWPTR.u32 IDS.u32 VALS.f32 ITERS REPEATS THREADS
+ *
+ * The arrays are the ones the Python side scores (written raw by bench_python.py).
+ * Prints one JSON object: {"rows", "nnz", "best_ns_per_call", "median_ns_per_call"} over REPEATS
+ * runs of ITERS calls each, the same work Session.score does per call in C
+ * (wrap the caller's arrays, score, free the wrapper).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wisp.h"
+
+static void *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) { perror(path); exit(2); }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *p = malloc(n ? (size_t)n : 1);
+    if (!p || fread(p, 1, (size_t)n, f) != (size_t)n) { fprintf(stderr, "%s: read failed\n", path); exit(2); }
+    fclose(f);
+    *len = (size_t)n;
+    return p;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 8) {
+        fprintf(stderr, "usage: %s MODEL ROWPTR.u32 IDS.u32 VALS.f32 ITERS REPEATS THREADS\n", argv[0]);
+        return 2;
+    }
+    size_t lp, li, lv;
+    uint32_t *row_ptr = slurp(argv[2], &lp), *ids = slurp(argv[3], &li);
+    float *vals = slurp(argv[4], &lv);
+    size_t rows = lp / 4 - 1;
+    long iters = atol(argv[5]), repeats = atol(argv[6]);
+    wisp_engine *eng; wisp_model *m; wisp_session *s;
+    if (wisp_engine_new(atoi(argv[7]), &eng) || wisp_model_load(eng, argv[1], &m) ||
+        wisp_session_new(eng, m, "cpu", &s)) {
+        fprintf(stderr, "%s\n", wisp_errmsg());
+        return 1;
+    }
+    float *out = malloc(rows * sizeof *out);
+    uint64_t *t = malloc((size_t)repeats * sizeof *t);
+    for (long rep = -1; rep < repeats; rep++) {          /* rep -1: warm-up */
+        uint64_t t0 = wisp_clock_ns();
+        for (long i = 0; i < iters; i++) {
+            wisp_batch *b;
+            if (wisp_batch_wrap(eng, rows, row_ptr, ids, NULL, vals, &b) || wisp_session_score(s, b, out)) {
+                fprintf(stderr, "%s\n", wisp_errmsg());
+                return 1;
+            }
+            wisp_batch_free(b);
+        }
+        if (rep >= 0) t[rep] = (wisp_clock_ns() - t0) / (uint64_t)iters;
+    }
+    qsort(t, (size_t)repeats, sizeof *t, cmp_u64);
+    printf("{\"rows\": %zu, \"nnz\": %u, \"best_ns_per_call\": %llu, \"median_ns_per_call\": %llu, \"checksum\": %.9g}\n",
+           rows, row_ptr[rows], (unsigned long long)t[0], (unsigned long long)t[repeats / 2], (double)out[0]);
+    wisp_session_free(s);
+    wisp_model_free(m);
+    wisp_engine_free(eng);
+    return 0;
+}
