@@ -129,6 +129,22 @@ if [ -f spec/python/run.sh ] && [ "${WISP_PYTHON:-1}" != 0 ]; then
     if [ "$f" -ne 0 ]; then sed 's/^/    /' "$log" | tail -n 60; fail_recap "python (spec/python): $f failed"; fi
 fi
 
+# the Java binding (spec/java/run.sh: JUnit 5 against $build/wisp.jar; prints "java: N passed, N failed" last;
+# WISP_JAVA=0 skips it; a build without the jar, e.g. no JDK, counts as one failure with the reason)
+if [ -f spec/java/run.sh ] && [ "${WISP_JAVA:-1}" != 0 ]; then
+    start=$(date +%s)
+    sh spec/java/run.sh >"$log" 2>&1
+    rc=$?
+    line=$(grep -aE "^java: [0-9]+ passed, [0-9]+ failed" "$log" | tail -n 1)
+    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
+    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+    if [ -z "$line" ]; then p=0; f=1; fi
+    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    passed=$((passed + p)); failed=$((failed + f))
+    printf '%-24s %5d passed, %d failed  (%ds)\n' "java (spec/java)" "$p" "$f" $(( $(date +%s) - start ))
+    if [ "$f" -ne 0 ]; then grep -a -v "✔" "$log" | sed 's/^/    /' | tail -n 60; fail_recap "java (spec/java): $f failed"; fi
+fi
+
 # libwisp.so exports exactly the functions of wisp.h (+ the test hooks of the Makefile): each one defined
 if [ -f "$build/libwisp.map" ] && command -v nm >/dev/null 2>&1; then
     want=$(grep -oE '^wisp_[a-z0-9_]+' "$build/libwisp.map" | sort -u)

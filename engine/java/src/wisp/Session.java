@@ -258,9 +258,7 @@ public final class Session implements AutoCloseable {
 
     private CompletableFuture<float[]> submitTask(LongFunction<String[]> work, float[] out) {
         if (state.closing) throw new WispException(WispException.ESTATE, "session is closed");
-        if (state.busy.get())
-            throw new WispException(WispException.ESTATE,
-                    "the session is in use by another thread (a session is used by one thread at a time)");
+        // a call another thread is making now fails this batch's future with ESTATE (enterWorker)
         CompletableFuture<float[]> f = new CompletableFuture<>();
         state.pending.incrementAndGet();
         try {
