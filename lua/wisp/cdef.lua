@@ -32,6 +32,8 @@ typedef struct wisp_engine wisp_engine;
 int  wisp_engine_new(int threads, wisp_engine **out);
 void wisp_engine_free(wisp_engine *eng);
 int  wisp_engine_threads(const wisp_engine *eng);
+typedef void (*wisp_task_fn)(void *ctx, size_t task);
+int  wisp_engine_run(wisp_engine *eng, size_t ntasks, wisp_task_fn fn, void *ctx);
 int  wisp_engine_gpu_count(wisp_engine *eng);
 const char *wisp_engine_gpu_status(wisp_engine *eng);
 const char *wisp_engine_gpu_name(wisp_engine *eng, int i);
@@ -143,6 +145,7 @@ int    wisp_raw_row_end(wisp_raw *r);
 int    wisp_raw_set_schema(wisp_raw *r, const char *schema, int delim);
 int    wisp_raw_parse_tsv(wisp_raw *r, const char *text, size_t len, int final, size_t max_rows,
                           uint64_t *line_no, size_t *consumed);
+const char *wisp_raw_csv_record_end(const char *text, const char *end, const char *want);
 int    wisp_raw_parse_jsonl(wisp_raw *r, const char *text, size_t len, int final, size_t max_rows,
                             uint64_t *line_no, size_t *consumed);
 int    wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **row_ptr, const void **values,
