@@ -57,6 +57,7 @@ build = {
       ["wisp.nginx.answer"] = "lua/wisp/nginx/answer.lua",
       ["wisp.nginx.metrics"] = "lua/wisp/nginx/metrics.lua",
       ["wisp.nginx.predict"] = "lua/wisp/nginx/predict.lua",
+      ["wisp.nginx.score"] = "lua/wisp/nginx/score.lua",
       ["wisp.nginx.thread"] = "lua/wisp/nginx/thread.lua",
       ["wisp.nginx.worker"] = "lua/wisp/nginx/worker.lua",
       ["wisp.nginx.routes"] = "lua/wisp/nginx/routes.lua",

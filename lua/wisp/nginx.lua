@@ -24,6 +24,7 @@
 --   answer.lua     the answer's JSON (put_num), UTF-8 cleaning
 --   metrics.lua    counters, histograms, the shared dict, the Prometheus text
 --   predict.lua    :predict in each mode (inline, async, thread, auto; the batcher)
+--   score.lua      the one scoring route of the worker and the thread VM (score_raw, bad rows)
 --   thread.lua     the thread pool's VM (mode thread)
 --   worker.lua     init_worker: engine, models, mode, timers
 --   routes.lua     the endpoints and their metadata answers

@@ -12,19 +12,12 @@ local M = {}
 
 -- the device stages of the session's last call (profiling is on): ns
 local STAGES = { "ns_h2d", "ns_kernel", "ns_d2h", "ns_sync", "ns_total" }
-local stage_idx = {}
 
-local function stage_index(name)
-    if not next(stage_idx) then
-        for i, nm in pairs(S.wisp.stat_names) do stage_idx[nm] = i end
-    end
-    return stage_idx[name]
-end
+local function stage_index(name) return S.wisp.stat_index[name] end
 
 local function last_stages(s)
-    local h = s._h
     local t = {}
-    for _, name in ipairs(STAGES) do t[name] = tonumber(S.C.wisp_session_last_stat(h, stage_index(name))) end
+    for _, name in ipairs(STAGES) do t[name] = s:last_stat(stage_index(name)) end
     return t
 end
 

@@ -49,10 +49,10 @@ local function open_entry(name, path, device, opts)
             e.spec = spec
             e.inputs = spec:input_list()
             e.slices = spec:slices()
-            e.tr = assert(spec:transformer(S.engine))
+            e.tr = assert(spec:raw_batch(S.engine))
         end
         e.session = assert(model:session(device))
-        S.C.wisp_session_set_profiling(e.session._h, 1)
+        e.session:set_profiling(true)
         e.batch = assert(S.engine:batch())
         e.outcap = 1024
         e.out = float_buf(e.outcap)
@@ -114,7 +114,7 @@ local function attach_batcher(e)
     local batcher = require "wisp.batcher"
     local s, err = e.model:session(e.device_asked)
     if not s then return nil, err end
-    S.C.wisp_session_set_profiling(s._h, 1)
+    s:set_profiling(true)
     e.bsession = s
     local name = e.name
     -- the batcher's target: the session, with every batch observed for the metrics

@@ -11,36 +11,48 @@ local I = require "wisp.nginx.instances"
 local A = require "wisp.nginx.answer"
 local MD = require "wisp.nginx.models"
 
-local type, tostring, tonumber, pcall, assert = type, tostring, tonumber, pcall, assert
+local type, tostring, tonumber, pairs, pcall, assert = type, tostring, tonumber, pairs, pcall, assert
 local send, fail, method_not_allowed, body_kind = H.send, H.fail, H.method_not_allowed, H.body_kind
 local inc, lbl, observe, record, series = MT.inc, MT.lbl, MT.observe, MT.record, MT.series
 local STAGES, STAGE_LABEL, stage_index = MT.STAGES, MT.STAGE_LABEL, MT.stage_index
-local parse_into, c_error, batch_bad_rows = R.parse_into, R.c_error, R.batch_bad_rows
+local parse_into, batch_bad_rows = R.parse_into, R.batch_bad_rows
+local score = require("wisp.nginx.score").score
 local instance_errors, inst_firsts, inst_starts = I.instance_errors, I.firsts, I.starts
 local encode_answer, float_buf = A.encode_answer, MD.float_buf
 local log = S.log
 
 local M = {}
 
--- FIFO of submitted batches on a session (mode = "async"): each light thread waits
--- only for its own batch, completing older ones (and waking their owners) on the way.
+-- mode = "async": session:submit, a yield (other requests run while the device works), then
+-- session:wait until this request's batch is done. The session's queue (the C ring's mirror)
+-- is the one FIFO: wait() answers the batch C completed, whose owner (e.waiting[batch]) is
+-- woken, so each light thread waits only for its own batch, completing older ones on the way.
 local function score_async(e, b, out)
     local s = e.session
     local ok, err = s:submit(b, out)
     if not ok then return nil, err end
-    local q = e.pending
-    if not q then q = { first = 1, last = 0 }; e.pending = q end
-    local tk = { done = false }
-    q.last = q.last + 1
-    q[q.last] = tk
-    ngx.sleep(0)                               -- let other requests run while the device works
+    local waiting = e.waiting
+    if not waiting then waiting = {}; e.waiting = waiting end
+    local seq = (e.submitted or 0) + 1
+    e.submitted = seq
+    local tk = { done = false, seq = seq }
+    waiting[b] = tk
+    ngx.sleep(0)
     while not tk.done do
-        local head = q[q.first]
         local done, werr = s:wait()
-        q[q.first] = nil
-        q.first = q.first + 1
-        head.done, head.err = true, (not done) and tostring(werr) or nil
-        if head.sema then head.sema:post(1) end
+        local owner_b = done
+        if not done then
+            -- a failed wait took the oldest batch in flight: the lowest submission number
+            for wb, t in pairs(waiting) do
+                if not owner_b or t.seq < waiting[owner_b].seq then owner_b = wb end
+            end
+        end
+        local owner = owner_b and waiting[owner_b]
+        if owner then
+            waiting[owner_b] = nil
+            owner.done, owner.err = true, (not done) and tostring(werr) or nil
+            if owner.sema then owner.sema:post(1) end
+        end
         if not tk.done then
             tk.sema = tk.sema or require("ngx.semaphore").new(0)
             tk.sema:wait(60)
@@ -202,10 +214,10 @@ predict_entry = function(e, slot, name, kind, body, blen, mode)
     local raw = extra == true               -- the rows are in e.tr, not yet transformed
     if raw and n == 1 and e.batcher and not (bad and bad[0]) then
         -- one row for the batcher, which takes feature ids: transform it here
-        local rc = S.C.wisp_transform(e.tr._h, b._h)
-        if rc ~= 0 then
+        local ok, terr = e.tr:transform(b)
+        if not ok then
             put_batch(e, b)
-            return fail(500, "transform: " .. c_error(rc))
+            return fail(500, tostring(terr))
         end
         errs, bad = batch_bad_rows(b, true)
         if kind == "json" then errs = instance_errors(errs, inst_firsts(), inst_starts()) end
@@ -248,59 +260,29 @@ predict_entry = function(e, slot, name, kind, body, blen, mode)
         local one = ffi.new("float[1]", p)
         status, text = encode_answer(e, 1, one, bad, errs, e.bsession:last_device())
     else
-        if n > e.outcap then e.outcap = n * 2; e.out = float_buf(e.outcap) end
-        local out, err
-        local sh = e.session._h
+        local out, err, added
+        local sess = e.session
         if cfg.mode == "async" then
-            out = float_buf(n)
-            out, err = score_async(e, b, out)
+            out, err = score_async(e, b, float_buf(n))
+            if not out then err = "score: " .. tostring(err) end
         else
-            -- the C call straight (the checks of session:score are ours to make: b is
-            -- this entry's engine's batch, e.out holds n floats)
-            local rc
-            if raw then rc = S.C.wisp_session_score_raw(sh, e.tr._h, e.out)
-            else rc = S.C.wisp_session_score(sh, b._h, e.out) end
-            if rc == 0 then out = e.out else err = c_error(rc) end
-            if out and raw then
-                -- a row the transform found bad (not bad in the raw batch) scores NaN:
-                -- rare, so only then is the CPU transform run, for its messages
-                local nb0, explained = errs and #errs or 0, false
-                for i = 0, n - 1 do
-                    local p = out[i]
-                    if p ~= p and not (bad and bad[i]) then
-                        if not explained then
-                            explained = true
-                            if S.C.wisp_transform(e.tr._h, b._h) == 0 then
-                                local terrs, tbad = batch_bad_rows(b, true)
-                                -- an {"instances"} body: said in its terms (the scanner's
-                                -- buffers still hold this body's: nothing yielded since)
-                                if kind == "json" then terrs = instance_errors(terrs, inst_firsts(), inst_starts()) end
-                                if terrs then errs, bad = terrs, tbad end
-                            end
-                        end
-                        if not (bad and bad[i]) then
-                            errs, bad = errs or {}, bad or {}
-                            errs[#errs + 1] = { index = i, error = "the row scored NaN" }
-                            bad[i] = true
-                        end
-                    end
-                end
-                if explained and #errs > nb0 then inc("wisp_row_errors_total", lbl(name), #errs - nb0) end
-            end
+            out, errs, bad, added = score(e, b, kind, n, errs, bad, raw)
+            if not out then err = errs
+            elseif added > 0 then inc("wisp_row_errors_total", lbl(name), added) end
         end
         if not out then
             put_batch(e, b)
             inc("wisp_errors_total", 'kind="score"')
-            return fail(500, "score: " .. tostring(err))
+            return fail(500, tostring(err))
         end
         record(ps.rows, n)
         local stages, sidx = ps.stages, ps.stage_idx
-        record(stages[1], tonumber(S.C.wisp_session_last_stat(sh, sidx[1])) * 1e-9)
-        record(stages[2], tonumber(S.C.wisp_session_last_stat(sh, sidx[2])) * 1e-9)
-        record(stages[3], tonumber(S.C.wisp_session_last_stat(sh, sidx[3])) * 1e-9)
-        record(stages[4], tonumber(S.C.wisp_session_last_stat(sh, sidx[4])) * 1e-9)
-        record(stages[5], tonumber(S.C.wisp_session_last_stat(sh, sidx[5])) * 1e-9)
-        status, text = encode_answer(e, n, out, bad, errs, ffi.string(S.C.wisp_session_last_device(sh)))
+        record(stages[1], sess:last_stat(sidx[1]) * 1e-9)
+        record(stages[2], sess:last_stat(sidx[2]) * 1e-9)
+        record(stages[3], sess:last_stat(sidx[3]) * 1e-9)
+        record(stages[4], sess:last_stat(sidx[4]) * 1e-9)
+        record(stages[5], sess:last_stat(sidx[5]) * 1e-9)
+        status, text = encode_answer(e, n, out, bad, errs, sess:last_device())
         put_batch(e, b)
     end
     if status ~= 200 then inc("wisp_errors_total", 'kind="all_rows_bad"') end

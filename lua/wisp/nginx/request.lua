@@ -12,45 +12,41 @@ local instances_as_lines, long_number_runs, instance_errors = I.instances_as_lin
 
 local M = {}
 
-local line_box, used_box                    -- out-arguments of wisp_batch_parse_libsvm / wisp_raw_parse_jsonl
-local bad_row_box, bad_line_box, bad_msg_box -- out-arguments of wisp_raw_bad_row
-
-local function c_error(rc)
-    local msg = ffi.string(S.C.wisp_errmsg())
-    if msg == "" then msg = ffi.string(S.C.wisp_strerror(rc)) end
-    return msg
-end
-
--- the bad rows of a raw batch h -> errs (list of {index, error, line}), bad (set), or nil
--- when there is none
-local function raw_bad_rows(h)
-    local nb = tonumber(S.C.wisp_raw_bad_count(h))
-    if nb == 0 then return nil, nil end
-    if not bad_row_box then
-        bad_row_box, bad_line_box, bad_msg_box = ffi.new("size_t[1]"), ffi.new("uint64_t[1]"), ffi.new("const char *[1]")
-    end
+-- a list of {row, line, msg} (the Lua layer's bad rows) -> errs (list of {index, error[,
+-- line]}), bad (set: 0-based index -> true); nil, nil for none
+local function errs_of(list, with_line)
+    if not list or #list == 0 then return nil, nil end
     local errs, bad = {}, {}
-    for i = 0, nb - 1 do
-        if S.C.wisp_raw_bad_row(h, i, bad_row_box, bad_line_box, bad_msg_box) == 0 then
-            local r = tonumber(bad_row_box[0])
-            errs[#errs + 1] = { index = r, line = tonumber(bad_line_box[0]), error = ffi.string(bad_msg_box[0]) }
-            bad[r] = true
-        end
-    end
-    return errs, bad
-end
-
--- the bad rows of a batch b (after the transform: the raw rows' and the transform's own)
-local function batch_bad_rows(b, with_line)
-    if tonumber(S.C.wisp_batch_bad_count(b._h)) == 0 then return nil, nil end
-    local errs, bad = {}, {}
-    for _, r in ipairs(b:bad_rows()) do
+    for _, r in ipairs(list) do
         errs[#errs + 1] = { index = r.row, line = with_line and r.line or nil, error = r.msg }
         bad[r.row] = true
     end
     return errs, bad
 end
 
+-- the bad rows of a raw batch (its parser's) -> errs, bad, or nil when there is none
+local function raw_bad_rows(tr)
+    if tr:bad_count() == 0 then return nil, nil end
+    return errs_of(tr:bad_rows(), true)
+end
+
+-- the bad rows of a batch b (after the transform: the raw rows' and the transform's own)
+local function batch_bad_rows(b, with_line)
+    if b:bad_count() == 0 then return nil, nil end
+    return errs_of(b:bad_rows(), with_line)
+end
+
+-- JSON lines (a body's, or the scanner's lines of its instances) into the entry's reused
+-- raw batch: -> rows, or nil, the parser's message
+local function parse_raw(tr, ptr, len, max_rows)
+    tr:clear()
+    local ok, err = tr:parse_jsonl_buf(ptr, len, max_rows + 1)
+    if not ok then return nil, err end
+    return tr:rows()
+end
+
+-- JSON values as cjson decodes them (lua-cjson 2.1 marks no arrays): a list is a table
+-- whose keys are exactly 1..#t (an empty table counts as a list: {} and [] decode alike);
 -- an object any other table (an empty one too)
 local function json_is_list(t)
     local n = #t
@@ -99,49 +95,31 @@ local function parse_into(e, b, kind, body, max_rows, raw_ok, blen)
             return nil, 415, "application/x-ndjson (JSON lines of raw inputs) needs a model with feature columns;"
                 .. " use application/json {\"instances\": [{\"ids\": [...], \"vals\": [...]}]} or text/x-libsvm"
         end
-        if not line_box then line_box, used_box = ffi.new("uint64_t[1]"), ffi.new("size_t[1]") end
-        local h = tr._h
-        S.C.wisp_raw_clear(h)
-        line_box[0] = 0
-        local rc = S.C.wisp_raw_parse_jsonl(h, body, blen, 1, max_rows + 1, line_box, used_box)
-        if rc ~= 0 then return nil, 400, "cannot parse the JSON lines body: parse_jsonl: " .. c_error(rc) end
-        local n = tonumber(S.C.wisp_raw_rows(h))
+        local n, perr = parse_raw(tr, body, blen, max_rows)
+        if not n then return nil, 400, "cannot parse the JSON lines body: " .. tostring(perr) end
         if n > max_rows then
             return nil, 413, fmt("too many rows: more than %d in one request", max_rows), { limit_rows = max_rows }
         end
         if n == 0 then return nil, 400, "empty request: no rows in the JSON lines body" end
         if raw_ok then
-            local errs, bad = raw_bad_rows(h)
+            local errs, bad = raw_bad_rows(tr)
             return n, errs, bad, true
         end
-        rc = S.C.wisp_transform(h, b._h)
-        if rc ~= 0 then return nil, 500, "transform: " .. c_error(rc) end
+        local ok, terr = tr:transform(b)
+        if not ok then return nil, 500, tostring(terr) end
         local errs, bad = batch_bad_rows(b, true)
         return n, errs, bad
     end
     if kind == "libsvm" then
-        -- the C parser straight (batch:parse_libsvm checks its arguments and makes an
-        -- options table: a few µs a request in nginx's mostly interpreted handler)
-        if not line_box then line_box, used_box = ffi.new("uint64_t[1]"), ffi.new("size_t[1]") end
-        local h = b._h
-        line_box[0] = 0
-        local rc = S.C.wisp_batch_parse_libsvm(h, body, blen, 1, max_rows + 1, line_box, used_box)
-        if rc ~= 0 then
-            local msg = ffi.string(S.C.wisp_errmsg())
-            if msg == "" then msg = ffi.string(S.C.wisp_strerror(rc)) end
-            return nil, 400, "cannot parse the libsvm body: parse_libsvm: " .. msg
-        end
-        local n = tonumber(S.C.wisp_batch_rows(h))
+        -- parse_libsvm_buf: the hot-path form (positional arguments, no options table)
+        local n, perr = b:parse_libsvm_buf(body, blen, max_rows + 1)
+        if not n then return nil, 400, "cannot parse the libsvm body: " .. tostring(perr) end
         if n > max_rows then
             return nil, 413, fmt("too many rows: more than %d in one request", max_rows), { limit_rows = max_rows }
         end
         if n == 0 then return nil, 400, "empty request: no rows in the libsvm body" end
-        if tonumber(S.C.wisp_batch_bad_count(h)) == 0 then return n end
-        local errs, bad = {}, {}
-        for _, r in ipairs(b:bad_rows()) do
-            errs[#errs + 1] = { index = r.row, line = r.line, error = r.msg }
-            bad[r.row] = true
-        end
+        if b:bad_count() == 0 then return n end
+        local errs, bad = batch_bad_rows(b, true)
         return n, errs, bad
     end
     local tr = e.tr
@@ -161,26 +139,20 @@ local function parse_into(e, b, kind, body, max_rows, raw_ok, blen)
         if nobj > max_rows then
             return nil, 413, fmt("too many rows: %d in one request (limit %d)", nobj, max_rows), { limit_rows = max_rows }
         end
-        if not line_box then line_box, used_box = ffi.new("uint64_t[1]"), ffi.new("size_t[1]") end
-        local h = tr._h
-        S.C.wisp_raw_clear(h)
-        line_box[0] = 0
-        local rc = S.C.wisp_raw_parse_jsonl(h, ptr, len, 1, max_rows + 1, line_box, used_box)
-        if rc ~= 0 then return nil, 500, "cannot parse the instances: parse_jsonl: " .. c_error(rc) end
-        local n = tonumber(S.C.wisp_raw_rows(h))
+        local n, perr = parse_raw(tr, ptr, len, max_rows)
+        if not n then return nil, 500, "cannot parse the instances: " .. tostring(perr) end
         if n ~= nobj then return nil, 500, fmt("instances: %d elements read as %d rows", nobj, n) end
-        local nbad = tonumber(S.C.wisp_raw_bad_count(h))
-        if extra or nbad > 0 then
+        if extra or tr:bad_count() > 0 then
             -- the C parser read each instance; cjson only says whether the whole body is JSON
             local doc, jerr = S.cjson.decode(body)
             if doc == nil then return nil, 400, "bad JSON: " .. tostring(jerr) end
         end
         if raw_ok then
-            local errs, bad = raw_bad_rows(h)
+            local errs, bad = raw_bad_rows(tr)
             return n, instance_errors(errs, firsts, starts), bad, true
         end
-        rc = S.C.wisp_transform(h, b._h)
-        if rc ~= 0 then return nil, 500, "transform: " .. c_error(rc) end
+        local ok, terr = tr:transform(b)
+        if not ok then return nil, 500, tostring(terr) end
         local errs, bad = batch_bad_rows(b, true)
         return n, instance_errors(errs, firsts, starts), bad
     end
@@ -281,7 +253,7 @@ local function parse_into(e, b, kind, body, max_rows, raw_ok, blen)
     return n, errs, bad
 end
 
-M.c_error = c_error
+M.errs_of = errs_of
 M.batch_bad_rows = batch_bad_rows
 M.parse_into = parse_into
 

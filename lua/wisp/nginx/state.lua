@@ -10,7 +10,6 @@ local S = {
     model_names = {},     -- sorted names
     engine = nil,         -- this worker's engine (one per worker or thread VM)
     wisp = nil,           -- require "wisp", loaded by load_libs
-    C = nil,              -- the C library (wisp.cdef), loaded by load_libs
     cjson = nil,          -- a private cjson instance (its settings are ours)
     thread_sema = nil,    -- bounds this worker's calls into the thread pool (mode thread/auto)
     clock = nil,          -- seconds, from wisp_clock_ns (ngx.now() is the cached millisecond time)
@@ -19,9 +18,7 @@ local S = {
 function S.load_libs()
     if S.wisp then return end
     local wisp = require "wisp"
-    local C = require "wisp.cdef"
-    S.C = C
-    S.clock = function() return tonumber(C.wisp_clock_ns()) * 1e-9 end
+    S.clock = wisp.clock
     local cjson = require("cjson.safe").new()
     cjson.encode_number_precision(9)          -- float32 round-trips in 9 digits
     cjson.encode_sparse_array(true)

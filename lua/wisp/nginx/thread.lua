@@ -1,6 +1,7 @@
 -- wisp/nginx/thread.lua — mode "thread": a predict request scored in a pool thread's own Lua VM
 -- (ngx.run_worker_thread(pool, "wisp.nginx.thread", "predict", ...)), with its own engine and
--- its own copy of exactly the model version the request holds.
+-- its own copy of exactly the model version the request holds, scored by the worker's route
+-- (wisp.nginx.score: score_raw for raw rows, the session's bad rows).
 
 local S = require "wisp.nginx.state"
 local F = require "wisp.nginx.file"
@@ -10,7 +11,8 @@ local A = require "wisp.nginx.answer"
 local MT = require "wisp.nginx.metrics"
 
 local tostring, pairs = tostring, pairs
-local file_stamp, open_entry, float_buf = F.file_stamp, MD.open_entry, MD.float_buf
+local file_stamp, open_entry = F.file_stamp, MD.open_entry
+local score = require("wisp.nginx.score").score
 local parse_into, encode_answer, clean_strings, last_stages = R.parse_into, A.encode_answer, A.clean_strings, MT.last_stages
 
 local M = {}
@@ -50,15 +52,16 @@ function M.predict(name, path, stamp, checksum, device, kind, body, max_rows)
     end
     local b = e.batch
     b:clear()
-    local n, errs, bad, extra = parse_into(e, b, kind, body, max_rows)
+    -- the worker's route: raw rows stay raw (score_raw), the session lists the rows it refused
+    local n, errs, bad, extra = parse_into(e, b, kind, body, max_rows, true)
     if not n then
         local t = { error = bad }
         if extra then for k, v in pairs(extra) do t[k] = v end end
         return errs, S.cjson.encode(clean_strings(t, 0)) .. "\n", 0, 0, "", 0, 0
     end
-    if n > e.outcap then e.outcap = n; e.out = float_buf(n) end
-    local out, err = e.session:score(b, e.out)
-    if not out then return 500, S.cjson.encode { error = tostring(err) } .. "\n", n, 0, "", 0, 0 end
+    local out
+    out, errs, bad = score(e, b, kind, n, errs, bad, extra == true)
+    if not out then return 500, S.cjson.encode { error = tostring(errs) } .. "\n", n, 0, "", 0, 0 end
     local dev = e.session:last_device()
     local st = last_stages(e.session)
     local status, text = encode_answer(e, n, out, bad, errs, dev)
