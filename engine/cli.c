@@ -43,6 +43,20 @@ static int die(const char *fmt, ...)
     return 1;
 }
 
+/* A usage error: one line that says what is wrong and one that points at the
+ * command's --help (not the whole usage); the exit status is 2. */
+static int usage_error(const char *fmt, ...) CLI_PRINTF(1, 2);
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", prog);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\ntry '%s --help'\n", prog);
+    va_end(ap);
+    return 2;
+}
+
 static const char usage_main[] =
     "usage: wisp COMMAND [OPTIONS]\n"
     "\n"
@@ -413,7 +427,7 @@ static int parse_count(const char *s, const char *what, long lo, long hi, long *
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi)
-        return die("bad %s '%s': expected a number from %ld to %ld", what, s, lo, hi);
+        return usage_error("bad %s '%s': expected a number from %ld to %ld", what, s, lo, hi);
     *out = v;
     return 0;
 }
@@ -536,14 +550,15 @@ static int cmd_score(int argc, char **argv)
     long batch_rows = 65536, threads = 0;
     int hugepages = 0, show_stats = 0, format = FMT_AUTO, c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:f:s:d:b:t:o:h", opts, NULL)) != -1) {
+    opterr = 0;                     /* usage_error says what is wrong, in one line */
+    while ((c = getopt_long(argc, argv, ":m:f:s:d:b:t:o:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model_path = optarg; break;
         case 'f':
             format = -1;
             for (int k = 0; k < (int)(sizeof fmt_names / sizeof fmt_names[0]); k++)
                 if (!strcmp(optarg, fmt_names[k])) format = k;
-            if (format < 0) return die("score: unknown --format '%s' (supported: auto, libsvm, vw, tsv, csv, jsonl)", optarg), 2;
+            if (format < 0) return usage_error("unknown --format '%s' (supported: auto, libsvm, vw, tsv, csv, jsonl)", optarg);
             break;
         case 's': schema = optarg; break;
         case 'd': device = optarg; break;
@@ -553,13 +568,16 @@ static int cmd_score(int argc, char **argv)
         case 'H': hugepages = 1; break;
         case 'S': show_stats = 1; break;
         case 'h': fputs(usage_score, stdout); return 0;
-        default: fputs(usage_score, stderr); return 2;
+        case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
+        default: return usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (!model_path) { fputs(usage_score, stderr); return die("score: -m MODEL is required"), 2; }
-    if (argc - optind > 1) return die("score: one input file at most (got %d)", argc - optind), 2;
+    if (!model_path) return usage_error("-m MODEL is required");
+    int dev_kind, dev_n;            /* a misspelt device is a usage error, found before any work */
+    if (wisp_device_parse(device, &dev_kind, &dev_n) != WISP_OK) return usage_error("%s", wisp_errmsg());
+    if (argc - optind > 1) return usage_error("one input file at most (got %d)", argc - optind);
     if (schema && format != FMT_AUTO && format != FMT_TSV && format != FMT_CSV)
-        return die("score: --schema is for --format tsv or csv (not %s)", fmt_names[format]), 2;
+        return usage_error("--schema is for --format tsv or csv (not %s)", fmt_names[format]);
     const char *in_path = optind < argc ? argv[optind] : "-";
 
     enum { PIECES_PER_THREAD = 2 };
@@ -585,14 +603,14 @@ static int cmd_score(int argc, char **argv)
     const int is_raw = format == FMT_TSV || format == FMT_CSV || format == FMT_JSONL;
     if (schema && !is_raw) {
         rc = 2;
-        die("score: --schema is for --format tsv or csv (this model and input read %s)", fmt_names[format]);
+        die("--schema is for --format tsv or csv (this model and input read %s)", fmt_names[format]);
         goto done;
     }
     if (is_raw) {
         const char *ctext = wisp_model_columns(m);
         if (!ctext || !*ctext) {
             rc = 2;
-            die("score: --format %s needs a model with feature columns (a \"columns\" section), and %s has none; "
+            die("--format %s needs a model with feature columns (a \"columns\" section), and %s has none; "
                 "score libsvm or vw rows with it, or build the model with lua/wisp/columns.lua or scripts/tools/tf_export.py",
                 fmt_names[format], model_path);
             goto done;
@@ -602,7 +620,7 @@ static int cmd_score(int argc, char **argv)
     if (format == FMT_VW && wisp_vw_from_model(m, &vw) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
     npieces = wisp_engine_threads(eng) * PIECES_PER_THREAD;
     pc = calloc((size_t)npieces, sizeof *pc);
-    if (!pc) { die("score: out of memory"); goto done; }
+    if (!pc) { die("out of memory"); goto done; }
     const int delim = format == FMT_CSV ? ',' : '\t';
     for (int i = 0; i < npieces; i++) {
         pc[i].max_rows = (size_t)batch_rows;
@@ -616,12 +634,12 @@ static int cmd_score(int argc, char **argv)
         if (is_raw && format != FMT_JSONL && schema && strcmp(schema, "header")
             && wisp_raw_set_schema(pc[i].raw, schema, delim) != WISP_OK) {
             rc = 2;
-            die("score: --schema '%s' does not fit %s: %s", schema, model_path, wisp_errmsg());
+            die("--schema '%s' does not fit %s: %s", schema, model_path, wisp_errmsg());
             goto done;
         }
         pc[i].probs = malloc((size_t)batch_rows * sizeof *pc[i].probs);
         pc[i].obuf = malloc((size_t)batch_rows * 24);
-        if (!pc[i].probs || !pc[i].obuf) { die("score: out of memory for a batch of %ld rows", batch_rows); goto done; }
+        if (!pc[i].probs || !pc[i].obuf) { die("out of memory for a batch of %ld rows", batch_rows); goto done; }
     }
     wisp_engine_set_log_level(eng, WISP_LOG_WARN);
     if (out_path && !(out = fopen(out_path, "w"))) { die("%s: cannot open for writing: %s", out_path, strerror(errno)); goto done; }
@@ -733,7 +751,7 @@ static int take_dtype(int *argc, char **argv, int *dtype)
     for (int i = 0; i < *argc; i++) {
         const char *v = NULL;
         if (!strcmp(argv[i], "--dtype")) {
-            if (i + 1 >= *argc) return die("--dtype needs a value (f32, f16 or i8)");
+            if (i + 1 >= *argc) return usage_error("--dtype needs a value (f32, f16 or i8)");
             v = argv[++i];
         } else if (!strncmp(argv[i], "--dtype=", 8)) {
             v = argv[i] + 8;
@@ -742,7 +760,7 @@ static int take_dtype(int *argc, char **argv, int *dtype)
             continue;
         }
         *dtype = wisp_dtype_parse(v);
-        if (*dtype < 0) return die("unknown dtype '%s' (use f32, f16 or i8)", v);
+        if (*dtype < 0) return usage_error("unknown dtype '%s' (use f32, f16 or i8)", v);
     }
     *argc = n;
     return 0;
@@ -782,7 +800,7 @@ static int cmd_import(int argc, char **argv)
     if (wants_help(argc, argv)) return fputs(usage_import, stdout), 0;
     int dtype;
     if (take_dtype(&argc, argv, &dtype)) return 2;
-    if (argc != 4) return fputs(usage_import, stderr), 2;
+    if (argc != 4) return usage_error("expected KIND MODEL OUT.wisp (got %d argument%s)", argc - 1, argc == 2 ? "" : "s");
     named_input ins[1] = { { argv[2], -1 } };
     if (check_output(argv[3], ins, 1)) return 2;
     if (!strcmp(argv[1], "vw")) return import_vw(argv[2], argv[3], dtype);
@@ -792,7 +810,7 @@ static int cmd_import(int argc, char **argv)
         return 0;
     }
     if (strcmp(argv[1], "liblinear"))
-        return die("import: unknown model kind '%s' (supported: liblinear, vw, onnx)", argv[1]), 2;
+        return usage_error("unknown model kind '%s' (supported: liblinear, vw, onnx)", argv[1]);
     if (wisp_import_liblinear(argv[2], argv[3], dtype) != WISP_OK) return die("%s", wisp_errmsg());
     fprintf(stderr, "wisp: wrote %s (%s weights) from LIBLINEAR model %s\n", argv[3], wisp_dtype_name(dtype), argv[2]);
     return 0;
@@ -804,7 +822,8 @@ static int cmd_convert(int argc, char **argv)
     int dtype = -1, explicit = 0;
     for (int i = 1; i < argc; i++) explicit |= !strncmp(argv[i], "--dtype", 7);
     if (take_dtype(&argc, argv, &dtype)) return 2;
-    if (argc != 3 || !explicit) return fputs(usage_convert, stderr), 2;
+    if (argc != 3) return usage_error("expected IN.wisp OUT.wisp (got %d argument%s)", argc - 1, argc == 2 ? "" : "s");
+    if (!explicit) return usage_error("--dtype f32|f16|i8 is required");
     named_input ins[1] = { { argv[1], -1 } };
     if (check_output(argv[2], ins, 1)) return 2;
     wisp_engine *eng = NULL; wisp_model *m = NULL;
@@ -823,7 +842,7 @@ static int cmd_convert(int argc, char **argv)
 static int cmd_info(int argc, char **argv)
 {
     if (wants_help(argc, argv)) return fputs(usage_info, stdout), 0;
-    if (argc != 2) return fputs(usage_info, stderr), 2;
+    if (argc != 2) return usage_error("expected one MODEL (got %d arguments)", argc - 1);
     wisp_engine *eng = NULL; wisp_model *m = NULL;
     if (wisp_engine_new(1, &eng) != WISP_OK || wisp_model_load(eng, argv[1], &m) != WISP_OK) {
         wisp_engine_free(eng);
@@ -926,6 +945,6 @@ int main(int argc, char **argv)
             return rc;
         }
     }
-    fprintf(stderr, "wisp: unknown command '%s'\n\n%s", cmd, usage_main);
-    return 2;
+    prog = "wisp";
+    return usage_error("unknown command '%s' (score, import, convert, info, devices, run, repl)", cmd);
 }

@@ -153,32 +153,52 @@ static const char repl_prelude[] =
 
 /* Evaluate one chunk: a ':' command (lua/wisp/repl.lua), else as an expression first
  * ("return <line>"), then as a statement. */
-static void repl_eval(lua_State *L, const char *line)
+/* An unfinished statement: the chunk's syntax error is at its end (the message
+ * ends in '<eof>'), the test luajit's own REPL makes before it reads another
+ * line. Pops the message when so. */
+static int incomplete(lua_State *L, int st)
+{
+    if (st != LUA_ERRSYNTAX) return 0;
+    size_t n;
+    const char *msg = lua_tolstring(L, -1, &n);
+    static const char mark[] = "'<eof>'";
+    if (!msg || n < sizeof mark - 1 || strcmp(msg + n - (sizeof mark - 1), mark)) return 0;
+    lua_pop(L, 1);
+    return 1;
+}
+
+/* Evaluate a chunk (one line or several, joined by '\n'). Returns 1 when it is
+ * an unfinished statement and `last` is 0: the caller reads another line and
+ * calls again with the longer chunk; at the input's end (last) the syntax
+ * error is reported as luajit reports it. */
+static int repl_eval(lua_State *L, const char *line, int last)
 {
     lua_settop(L, 0);
     if (line[0] == ':') {
         lua_getglobal(L, "__wisp_repl_command");
         lua_pushstring(L, line);
         report(L, docall(L, 1, 0));
-        return;
+        return 0;
     }
     char *ret = malloc(strlen(line) + 8);
-    if (!ret) return;
+    if (!ret) return 0;
     sprintf(ret, "return %s", line);
     int st = luaL_loadbuffer(L, ret, strlen(ret), "=stdin");
     free(ret);
     if (st) {
         lua_pop(L, 1);
         st = luaL_loadbuffer(L, line, strlen(line), "=stdin");
+        if (!last && incomplete(L, st)) return 1;
     }
     if (st == 0) st = docall(L, 0, LUA_MULTRET);
-    if (st) { report(L, st); return; }
+    if (st) { report(L, st); return 0; }
     int n = lua_gettop(L);
     if (n > 0) {
         lua_getglobal(L, "__wisp_repl_print");
         lua_insert(L, 1);
         if (lua_pcall(L, n, 0, 0)) report(L, 1);
     }
+    return 0;
 }
 
 int wisp_cli_repl(int argc, char **argv)
@@ -220,24 +240,37 @@ int wisp_cli_repl(int argc, char **argv)
         printf("wisp %s — LuaJIT REPL. `wisp`%s are loaded; :help lists commands; Ctrl-D quits.\n", wisp_version(),
                argc == 2 ? ", `model` and `session`" : "");
     }
+    char *chunk = NULL;             /* an unfinished statement's lines so far */
+    size_t chunk_len = 0;
     for (;;) {
         char *line = NULL;
         if (tty) {
-            line = readline("wisp> ");
+            line = readline(chunk ? "wisp>> " : "wisp> ");
         } else {
             size_t cap = 0;
             ssize_t n = getline(&line, &cap, stdin);
             if (n < 0) { free(line); line = NULL; }
             else if (n > 0 && line[n - 1] == '\n') line[n - 1] = '\0';
         }
-        if (!line) break;
-        if (*line) {
-            if (tty) add_history(line);
-            repl_eval(L, line);
+        if (!line) {
+            if (chunk) repl_eval(L, chunk, 1);      /* the input ended mid-statement: say why */
+            break;
+        }
+        if (*line || chunk) {
+            if (tty && *line) add_history(line);
+            size_t n = strlen(line);
+            char *nc = realloc(chunk, chunk_len + n + 2);
+            if (!nc) { fprintf(stderr, "wisp repl: out of memory\n"); free(line); break; }
+            if (chunk) nc[chunk_len++] = '\n';
+            memcpy(nc + chunk_len, line, n + 1);
+            chunk = nc;
+            chunk_len += n;
+            if (!repl_eval(L, chunk, 0)) { free(chunk); chunk = NULL; chunk_len = 0; }
         }
         free(line);
         fflush(stdout);
     }
+    free(chunk);
     if (tty && hist[0]) write_history(hist);
     if (tty) putchar('\n');
     lua_close(L);

@@ -43,10 +43,45 @@ describe("wisp CLI", function()
     assert.truthy(out:find(wisp.version(), 1, true))
   end)
 
-  it("rejects an unknown command with usage and exit status 2", function()
+  it("rejects an unknown command in one line and exit status 2", function()
     local out, rc = sh(WISP .. " frobnicate")
     assert.equal(2, rc)
     assert.truthy(out:find("unknown command 'frobnicate'", 1, true))
+    assert.equal("wisp: unknown command 'frobnicate' (score, import, convert, info, devices, run, repl)\n"
+                 .. "try 'wisp --help'\n", out)
+  end)
+
+  -- issue 19, the newcomer's first hour: a usage error is one line naming the command
+  -- once, then a pointer to its --help (not 40 lines of usage), and exits 2
+  it("says a usage error in one line plus \"try 'wisp CMD --help'\", exit status 2", function()
+    local cases = {
+      { "score", "wisp score: -m MODEL is required" },
+      { "score -m " .. model .. " --device tpu /dev/null",
+        "wisp score: unknown device 'tpu' (use cpu, gpu, gpu:N, gpus, gpus:N or auto)" },
+      { "score -m " .. model .. " --bogus", "wisp score: unknown option '--bogus'" },
+      { "score -m", "wisp score: option '-m' needs a value" },
+      { "score -m " .. model .. " --format xml",
+        "wisp score: unknown --format 'xml' (supported: auto, libsvm, vw, tsv, csv, jsonl)" },
+      { "score -m " .. model .. " a b", "wisp score: one input file at most (got 2)" },
+      { "import", "wisp import: expected KIND MODEL OUT.wisp (got 0 arguments)" },
+      { "import foo a b", "wisp import: unknown model kind 'foo' (supported: liblinear, vw, onnx)" },
+      { "import liblinear a b --dtype f64", "wisp import: unknown dtype 'f64' (use f32, f16 or i8)" },
+      { "convert a b", "wisp convert: --dtype f32|f16|i8 is required" },
+      { "info", "wisp info: expected one MODEL (got 0 arguments)" },
+    }
+    for _, c in ipairs(cases) do
+      local out, rc = sh(WISP .. " " .. c[1] .. " </dev/null")
+      assert.equal(2, rc, c[1] .. ": " .. out)
+      local cmd = c[1]:match("^%S+")
+      assert.equal(c[2] .. "\ntry 'wisp " .. cmd .. " --help'\n", out, c[1])
+      assert.falsy(out:find("usage:", 1, true), c[1])
+      assert.falsy(out:find("wisp " .. cmd .. ": " .. cmd .. ":", 1, true), c[1])   -- no doubled prefix
+    end
+    -- a runtime error (not a usage error) names the command once too, and exits 1
+    local out, rc = sh(WISP .. " score -m " .. dir .. "/nope.wisp /dev/null")
+    assert.equal(1, rc)
+    assert.truthy(out:find("^wisp score: "), out)
+    assert.falsy(out:find("wisp score: score:", 1, true), out)
   end)
 
   it("scores libsvm rows from a file and from stdin, one probability per line", function()
@@ -92,7 +127,7 @@ describe("wisp CLI", function()
     assert.equal(1, rc)
     assert.truthy(out:find("missing.txt: cannot open", 1, true), out)
     out, rc = sh(WISP .. " score -m " .. model .. " --device tpu " .. dir .. "/in.txt")
-    assert.equal(1, rc)
+    assert.equal(2, rc)   -- a misspelt device is a usage error like the others (issue 19)
     assert.truthy(out:find("unknown device 'tpu'", 1, true), out)
     out, rc = sh(WISP .. " score -m " .. model .. " --batch 0 " .. dir .. "/in.txt")
     assert.equal(2, rc)   -- usage errors exit 2
@@ -163,6 +198,22 @@ describe("wisp CLI", function()
     assert.equal(0, rc, out)
     local l = lines(out)
     assert.same({ "3", "10", "10" }, l)
+  end)
+
+  it("has a REPL that reads on when a statement is unfinished, as luajit's does", function()
+    -- a loop, a function with a blank line inside, a table constructor over three lines
+    local input = "for i = 1, 2 do\n  print(i)\nend\nfunction f(x)\n\n  return x * 2\nend\nf(21)\n"
+               .. "t = {\n1, 2,\n3}\n#t\n"
+    local out, rc = sh("printf '" .. input .. "' | " .. WISP .. " repl " .. model)
+    assert.equal(0, rc, out)
+    assert.same({ "1", "2", "42", "3" }, lines(out))
+    -- a real syntax error is reported at once; the next statement still runs
+    out = sh("printf 'x = = 1\nreturn 7\n' | " .. WISP .. " repl " .. model)
+    assert.truthy(out:find("unexpected symbol", 1, true), out)
+    assert.truthy(out:find("\n7\n", 1, true) or out:find("^7\n"), out)
+    -- the input ends mid-statement: luajit's '<eof>' message, not silence
+    out = sh("printf 'if true then\n' | " .. WISP .. " repl " .. model)
+    assert.truthy(out:find("'end' expected", 1, true) and out:find("<eof>", 1, true), out)
   end)
 end)
 
