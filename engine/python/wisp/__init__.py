@@ -31,7 +31,7 @@ Table/RecordBatch, a dict of columns) are transformed as TensorFlow does
 and scored (Session.score's docstring says how each is read).
 
 Not yet: GPU-resident inputs (DLPack, CUDA array interface), the
-TensorFlow importer, profiling.
+TensorFlow importer.
 """
 import asyncio
 import concurrent.futures
@@ -40,9 +40,9 @@ import threading
 
 import numpy as np
 
-from . import _raw, _wisp
+from . import _profile, _raw, _wisp
 
-__all__ = ["load", "devices", "version", "set_threads", "write_model", "from_sklearn", "from_onnx", "Model", "Session", "WispError", "BadRowError",
+__all__ = ["load", "devices", "version", "set_threads", "write_model", "from_sklearn", "from_onnx", "profile", "Model", "Session", "WispError", "BadRowError",
            "InvalidArgumentError", "OutOfMemoryError", "WispIOError", "FormatError", "ChecksumError",
            "VersionError", "ParseError", "LimitError", "NoDeviceError", "DeviceError", "StateError"]
 
@@ -161,6 +161,17 @@ def devices():
         out.append({"device": "gpu:%d" % i, "name": name, "memory": memory,
                     "capability": capability, "usable": bool(usable)})
     return out
+
+
+def profile(path=None, max_records=1_000_000):
+    """Start a profile: until .stop() (or the end of a `with` block), every
+    Session.score records what it added to each statistic (parse,
+    transform, h2d, kernel, d2h, sync, overhead, rows, bytes) and when it
+    started. Returns the Profile: .records, .table() (the stage breakdown),
+    .trace() and .write(path) (Chrome/Perfetto trace JSON, the layout
+    lua/wisp/profile.lua writes: open it in https://ui.perfetto.dev);
+    path given: written on stop. One profile at a time (RuntimeError)."""
+    return _profile.start(path, max_records)
 
 
 def load(path):
@@ -414,6 +425,9 @@ class Session:
         if errors != "nan" and errors != "raise":
             raise ValueError('errors must be "nan" or "raise", not %r' % (errors,))
         bad = None
+        prof = _profile.active
+        if prof is not None:
+            prof._begin(self)
         if _is_scipy_csr(X):
             # the small-batch fast path: one type lookup, one output array, one C call
             out = _empty(X.shape[0], _f32)
@@ -432,6 +446,8 @@ class Session:
             with self._lock:
                 out, bad = self._score_locked(X)
                 self.last_errors = bad
+        if prof is not None:
+            prof._record(self, "score")
         if bad and errors == "raise":
             row, reason = bad[0]
             raise BadRowError(row, reason, bad)

@@ -804,6 +804,30 @@ static PyObject *Session_reset_stats(SessionObject *self, PyObject *n)
     Py_RETURN_NONE;
 }
 
+/* set_profiling(on): the C profile of each call (wisp_session_set_profiling). */
+static PyObject *Session_set_profiling(SessionObject *self, PyObject *arg)
+{
+    int on = PyObject_IsTrue(arg);
+    if (on < 0) return NULL;
+    wisp_session_set_profiling(self->s, on);
+    Py_RETURN_NONE;
+}
+
+/* last_stats() -> (start_ns, {stat: value}): what the last call added (profiling on), on wisp_clock_ns's clock. */
+static PyObject *Session_last_stats(SessionObject *self, PyObject *n)
+{
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    for (int i = 0; i < WISP_STAT_COUNT; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(wisp_session_last_stat(self->s, i));
+        if (!v || PyDict_SetItemString(d, wisp_stat_name(i), v) < 0) { Py_XDECREF(v); Py_DECREF(d); return NULL; }
+        Py_DECREF(v);
+    }
+    return Py_BuildValue("(KN)", (unsigned long long)wisp_session_last_start_ns(self->s), d);
+}
+
+static PyObject *py_clock_ns(PyObject *mod, PyObject *noargs) { return PyLong_FromUnsignedLongLong(wisp_clock_ns()); }
+
 /* 1 while a call on this session is inside the engine (GIL released):
  * what the GIL spec watches from another thread. */
 static PyObject *Session_in_use(SessionObject *self, PyObject *n) { return PyBool_FromLong(self->busy); }
@@ -837,6 +861,8 @@ static PyMethodDef Session_methods[] = {
     { "score_parsed", (PyCFunction)Session_score_parsed, METH_O,       "score_parsed(out) -> bad rows" },
     { "stats",        (PyCFunction)Session_stats,        METH_NOARGS,  "The statistics as a dict." },
     { "reset_stats",  (PyCFunction)Session_reset_stats,  METH_NOARGS,  "Zero the statistics." },
+    { "set_profiling", (PyCFunction)Session_set_profiling, METH_O,     "set_profiling(on): record each call's statistics." },
+    { "last_stats",   (PyCFunction)Session_last_stats,   METH_NOARGS,  "(start_ns, stats) of the last call (profiling on)." },
     { "in_use",       (PyCFunction)Session_in_use,       METH_NOARGS,  "True while a call on this session runs in the engine." },
     { "device",       (PyCFunction)Session_device,       METH_NOARGS,  "The device asked for." },
     { "last_device",  (PyCFunction)Session_last_device,  METH_NOARGS,  "The device that scored the last batch." },
@@ -862,6 +888,7 @@ static PyMethodDef module_methods[] = {
     { "version",         py_version,         METH_NOARGS,  "The engine's version string." },
     { "write_model",     py_write_model,     METH_VARARGS, "write_model(path, weights, bias, dtype, meta, columns=None)" },
     { "import_onnx",     py_import_onnx,     METH_VARARGS, "import_onnx(data, path, dtype): an ONNX-ML linear model as a .wisp file" },
+    { "clock_ns",        py_clock_ns,        METH_NOARGS,  "wisp_clock_ns(): the statistics' clock (CLOCK_MONOTONIC ns)" },
     { "stat_names",      py_stat_names,      METH_NOARGS,  "The statistics' names, in order." },
     { NULL, NULL, 0, NULL }
 };
