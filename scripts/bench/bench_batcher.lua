@@ -50,7 +50,7 @@
 -- caller every 1/rate s, rates 20k and 100k rows/s) with max_rows = 64, latency from the
 -- scheduled arrival to the answer, against the same arrivals scored one by one without a
 -- batcher.
--- Output: scripts/results/bench_batcher_<label>.json (-quick with --quick); the table on stdout.
+-- Output: build/results/bench_batcher_<label>.json (scripts/results/ with --record or WISP_RECORD=1) (-quick with --quick); the table on stdout.
 local ffi = require "ffi"
 local wisp = require "wisp"
 local synth = require "wisp.synth"
@@ -65,6 +65,9 @@ local function note(...) io.stderr:write(fmt("[%6.1fs] ", (now_us() - T0) / 1e6)
 local function sh(cmd) local p = io.popen(cmd); if not p then return "" end local s = p:read("*a") or ""; p:close(); return s end
 local function trim(s) return (s:gsub("^%s+", ""):gsub("%s+$", "")) end
 
+-- the commit, the machine, where to write (build/results/ unless --record or WISP_RECORD=1)
+local R = dofile(((arg[0] or "scripts/bench/bench_batcher.lua"):match("^(.*)/[^/]*$") or ".") .. "/../lib/record.lua")
+local RECORD = R.take_record_flag(arg)
 local opt = { quick = false, device = "cpu", label = nil, out = nil, pool = 256 }
 do
     local i = 1
@@ -398,12 +401,9 @@ for _, r in ipairs(headline) do
 end
 
 local cpuinfo = io.open("/proc/cpuinfo") and io.open("/proc/cpuinfo"):read("*a") or ""
-local commit = trim(sh("git rev-parse --short HEAD 2>/dev/null"))
-if commit == "" then commit = os.getenv("WISP_COMMIT") or "unknown" end
-if trim(sh("git status --porcelain -- . ':!scripts/results' 2>/dev/null")) ~= "" then commit = commit .. "+uncommitted" end
+local commit = R.commit()
 local label = (opt.label or trim(sh("hostname"))):gsub("[^%w%._-]", "_")
-local script_dir = (arg[0] or "scripts/bench/bench_batcher.lua"):match("^(.*)/[^/]*$") or "."
-local out_path = opt.out or (script_dir .. "/../results/bench_batcher_" .. label .. (opt.quick and "-quick" or "") .. ".json")
+local out_path = opt.out or R.out_path("bench_batcher_" .. label .. (opt.quick and "-quick" or "") .. ".json", RECORD)
 local _, gpu_status = eng:devices()
 local doc = {
     benchmark = "bench_batcher", label = label, mode = opt.quick and "quick" or "full",
@@ -434,9 +434,7 @@ local doc = {
 }
 local dir = out_path:match("^(.*)/[^/]*$")
 if dir then os.execute("mkdir -p '" .. dir .. "'") end
-local f = assert(io.open(out_path, "w"))
-f:write(require("cjson").encode(doc), "\n")
-f:close()
+R.write(out_path, doc)
 
 print(fmt("bench_batcher on %s, device %s (%s); one batch of 64: %.1f us; one row alone: %.2f us; 64 callers without a batcher: response p50 %.1f us",
           doc.machine.cpu, opt.device, sess:last_device(), t_batch, t_single, alone_resp_p50))

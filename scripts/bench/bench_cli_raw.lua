@@ -1,6 +1,6 @@
 -- bench_cli_raw.lua — `wisp score --format tsv` (raw Criteo TSV: parse + transform + score) against `wisp score` on the same rows as libsvm ids (parse + score), side by side.
 --   build/wisp run scripts/bench/bench_cli_raw.lua [--rows 200000] [--repeat 5] [--label dev-2core] [--threads N] [--device cpu]
--- Writes scripts/results/bench_cli_raw-<label>.json. The libsvm file holds the ids and values
+-- Writes build/results/bench_cli_raw-<label>.json (scripts/results/ with --record or WISP_RECORD=1). The libsvm file holds the ids and values
 -- that the columns make of the TSV rows (wisp_transform), so both commands print the same scores
 -- (checked: the outputs are compared byte for byte).
 local wisp = require "wisp"
@@ -8,6 +8,9 @@ local fc = require "wisp.columns"
 local ffi = require "ffi"
 local C = require "wisp.cdef"
 
+-- the commit, the machine, where to write (build/results/ unless --record or WISP_RECORD=1)
+local R = dofile(((arg[0] or "scripts/bench/bench_cli_raw.lua"):match("^(.*)/[^/]*$") or ".") .. "/../lib/record.lua")
+local RECORD = R.take_record_flag(arg)
 local opts = { rows = 200000, ["repeat"] = 5, label = "dev", threads = "", device = "cpu" }
 do
     local i = 1
@@ -117,8 +120,7 @@ local same = io.open(dir .. "/out_tsv.txt", "rb"):read("*a") == io.open(dir .. "
 local mt, ml = median(res.tsv), median(res.libsvm)
 local function sh1(c) local p = io.popen(c); local s = p:read("*a"); p:close(); return (s:gsub("%s+$", "")) end
 local report = {
-    machine = sh1("hostname"), cpu = sh1("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"),
-    gpu = sh1(WISP .. " devices | grep '^gpu'"), commit = os.getenv("WISP_COMMIT") or sh1("git rev-parse --short HEAD"),
+    machine_detail = { hostname = sh1("hostname"), wisp_devices = sh1(WISP .. " devices | grep '^gpu'") }, commit = R.commit(),
     date = os.date("!%Y-%m-%dT%H:%M:%SZ"), command = "build/wisp run scripts/bench/bench_cli_raw.lua " .. table.concat(arg, " "),
     rows = opts.rows, tsv_bytes = size(tsv), libsvm_bytes = size(svm), columns = spec:count(),
     peers = { tsv = { command = cmds.tsv, seconds = res.tsv, median_s = mt, rows_per_s = opts.rows / mt, stats = last.tsv },
@@ -126,12 +128,8 @@ local report = {
     tsv_over_libsvm_time = mt / ml, outputs_identical = same,
     note = "shared machine: timings noisy; the two commands take turns",
 }
-os.execute("mkdir -p scripts/results")
-local path = ("scripts/results/bench_cli_raw-%s.json"):format(opts.label)
-local cj = require "cjson"
-local f = assert(io.open(path, "wb"))
-f:write(cj.encode(report), "\n")
-f:close()
+local path = R.out_path(("bench_cli_raw-%s.json"):format(opts.label), RECORD)
+R.write(path, report)
 print(("tsv (parse+transform+score): %.3f s median, %.0f rows/s   (%d bytes)"):format(mt, opts.rows / mt, size(tsv)))
 print(("libsvm (parse+score):        %.3f s median, %.0f rows/s   (%d bytes)"):format(ml, opts.rows / ml, size(svm)))
 print(("tsv/libsvm time: %.2fx; outputs identical: %s; -> %s"):format(mt / ml, tostring(same), path))

@@ -32,7 +32,7 @@
 -- times scipy's A @ w + sigmoid on one thread over the same windows of those rows, and
 -- checks its probabilities against wisp's on the first 200k rows. Missing python3 or
 -- scipy is recorded as "unavailable" with the reason, not an error.
--- Output: scripts/results/bench_cpu_<label>.json (<label>-quick.json with --quick), and a
+-- Output: build/results/bench_cpu_<label>.json (scripts/results/ with --record or WISP_RECORD=1) (<label>-quick.json with --quick), and a
 -- compact table on stdout, last; progress goes to stderr.
 local ffi = require "ffi"
 local bit = require "bit"
@@ -306,6 +306,9 @@ end
 local argv = {}
 for i = 1, #arg do argv[i] = arg[i] end
 
+-- the commit, the machine, where to write (build/results/ unless --record or WISP_RECORD=1)
+local R = dofile(((arg[0] or "scripts/bench/bench_cpu.lua"):match("^(.*)/[^/]*$") or ".") .. "/../lib/record.lua")
+local RECORD = R.take_record_flag(arg)
 local opt = {
     quick = false, threads = nil, sizes = nil, dists = { "uniform", "zipf" },
     hugepages = "both", pool = nil, repeats = nil, min_ms = nil, peer = true,
@@ -412,13 +415,9 @@ end
 local hostname = trim(sh("hostname 2>/dev/null"))
 if hostname == "" then hostname = trim(read_file("/etc/hostname") or "host") end
 local label = (opt.label or hostname):gsub("[^%w%._-]", "_")
-local out_path = opt.out or (script_dir .. "/../results/bench_cpu_" .. label .. (opt.quick and "-quick" or "") .. ".json")
+local out_path = opt.out or R.out_path("bench_cpu_" .. label .. (opt.quick and "-quick" or "") .. ".json", RECORD)
 
-local commit = trim(sh("git rev-parse --short HEAD 2>/dev/null"))
-if commit == "" then commit = os.getenv("WISP_COMMIT") or "unknown" end   -- machines without .git
-if trim(sh("git status --porcelain -- . ':!scripts/results' 2>/dev/null")) ~= "" then
-    commit = commit .. "+uncommitted"
-end
+local commit = R.commit()
 
 local function exe_path()
     local buf = ffi.new("char[4096]")
@@ -937,7 +936,7 @@ local dir = out_path:match("^(.*)/[^/]*$")
 if dir then os.execute("mkdir -p " .. shell_quote(dir)) end
 local f = io.open(out_path, "w")
 if not f then die("cannot write " .. out_path) end
-f:write(json_encode(doc), "\n")
+f:write(json_encode(R.envelope(doc)), "\n")
 f:close()
 cleanup()
 

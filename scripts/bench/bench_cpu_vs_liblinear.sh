@@ -8,22 +8,23 @@
 # by `liblinear-predict -b 1` and `wisp score`. Checks the probabilities agree
 # (first probability column = the model's first label) and records both timings.
 #
-# usage: scripts/bench/bench_cpu_vs_liblinear.sh [--rows N] [--buckets B] [--repeat R] [--threads T]
+# usage: scripts/bench/bench_cpu_vs_liblinear.sh [--rows N] [--buckets B] [--repeat R] [--threads T] [--record]
 #            [--build DIR] [--baseline WISP_BINARY] [--out FILE]
 #   --build DIR      the build to measure (default build; made with make BUILD=DIR)
 #   --baseline BIN   another `wisp` binary (e.g. a build of an older commit) timed
 #                    in the same run, turn about with the measured one
 # Also records the libsvm parser's MB/s per core: the file's bytes over the
 # parse thread time that `wisp score --threads 1 --stats` reports.
-# output: scripts/results/bench_cpu_vs_liblinear.json (+ a table on stdout)
+# output: build/results/bench_cpu_vs_liblinear.json, scripts/results/ with --record or WISP_RECORD=1 (+ a table on stdout)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-rows=200000 buckets=262144 repeat=5 threads=0 build=build baseline="" out=scripts/results/bench_cpu_vs_liblinear.json
+rows=200000 buckets=262144 repeat=5 threads=0 build=build baseline="" out="" RECORD=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --build) build=$2; shift 2 ;;
         --baseline) baseline=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
+        --record) RECORD=1; shift ;;
         --rows) rows=$2; shift 2 ;;
         --buckets) buckets=$2; shift 2 ;;
         --repeat) repeat=$2; shift 2 ;;
@@ -114,14 +115,15 @@ speedup1=$(calc "$t_ll / $t_wisp1")
 nnz=$(awk '{n += NF - 1} END {print n}' "$test")
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-dirty=$(git status --porcelain -- . ':!scripts/results' 2>/dev/null | grep -q . && echo "+uncommitted" || true)
-cat > "$out" <<EOF
+. scripts/lib/record.sh
+commit=$(record_commit)
+[ -n "$out" ] || out="$(record_dir)/bench_cpu_vs_liblinear.json"   # build/results/ unless --record or WISP_RECORD=1
+cat > "$odir/doc.json" <<EOF
 {
   "benchmark": "bench_cpu_vs_liblinear",
   "command": "scripts/bench/bench_cpu_vs_liblinear.sh --rows $rows --buckets $buckets --repeat $repeat --threads $threads${baseline:+ --baseline $baseline}",
   "date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
-  "commit": "$commit$dirty",
+  "commit": "$commit",
   "machine": {"cpu": "$cpu", "cores": $(nproc), "gpu": "none used (--device cpu)", "load_average_1m": [$load1, $load2]},
   "data": {"rows": $nrows, "features_in_file": $nnz, "features_per_row": $(calc "$nnz / $nrows"),
            "model_features": $nfeat, "trainer": "liblinear-train -s 0 -B 1"},
@@ -139,6 +141,7 @@ cat > "$out" <<EOF
   "note": "end to end: file in, predictions out, median of runs; liblinear prints %g (6 significant digits)"$base_json
 }
 EOF
+record_envelope "$wisp" "$odir/doc.json" "$out" 2>/dev/null
 printf '\n%-34s %10s\n' "command ($nrows rows, $nfeat features)" "seconds"
 printf '%-34s %10.3f\n' "liblinear-predict -b 1" "$t_ll" "wisp score (all cores)" "$t_wisp" "wisp score --threads 1" "$t_wisp1"
 printf 'speedup %.1fx (1 thread: %.1fx); max |p_liblinear - p_wisp| = %s; 1 vs all threads identical: %s\n' \

@@ -36,6 +36,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import record  # noqa: E402  scripts/lib/record.py: the commit, the machine, where results go
 import wisp_ctypes  # noqa: E402  scripts/lib/wisp_ctypes.py: the one binding of libwisp.so
 
 ST = dict(batches=0, rows=1, nnz=2, out_of_range=3, bad_rows=4, fallbacks=5, ns_parse=6, ns_transform=7,
@@ -130,10 +131,12 @@ def build_owned(w, eng, bt):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", default="build/libwisp.so")
-    ap.add_argument("--out", default="scripts/results/bench_gpu.json")
+    ap.add_argument("--out", default=None, help="JSON path (default build/results/bench_gpu.json; scripts/results/ with --record or WISP_RECORD=1)")
     ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (a smoke run)")
     ap.add_argument("--log2-features", type=int, default=26)
+    rec = record.take_record_flag(sys.argv)
     args = ap.parse_args()
+    args.out = args.out or record.out_path("bench_gpu.json", rec)
     t_start = time.time()
 
     import torch
@@ -153,7 +156,8 @@ def main():
         "script": "scripts/bench/bench_gpu.py",
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": os.environ.get("WISP_COMMIT") or "uncommitted",
+        "commit": record.commit(),
+        "peers": "in results: the torch_* entries of each section (PyTorch EmbeddingBag) and cuSPARSE through CuPy, measured in the same run; the floors in results.ceilings",
         "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "gpu": torch.cuda.get_device_name(0),
                     "torch": torch.__version__, "cupy": cp.__version__, "numpy": np.__version__},
         "workload": {"features_per_row": K, "valued_per_row": KV, "binary_per_row": K - KV, "num_features": nf,
@@ -665,9 +669,7 @@ def main():
     for m in models.values():
         L.wisp_model_free(m)
     L.wisp_engine_free(eng)
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=2)
+    record.write(args.out, res)
     log("targets:")
     for k, v in res["targets"].items():
         log(f"  {k}: {v}")

@@ -69,6 +69,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import record  # noqa: E402  scripts/lib/record.py: the commit, the machine, where results go
 import wisp_ctypes  # noqa: E402  scripts/lib/wisp_ctypes.py: the one binding of libwisp.so
 
 ST = dict(batches=0, rows=1, nnz=2, out_of_range=3, bad_rows=4, fallbacks=5, ns_parse=6, ns_transform=7,
@@ -158,17 +159,7 @@ def env_set(values):
 cpu_model = wisp_ctypes.cpu_model
 
 
-def git_commit():
-    if os.environ.get("WISP_COMMIT"):
-        return os.environ["WISP_COMMIT"]
-    try:
-        r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                           cwd=os.path.dirname(os.path.abspath(__file__)))
-        if r.returncode == 0 and r.stdout.strip():
-            return r.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return "unknown"
+git_commit = record.commit
 
 
 def nvidia_topo():
@@ -668,7 +659,7 @@ def main():
                                              "(issue 8); one JSON in scripts/results/bench_multigpu-<label>.json")
     ap.add_argument("--lib", default="build/libwisp.so", help="libwisp.so to load (default build/libwisp.so)")
     ap.add_argument("--label", default=None, help="result label (default: <gpu>-x<count>, e.g. h200-x2)")
-    ap.add_argument("--out", default=None, help="JSON path (default scripts/results/bench_multigpu-<label>.json)")
+    ap.add_argument("--out", default=None, help="JSON path (default build/results/bench_multigpu-<label>.json; scripts/results/ with --record or WISP_RECORD=1)")
     ap.add_argument("--quick", action="store_true",
                     help="sizes 200k,1M, 3 reps, 2 rounds, a 2^28 sharded table (a smoke run)")
     ap.add_argument("--sizes", default=None, help="rows per batch, comma-separated (default 200k,1M,4M)")
@@ -689,6 +680,7 @@ def main():
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="no GPU: every configuration on device 'cpu', tiny sizes and tables (checks the script, the "
                          "reference, the arithmetic and the JSON; the figures mean nothing)")
+    rec = record.take_record_flag(sys.argv)
     args = ap.parse_args()
     t_start = time.time()
     smoke = args.cpu_smoke
@@ -741,7 +733,8 @@ def main():
     short = names[0].replace("NVIDIA", "").strip().split()[0].lower() if names else "cpu"
     label = args.label or ("cpu-smoke" if smoke else f"{short}-x{ngpu}")
     out_path = args.out or (os.path.join(tempfile.gettempdir(), f"bench_multigpu-{label}.json") if smoke
-                            else f"scripts/results/bench_multigpu-{label}.json")
+                            else record.out_path(f"bench_multigpu-{label}.json", rec))
+    facts = record.machine()
 
     res = {
         "script": "scripts/bench/bench_multigpu.py",
@@ -750,6 +743,7 @@ def main():
         "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": git_commit(),
+        "peers": "in results: each section's one-GPU point of the same round, and results.floors (copy and probe floors measured in the same run)",
         "machine": {"hostname": socket.gethostname(), "cpu": cpu_model(), "cores": os.cpu_count(),
                     "numpy": np.__version__, "torch": getattr(torch, "__version__", None),
                     "wisp_gpu_status": gstatus},
@@ -850,7 +844,7 @@ def main():
         res["seconds"] = time.time() - t_start
         os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
         with open(out_path + ".tmp", "w") as f:
-            json.dump(res, f, indent=2)
+            json.dump(record.envelope(res, facts), f, indent=2)
         os.replace(out_path + ".tmp", out_path)
 
     def run_rounds(sec, cfgs, batches, refs):

@@ -5,7 +5,7 @@
 #                          [--modes inline,async,thread,auto,batching] [--rounds N] [--serve-opts "..."]
 #                          [--raw-bodies] [--pin] [--wrk-threads N] [--wrk-batch] [--no-at80] [--plan]
 #                          [--peer-seconds S]
-#   -> scripts/results/bench_nginx-<label>.json
+#   -> build/results/bench_nginx-<label>.json (scripts/results/ with --record or WISP_RECORD=1)
 #
 # On the GPU machine (16 cores), each about 3 minutes (all five mode groups, 3 rounds of 5 s: ~5-6):
 #   source .devdeps/env.sh && scripts/bench/bench_nginx.sh --device cpu --pin --modes inline --rounds 3 --label h200-cpu-pin
@@ -112,6 +112,7 @@ while [ $# -gt 0 ]; do
         --raw-bodies) raw_bodies=1; shift;; --pin) pin=1; shift;; --plan) plan=1; shift;;
         --wrk-threads) wrk_threads=$2; shift 2;; --wrk-batch) wrk_batch=1; shift;; --no-at80) at80=0; shift;;
         --peer-seconds) peer_secs=$2; shift 2;; --at80-modes) at80_modes=$2; shift 2;;
+        --record) RECORD=1; shift;;
         -h|--help) sed -n '2,/^\[ -z "\$BASH_VERSION"/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0;;
         *) echo "bench_nginx.sh: unknown option '$1' (try --help)" >&2; exit 2;;
     esac
@@ -605,17 +606,17 @@ curl -s "$base/metrics" > "$tmp/metrics.txt"
 grep -E '^wisp_(device_info|requests_total|errors_total)' "$tmp/metrics.txt" | head -n 20 >&2
 grep -E '^wisp_batch_rows_(sum|count)' "$tmp/metrics.txt" >&2
 
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-[ -n "${WISP_COMMIT:-}" ] && commit=$WISP_COMMIT
+. scripts/lib/record.sh
+commit=$(record_commit)
 cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 nginx_v=$("$nginx_bin" -v 2>&1 | sed 's/.*: //')
-mkdir -p scripts/results
-out="scripts/results/bench_nginx-$label.json"
+out="$(record_dir)/bench_nginx-$label.json"   # build/results/ unless --record or WISP_RECORD=1
 "$W" run scripts/bench/bench_nginx_report.lua "$runs" "$([ "$pinned" = 1 ] && [ "$pin_mismatch" = 0 ] && echo pinned || echo unpinned)" > "$tmp/figures.json" || exit 1
-cat > "$out" <<EOF
+cat > "$tmp/doc.json" <<EOF
 {
   "benchmark": "bench_nginx",
+  "peers": "in results.figures: the in-process peer (scripts/bench/bench_nginx_peer.lua) measured in the same run, before and after each round",
   "label": "$label",
   "machine": {"cpu": "$cpu", "cores": $(nproc), "gpu": "${gpu:-none}", "host": "$(hostname)"},
   "commit": "$commit",
@@ -639,6 +640,7 @@ cat > "$out" <<EOF
   "figures": $(cat "$tmp/figures.json")
 }
 EOF
+record_envelope "$W" "$tmp/doc.json" "$out" 2>/dev/null || { echo "bench_nginx.sh: cannot write $out" >&2; exit 1; }
 for rows in 100 1; do
     [ -s "$tmp/closed_${rows}.json" ] && awk -v r="$rows" '{
         match($0, /"connections": [0-9]+/); c = substr($0, RSTART + 15, RLENGTH - 15)

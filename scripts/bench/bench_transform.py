@@ -50,6 +50,7 @@ import numpy as np  # noqa: E402
 
 import tf_export  # noqa: E402
 import wisp_ctypes  # noqa: E402
+import record  # noqa: E402  scripts/lib/record.py: the commit, the machine, where results go
 
 BOUNDS = [0, 1, 2, 4, 8, 16, 32, 64, 256, 1024]
 
@@ -109,14 +110,7 @@ def machine():
             "load_average_1m": round(os.getloadavg()[0], 2)}
 
 
-def commit():
-    try:
-        c = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "engine", "scripts"],
-                               capture_output=True, text=True).stdout.strip()
-        return c + ("+uncommitted" if dirty else "")
-    except OSError:
-        return "unknown"
+commit = record.commit
 
 
 # ---- wisp -----------------------------------------------------------------------------
@@ -279,8 +273,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--baseline-lib")
     ap.add_argument("--out")
+    rec = record.take_record_flag(sys.argv)
     a = ap.parse_args()
-    out = a.out or os.path.join(ROOT, "scripts", "results", "bench_transform%s.json" % ("" if a.crosses == "adjacent" else "_all_crosses"))
+    out = a.out or record.out_path("bench_transform%s.json" % ("" if a.crosses == "adjacent" else "_all_crosses"), rec)
     spec = description(a.crosses)
     cache = os.path.join(ROOT, "build", "bench_transform")
     os.makedirs(cache, exist_ok=True)
@@ -328,6 +323,7 @@ def main():
         "command": "scripts/bench/bench_transform.py " + " ".join(sys.argv[1:]),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "commit": commit(),
+        "peers": "in results.tensorflow: TensorFlow's own feature columns on the same rows, same run",
         "machine": dict(machine(), load_average_1m=[round(load0, 2), round(load1, 2)]),
         "data": {"rows": rows, "bytes": nbytes, "bytes_per_row": round(nbytes / rows, 1), "layout": "criteo TSV",
                  "columns": len(spec["columns"]), "crosses": a.crosses, "features_per_row": round(nnz / rows, 2),
@@ -382,10 +378,7 @@ def main():
     w.close()
     if base:
         base.close()
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(res, f, indent=2)
-        f.write("\n")
+    res = record.write(out, res)
     print(json.dumps(res, indent=2))
     return 0
 

@@ -40,6 +40,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+import record  # noqa: E402  scripts/lib/record.py: the commit, the machine, where results go
 import wisp_ctypes  # noqa: E402  scripts/lib/wisp_ctypes.py: the one binding of libwisp.so
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -94,8 +95,9 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--label", default="dev")
     ap.add_argument("--out", default=None)
+    rec = record.take_record_flag(sys.argv)
     a = ap.parse_args()
-    out_path = a.out or os.path.join(ROOT, "scripts", "results", "bench_transform_gpu-%s.json" % a.label)
+    out_path = a.out or record.out_path("bench_transform_gpu-%s.json" % a.label, rec)
     L = load(a.lib)
 
     def ok(rc, what):
@@ -258,8 +260,8 @@ def main():
         "name": "bench_transform_gpu", "label": a.label,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
-        "commit": os.environ.get("WISP_COMMIT") or subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                                                                  capture_output=True, text=True).stdout.strip() or "unknown",
+        "commit": record.commit(),
+        "peers": "in results: peer_cpu1 and peer_cpu_all (the CPU transform on 1 / all threads, then the GPU score), same run",
         "machine": {"host": platform.node(), "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
                                                          if l.startswith("model name")), platform.processor()),
                     "cores": os.cpu_count(), "gpu": L.wisp_engine_gpu_name(eng, 0).decode() if ngpu else None,
@@ -279,9 +281,7 @@ def main():
         "correctness": {"max_abs_diff_gpu_vs_cpu_transform": maxdiff, "nan_mismatches": nan_mismatch,
                         "max_abs_diff_threads_vs_one": maxdiff_n},
     }
-    os.makedirs(os.path.dirname(out_path), exist_ok=True)
-    with open(out_path, "w") as f:
-        json.dump(res, f, indent=2)
+    record.write(out_path, res)
     print("rows %d, %d ids a batch (%d columns), device %s" % (rows, nnz, len(spec["columns"]), last_dev))
     print("(a) GPU end to end (raw -> probabilities): %.3f ms median (best %.3f); raw bytes shipped %.1f MB, floor %.3f ms at 50 GB/s (%.2fx)"
           % (e2e_a * 1e3, min(t_a) * 1e3, bytes_h2d / 1e6, floor * 1e3, e2e_a / floor if floor else 0))

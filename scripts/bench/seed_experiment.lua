@@ -26,7 +26,7 @@
 -- >= 20 calls, >= 2 ms, interleaved; judged on each one's fastest round, medians kept):
 -- "never slower" allows 5% + 2 µs a call of noise.
 -- Also measured: the profiler's cost when on (wisp.profile around the same calls) and off.
--- Output: scripts/results/seed_experiment_<label>.json (-quick with --quick); progress on stderr.
+-- Output: build/results/seed_experiment_<label>.json (scripts/results/ with --record or WISP_RECORD=1) (-quick with --quick); progress on stderr.
 local ffi = require "ffi"
 local wisp = require "wisp"
 local synth = require "wisp.synth"
@@ -47,6 +47,9 @@ local function read_file(p) local f = io.open(p, "rb"); if not f then return nil
 ---------------------------------------------------------------------------
 -- options
 ---------------------------------------------------------------------------
+-- the commit, the machine, where to write (build/results/ unless --record or WISP_RECORD=1)
+local R = dofile(((arg[0] or "scripts/bench/seed_experiment.lua"):match("^(.*)/[^/]*$") or ".") .. "/../lib/record.lua")
+local RECORD = R.take_record_flag(arg)
 local opt = { quick = false, label = nil, out = nil, buckets = 2 ^ 18, pool = nil, threads = 0 }
 do
     local i = 1
@@ -107,11 +110,8 @@ local machine = {
     hostname = trim(sh("hostname 2>/dev/null")),
 }
 local label = (opt.label or machine.hostname):gsub("[^%w%._-]", "_")
-local script_dir = (arg[0] or "scripts/bench/seed_experiment.lua"):match("^(.*)/[^/]*$") or "."
-local out_path = opt.out or (script_dir .. "/../results/seed_experiment_" .. label .. (opt.quick and "-quick" or "") .. ".json")
-local commit = trim(sh("git rev-parse --short HEAD 2>/dev/null"))
-if commit == "" then commit = os.getenv("WISP_COMMIT") or "unknown" end
-if trim(sh("git status --porcelain -- . ':!scripts/results' 2>/dev/null")) ~= "" then commit = commit .. "+uncommitted" end
+local out_path = opt.out or R.out_path("seed_experiment_" .. label .. (opt.quick and "-quick" or "") .. ".json", RECORD)
+local commit = R.commit()
 local command = "wisp run " .. (arg[0] or "scripts/bench/seed_experiment.lua") .. " " .. table.concat(arg, " ")
 note("seed experiment: %s, %d threads; GPU: %s", machine.cpu, machine.engine_threads,
      gpu_dev and (gpu_dev.name .. " " .. gpu_dev.product) or ("absent (" .. gpu_status .. ")"))
@@ -453,11 +453,8 @@ local doc = {
     calibration = policy:to_table(), policy_check = checks, policy_never_slower = never_slower,
     profiler_cost = prof_cost, table = table.concat(lines, "\n"),
 }
-local cjson = require "cjson"
 local dir = out_path:match("^(.*)/[^/]*$")
 if dir then os.execute("mkdir -p '" .. dir .. "'") end
-local f = assert(io.open(out_path, "w"))
-f:write(cjson.encode(doc), "\n")
-f:close()
+R.write(out_path, doc)
 add("written: %s (%.1f s)", out_path, (now_ns() - T0) / 1e9)
 print(table.concat(lines, "\n"))

@@ -15,6 +15,7 @@
 # Logs and JSON results go to build/device_out and scripts/results/, and as one archive to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+export WISP_RECORD=${WISP_RECORD:-1}   # a device run is for recording: its benchmarks write scripts/results/ (WISP_RECORD=0: build/results/)
 out=build/device_out
 mkdir -p "$out" scripts/results
 export CPATH=/opt/devdeps/usr/include:/opt/devdeps/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}

@@ -7,6 +7,7 @@
 # and "ERROR SUMMARY: 0 errors". Results: scripts/results/bench_transform_gpu-h200*.json (and $OUT).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+export WISP_RECORD=${WISP_RECORD:-1}   # a device run is for recording: its benchmarks write scripts/results/ (WISP_RECORD=0: build/results/)
 export WISP_SKIP_DEPS=1 PYTHONUNBUFFERED=1
 export CPATH=/opt/devdeps/usr/include:/opt/devdeps/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}
 B=${BUILD:-build-gpu}
