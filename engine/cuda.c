@@ -1,5 +1,6 @@
 /* cuda.c — the CUDA backend: device discovery, weights per device, pinned host memory, scoring sessions (split, shards, zero-copy, submit/wait, fallbacks). */
 #include "internal.h"
+#include "wisp_test.h"
 #include "../kernels/score.cuh"
 
 #include <cuda_runtime_api.h>
@@ -24,7 +25,7 @@
 #define NVTX_POP() ((void)0)
 #endif
 
-/* How a batch moves (see scripts/gpu_notes.md for the measurements behind the numbers):
+/* How a batch moves (see kernels/README.md for the measurements behind the numbers):
  *
  * - Rows are split across "units". A unit is one device with its own two
  *   streams (copies in, compute + copies out), device buffer and events. On
@@ -147,7 +148,8 @@ static int cu_init(wisp_engine *eng, void **out, char *why, size_t whylen)
     ctx->eng = eng;
     if (n > WISP_MAX_GPUS) n = WISP_MAX_GPUS;
     /* ordinals stay CUDA's, so only the leading run of devices the kernels
-     * were built for (sm_80 and newer) is used */
+     * were built for (the Makefile's CUDA_ARCHS: sm_90 and newer by default) is used */
+    const int min_cap = wisp_k_min_capability();
     int usable = 0;
     for (int i = 0; i < n; i++) {
         struct cudaDeviceProp prop;
@@ -156,7 +158,7 @@ static int cu_init(wisp_engine *eng, void **out, char *why, size_t whylen)
             cudaGetLastError();
             break;
         }
-        if (prop.major < 8) break;
+        if (prop.major * 10 + prop.minor < min_cap) break;
         snprintf(d->name, sizeof d->name, "%s", prop.name);
         d->mem = prop.totalGlobalMem;
         d->cap = prop.major * 10 + prop.minor;
@@ -164,7 +166,8 @@ static int cu_init(wisp_engine *eng, void **out, char *why, size_t whylen)
         usable++;
     }
     if (usable == 0) {
-        snprintf(why, whylen, "%d CUDA device%s found, none of compute capability 8.0 or newer", n, n == 1 ? "" : "s");
+        snprintf(why, whylen, "%d CUDA device%s found, none of compute capability %d.%d or newer (the kernels were built "
+                 "for sm_%d and up: CUDA_ARCHS in the Makefile)", n, n == 1 ? "" : "s", min_cap / 10, min_cap % 10, min_cap);
         wisp_free(ctx);
         return 0;
     }
@@ -439,7 +442,7 @@ typedef struct sess {
     /* submit/wait. A slot holds one batch in flight: its own device buffers,
      * staging, events and graphs, and the streams of the session's units, so
      * the copies of successive batches queue back to back on one copy stream
-     * (two copy streams contend on PCIe: gpu_notes.md, run 4) while the
+     * (two copy streams contend on PCIe: kernels/README.md, run 4) while the
      * kernels of the batch before run on the compute stream. slot[0] is the
      * session itself (also used by the blocking path, with nothing in flight). */
     struct sess *root;                     /* the session a slot belongs to (itself for the session) */
@@ -1117,7 +1120,7 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
      * answers back, so copies in, kernels and copies out overlap. Shipped
      * from an owned batch's arena, the head's neighbours go in one copy when
      * the gaps between them are small (u->mirror). (Two copy streams measured
-     * slower: scripts/gpu_notes.md, run 4; each copy start costs ~4 us.) */
+     * slower: kernels/README.md, run 4; each copy start costs ~4 us.) */
     const uint32_t *rp = b->row_ptr + u->r0;
     if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_START], u->copy), "recording an event");
     JOB_CHECK(j, u, cudaMemsetAsync(u->dbuf + L->cnt, 0, 8, u->copy), "clearing a counter");
@@ -1183,12 +1186,12 @@ static float elapsed_ms(cudaEvent_t a, cudaEvent_t b)
 }
 
 /* Chunk row bounds of a large slice: equal shares of about CHUNK_NNZ ids, at
- * most MAX_CHUNKS_AUTO (measured on the H200, scripts/gpu_notes.md: 4 to 8
+ * most MAX_CHUNKS_AUTO (measured on the H200, kernels/README.md: 4 to 8
  * equal chunks beat 1, 2 and 16, and beat a schedule of halving chunks, whose
  * small kernels are latency-bound and pile up after the last copy).
  * A batch submitted while others are in flight goes in one chunk: the
  * pipeline across batches already overlaps its copy with their kernels, and
- * each copy start costs ~4 us of link time (gpu_notes.md, run 3).
+ * each copy start costs ~4 us of link time (kernels/README.md, run 3).
  * WISP_GPU_CHUNKS=n asks for n chunks. */
 static void chunk_bounds(const sess *s, const wisp_batch *b, struct unit *u)
 {
@@ -1829,8 +1832,6 @@ static int cu_wait(void *vs, uint64_t *stats)
  * events into ms[i]. The session must have scored a batch on a GPU (so its
  * device state exists); its first device is used. lanes: 0 = automatic.
  * out (may be NULL) receives the last run's probabilities (what = 0). */
-int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int lanes, int iters, float *ms, float *out);
-
 int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int lanes, int iters, float *ms, float *out)
 {
     if (!ws || !b || !ms || iters <= 0 || b->rows == 0)
@@ -1913,9 +1914,6 @@ int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int
  * (end of the first chunk's kernel), d2h end. Returns the number kept
  * (>= 0), or a negative status. Small batches have kernel start/end only
  * (and only with WISP_GPU_TIMING=1). */
-int wisp_cuda_timeline_start(wisp_session *ws, size_t cap);
-int wisp_cuda_timeline_read(wisp_session *ws, float *ms, size_t cap);
-
 static sess *hook_sess(wisp_session *ws, const char *fn)
 {
     sess *s = ws ? ws->gpu_sctx : NULL;
@@ -1964,8 +1962,6 @@ int wisp_cuda_timeline_read(wisp_session *ws, float *ms, size_t cap)
  * ms, d2h ms (CUDA events; overlapping when chunked; 0 when not timed), span
  * ms (the unit's first event to its last), the host's combine ms (adding
  * partial sums; the batch's), 0. Returns the number of units. */
-int wisp_cuda_units_read(wisp_session *ws, double *v, size_t cap);
-
 int wisp_cuda_units_read(wisp_session *ws, double *v, size_t cap)
 {
     sess *s = hook_sess(ws, "wisp_cuda_units_read");

@@ -26,7 +26,7 @@
  * wide models, every column's ids computed and their weights summed; no id is
  * written anywhere) while the next chunk crosses PCIe. transform: one copy
  * group after another, the fingerprints, then count -> scan -> fill (CSR ids
- * and values) and everything back. Measurements: scripts/gpu_notes.md.
+ * and values) and everything back. Measurements: kernels/README.md.
  */
 #ifdef WISP_HAVE_CUDA
 

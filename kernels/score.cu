@@ -21,7 +21,7 @@
 // gave 0, 1 or NaN where the CPU is finite; the broadcast shards' partial sums
 // are doubles for the same reason. Cost (predicted, not yet measured): the
 // kernel is bound by random weight reads (~0.85 ms for 1M rows x 39 features,
-// gpu_notes.md); 39M FP64 multiplies and adds are ~2 us at the H200's FP64
+// kernels/README.md); 39M FP64 multiplies and adds are ~2 us at the H200's FP64
 // rate (34 TFLOP/s vector, 67 tensor), the FP64 exp is once a row: no
 // measurable change at 1M rows.
 #include "score.cuh"
@@ -309,7 +309,7 @@ int probe_blocks(void)
 
 extern "C" int wisp_k_lanes_for(double w)
 {
-    // measured on the H200 at 39 features a row (scripts/gpu_notes.md): 16 lanes 0.845 ms,
+    // measured on the H200 at 39 features a row (kernels/README.md): 16 lanes 0.845 ms,
     // 32: 0.845, 8: 0.873, 4: 0.916 -- more rows in flight per warp beat fuller lanes
     return w <= 8.0 ? 4 : w <= 24.0 ? 8 : w <= 96.0 ? 16 : 32;
 }
@@ -368,6 +368,16 @@ extern "C" int wisp_k_tiny(const wisp_ktiny *t, int dtype, int value_mode, int l
 }
 
 extern "C" int wisp_k_probe_blocks(void) { return probe_blocks(); }
+
+extern "C" int wisp_k_min_capability(void)
+{
+#ifdef __CUDA_ARCH_LIST__
+    static const int archs[] = { __CUDA_ARCH_LIST__ };   // sorted ascending: 900 for sm_90
+    return archs[0] / 10;
+#else
+    return 80;
+#endif
+}
 
 extern "C" int wisp_k_probe(const uint32_t *ids, uint32_t nnz, const void *weights, int dtype, uint32_t span,
                             float *sink, cudaStream_t stream)

@@ -104,6 +104,10 @@ int wisp_k_tiny(const wisp_ktiny *t, int dtype, int value_mode, int lanes, cudaS
 int wisp_k_probe(const uint32_t *ids, uint32_t nnz, const void *weights, int dtype, uint32_t span,
                  float *sink, cudaStream_t stream);
 int wisp_k_probe_blocks(void);
+/* The oldest compute capability the kernels were built for (major * 10 + minor: 90 for
+ * sm_90), from nvcc's __CUDA_ARCH_LIST__ (the Makefile's CUDA_ARCHS). A device below it
+ * has no kernel image (PTX runs only on its own architecture and newer). */
+int wisp_k_min_capability(void);
 
 /* Test hook: a kernel that traps, leaving a sticky error on the device. */
 int wisp_k_trap(cudaStream_t stream);

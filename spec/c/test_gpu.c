@@ -1,5 +1,6 @@
 /* test_gpu.c — the CUDA backend: CPU fallback without a GPU; with WISP_TEST_GPU=1, conformance against a float64 reference and the CPU (sums beyond float too), splits, shards, faults, submit/wait streams. */
 #include "internal.h"
+#include "wisp_test.h"   /* wisp_cuda_units_read, wisp_cuda_time_resident */
 #include "check.h"
 #include "testrand.h"
 
@@ -10,9 +11,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* the test-only timing hook of engine/cuda.c (absent in a build without CUDA) */
-int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int lanes, int iters, float *ms, float *out)
-    __attribute__((weak));
 
 /* ---- random numbers (spec/c/testrand.h) -------------------------------------- */
 
@@ -146,9 +144,6 @@ static wisp_batch *make_batch(wisp_engine *eng, const struct data *d, int vm, in
 /* ---- one conformance case -------------------------------------------------------------- */
 
 struct outcome { double maxerr; double maxerr_cpu; uint64_t fallbacks, oor; int unwritten; char last[32]; int units, mode, shards; };
-
-/* the benchmark hook of engine/cuda.c: the last batch, unit by unit (12 doubles each) */
-int wisp_cuda_units_read(wisp_session *ws, double *v, size_t cap);
 
 /* when >= 0, expect_gpu also wants this sharding mode (0 whole table, 1 broadcast, 2 peer), units and shards */
 static int want_mode = -1, want_units, want_shards;
@@ -854,7 +849,7 @@ static void test_gpu(wisp_engine *eng, int quick)
         CHECK(wisp_session_stat(s, WISP_STAT_BYTES_H2D) >= 20 * (uint64_t)d.nnz * 4);
         CHECK(wisp_session_stat(s, WISP_STAT_BYTES_D2H) >= 20 * (uint64_t)d.rows * 4);
         /* the resident-kernel hook agrees too */
-        if (wisp_cuda_time_resident) {
+        {
             float ms[3];
             for (size_t r = 0; r < d.rows; r++) out[r] = NAN;
             CHECK_OK(wisp_cuda_time_resident(s, b, 0, 0, 3, ms, out));

@@ -1,0 +1,7 @@
+// transform_score_f32.cu — the fused transform + score kernel (kernels/transform_rows.cuh) for f32 weights: one dtype per translation unit, so the instantiations build in parallel.
+#include "transform_rows.cuh"
+
+cudaError_t wisp__k_xf_score_f32(WISP_XF_SCORE_ARGS)
+{
+    return xf_score_launch<float>(plan, raw, weights, num_features, bias, sc, out, cnt, stream);
+}
