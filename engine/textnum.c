@@ -29,12 +29,18 @@ locale_t wisp__textnum_c_locale(void)
     return c_locale;
 }
 
-double wisp__textnum_strtod(const char *s, size_t len, size_t *used)
+/* s[0..len) as a NUL-terminated copy in buf (cut at WISP_TEXTNUM_MAX_TOKEN). */
+static void token_copy(char buf[WISP_TEXTNUM_MAX_TOKEN + 1], const char *s, size_t len)
 {
-    char buf[WISP_TEXTNUM_MAX_TOKEN + 1], *end;
     if (len > WISP_TEXTNUM_MAX_TOKEN) len = WISP_TEXTNUM_MAX_TOKEN;
     memcpy(buf, s, len);
     buf[len] = '\0';
+}
+
+double wisp__textnum_strtod(const char *s, size_t len, size_t *used)
+{
+    char buf[WISP_TEXTNUM_MAX_TOKEN + 1], *end;
+    token_copy(buf, s, len);
     locale_t c = wisp__textnum_c_locale();
     double d = c ? strtod_l(buf, &end, c) : strtod(buf, &end);
     if (used) *used = (size_t)(end - buf);
@@ -44,9 +50,7 @@ double wisp__textnum_strtod(const char *s, size_t len, size_t *used)
 float wisp__textnum_strtof(const char *s, size_t len, size_t *used)
 {
     char buf[WISP_TEXTNUM_MAX_TOKEN + 1], *end;
-    if (len > WISP_TEXTNUM_MAX_TOKEN) len = WISP_TEXTNUM_MAX_TOKEN;
-    memcpy(buf, s, len);
-    buf[len] = '\0';
+    token_copy(buf, s, len);
     locale_t c = wisp__textnum_c_locale();
     float f = c ? strtof_l(buf, &end, c) : strtof(buf, &end);
     if (used) *used = (size_t)(end - buf);
