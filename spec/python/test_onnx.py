@@ -110,3 +110,13 @@ def test_refusals(tmp_path):
             wisp.from_onnx(good[:cut], out)
         except wisp.WispError:
             pass
+
+
+@pytest.mark.parametrize("post", ["LOGISTIC", "NONE"])
+def test_one_coefficient_row_is_class_1(tmp_path, post):
+    X = np.random.default_rng(6).random((50, 4)).astype(np.float32)
+    onx = linear_classifier(np.array([1, -2, 0.5, 3], np.float32), [0.3], 4, post=post)
+    s1 = ort_run(onx, X)[1][:, 1].astype(np.float64)
+    ref = s1 if post == "LOGISTIC" else 1 / (1 + np.exp(-s1))
+    p = wisp.from_onnx(onx, str(tmp_path / "one.wisp")).score(X, device="cpu")
+    assert np.max(np.abs(p - ref)) < 1e-6
