@@ -33,6 +33,8 @@ import scipy.sparse as sp
 import wisp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "scripts", "lib"))
+import record  # noqa: E402  scripts/lib/record.py: the commit (WISP_COMMIT first), the machine, the schema
 NF = 1 << 16
 K = 39
 
@@ -165,6 +167,8 @@ def main():
     best = {k: min(v) for k, v in res.items()}
     out = {
         "script": "scripts/bench/bench_python.py", "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "commit": record.commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "peers": "in results.small.best_ns_per_call and results.large: the same calls from C (scripts/bench/bench_python_c.c) and, where installed, scikit-learn and onnxruntime, interleaved in the same run",
         "machine": machine(), "model": {"num_features": NF, "dtype": "f32"},
         "small": {"rows": 10, "features_per_row": K, "best_ns_per_call": best,
                   "python_minus_c_ns": best["python_ns"] - best["c_ns"], "target": "python within 1500 ns of C",
@@ -178,8 +182,7 @@ def main():
                   "onnxruntime's LinearClassifier takes dense rows only (10 x 65536 float32 per call)"],
     }
     path = os.path.join(ROOT, "scripts/results/bench_python.json") if args.record else os.path.join(build, "bench_python.json")
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
+    record.write(path, out, indent=1)   # scripts/results/SCHEMA.md's envelope
     print(json.dumps({"small_best_ns": best, "large": {k: out["large"][k] for k in
                       ("c_best_ns", "python_best_ns", "python_over_c", "python_bytes_allocated_during_call")}}, indent=1))
     print("wrote", path)
