@@ -145,6 +145,34 @@ if [ -f spec/java/run.sh ] && [ "${WISP_JAVA:-1}" != 0 ]; then
     if [ "$f" -ne 0 ]; then grep -a -v "✔" "$log" | sed 's/^/    /' | tail -n 60; fail_recap "java (spec/java): $f failed"; fi
 fi
 
+# the C++ header (spec/cpp/test_wisp_hpp.cpp: parity with the CLI, every C failure as wisp::Error; prints
+# "cpp: N passed, N failed" last), then examples/quickstart.cpp built with pkg-config against a scratch install
+if [ "${WISP_CPP:-1}" != 0 ]; then
+    start=$(date +%s)
+    if [ -x "$build/test-cpp/test_wisp_hpp" ]; then
+        "$build/test-cpp/test_wisp_hpp" "$build/wisp" >"$log" 2>&1; rc=$?
+    else
+        echo "$build/test-cpp/test_wisp_hpp is missing: make BUILD=$build cpp-test" >"$log"; rc=1
+    fi
+    line=$(grep -aE "^cpp: [0-9]+ passed, [0-9]+ failed" "$log" | tail -n 1)
+    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
+    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+    if [ -z "$line" ]; then p=0; f=1; fi
+    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    cstage=$(mktemp -d)
+    nv=""; [ -f "$build/obj/cuda_stub.o" ] && nv="NVCC="
+    if make -s install-cpp BUILD="$build" $nv PREFIX=/usr DESTDIR="$cstage" >>"$log" 2>&1 &&
+       make -s install BUILD="$build" $nv PREFIX=/usr DESTDIR="$cstage" >>"$log" 2>&1 &&
+       PKG_CONFIG_SYSROOT_DIR="$cstage" PKG_CONFIG_LIBDIR="$cstage/usr/lib/pkgconfig" \
+         sh -c 'c++ -std=c++20 examples/quickstart.cpp $(pkg-config --cflags --libs wisp) -o "$0/quickstart_cpp"' "$cstage" >>"$log" 2>&1 &&
+       (cd "$cstage" && LD_LIBRARY_PATH="$cstage/usr/lib" ./quickstart_cpp) >>"$log" 2>&1 &&
+       grep -q "p = 0.924142 0.731059" "$log"; then p=$((p + 1)); else f=$((f + 1)); echo "quickstart.cpp failed" >>"$log"; fi
+    rm -rf "$cstage"
+    passed=$((passed + p)); failed=$((failed + f))
+    printf '%-24s %5d passed, %d failed  (%ds)\n' "cpp (spec/cpp)" "$p" "$f" $(( $(date +%s) - start ))
+    if [ "$f" -ne 0 ]; then sed 's/^/    /' "$log" | tail -n 40; fail_recap "cpp (spec/cpp): $f failed"; fi
+fi
+
 # libwisp.so exports exactly the functions of wisp.h (+ the test hooks of the Makefile): each one defined
 if [ -f "$build/libwisp.map" ] && command -v nm >/dev/null 2>&1; then
     want=$(grep -oE '^wisp_[a-z0-9_]+' "$build/libwisp.map" | sort -u)
