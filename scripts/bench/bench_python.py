@@ -15,12 +15,12 @@ hits every contender alike (best of --repeats rounds each):
   - 200k rows from a scipy CSR (int32 indices, float32 data): C vs Python, and the
     bytes Python allocates during the call (tracemalloc peak: the output array
     and nothing proportional to the input means no copy).
-Writes JSON to $BUILD/bench_python.json, or scripts/results/bench_python.json with --record.
+Writes build/results/bench_python.json, or scripts/results/bench_python.json with --record
+(scripts/lib/record.py: the machine, commit, date and command around the figures).
 """
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -75,30 +75,12 @@ def c_timer(build, tmp):
     return run
 
 
-def machine():
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
-    except OSError:
-        commit = "?"
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
-            "commit": commit, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-
-
 def main():
+    command = " ".join(["python"] + sys.argv)
+    rec = record.take_record_flag(sys.argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.environ.get("WISP_BUILD", os.path.join(ROOT, "build")))
     ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--record", action="store_true")
     args = ap.parse_args()
     build = os.path.abspath(args.build)
     tmp = tempfile.mkdtemp(prefix="bench_python.")
@@ -166,10 +148,11 @@ def main():
 
     best = {k: min(v) for k, v in res.items()}
     out = {
-        "script": "scripts/bench/bench_python.py", "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "script": "scripts/bench/bench_python.py", "command": command, "issue": 15,
+        "wisp_version": wisp.version(),
         "commit": record.commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "peers": "in results.small.best_ns_per_call and results.large: the same calls from C (scripts/bench/bench_python_c.c) and, where installed, scikit-learn and onnxruntime, interleaved in the same run",
-        "machine": machine(), "model": {"num_features": NF, "dtype": "f32"},
+        "model": {"num_features": NF, "dtype": "f32"},
         "small": {"rows": 10, "features_per_row": K, "best_ns_per_call": best,
                   "python_minus_c_ns": best["python_ns"] - best["c_ns"], "target": "python within 1500 ns of C",
                   "rounds": res},
@@ -181,11 +164,10 @@ def main():
         "notes": [tf_note, "interleaved rounds, best of each; C and Python use one engine thread per core",
                   "onnxruntime's LinearClassifier takes dense rows only (10 x 65536 float32 per call)"],
     }
-    path = os.path.join(ROOT, "scripts/results/bench_python.json") if args.record else os.path.join(build, "bench_python.json")
+    path = record.out_path("bench_python.json", rec)
     record.write(path, out, indent=1)   # scripts/results/SCHEMA.md's envelope
     print(json.dumps({"small_best_ns": best, "large": {k: out["large"][k] for k in
                       ("c_best_ns", "python_best_ns", "python_over_c", "python_bytes_allocated_during_call")}}, indent=1))
-    print("wrote", path)
 
 
 if __name__ == "__main__":
