@@ -428,15 +428,22 @@ class Session:
         prof = _profile.active
         if prof is not None:
             prof._begin(self)
-        if _is_scipy_csr(X):
+        t = type(X)
+        if t is tuple and 2 <= len(X) <= 3:
+            csr = (X[0], X[1], X[2] if len(X) == 3 else None)
+        elif _is_scipy_csr(X):
+            csr = (X.indptr, X.indices, X.data)
+        else:
+            csr = None
+        if csr is not None:
             # the small-batch fast path: one type lookup, one output array, one C call
-            out = _empty(X.shape[0], _f32)
+            out = _empty(max(len(csr[0]) - 1, 0), _f32)
             with self._lock:
                 s = self._s
                 if s is None:
                     raise StateError("the session is closed")
                 try:
-                    bad = s.score_csr(X.indptr, X.indices, X.data, out)
+                    bad = s.score_csr(csr[0], csr[1], csr[2], out)
                 except (TypeError, BufferError, ValueError) as e:
                     if isinstance(e, WispError):
                         raise
