@@ -720,6 +720,13 @@ static void test_csv_real_tools(wisp_engine *eng)
     }
     uint64_t inner = 0;
     CHECK(wisp__csv_record_end(t + 4, te, t + 4, &inner) == t + 11 && inner == 1);
+    /* the public cut (wisp.h) is the same cut; bad pointers answer NULL, a want before text is text */
+    for (size_t w = 0; w < strlen(t); w++)
+        CHECK_MSG(wisp_raw_csv_record_end(t, te, t + w) == wisp__csv_record_end(t, te, t + w, NULL), "public cut at %zu", w);
+    CHECK(wisp_raw_csv_record_end(t, te, NULL) == t + 3);
+    CHECK(wisp_raw_csv_record_end(NULL, te, t) == NULL);
+    CHECK(wisp_raw_csv_record_end(te, t, t) == NULL);
+    CHECK(wisp_raw_csv_record_end("\"open\n", (const char *)"\"open\n" + 6, NULL) == NULL);
     /* two files with byte order marks, concatenated (cat a.csv b.csv): each BOM is skipped at its line's start */
     {
         wisp_raw *r = NULL;

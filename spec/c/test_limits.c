@@ -15,6 +15,7 @@
 #include "check.h"
 #include "internal.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -158,6 +159,38 @@ static void test_devices_threads(void)
     wisp_engine_free(e);
 }
 
+/* wisp_engine_run: every task once, nested calls run inline, misuse refused */
+typedef struct { wisp_engine *eng; _Atomic unsigned hits[64]; _Atomic unsigned inner; } run_ctx;
+static void inner_task(void *ctx, size_t i) { (void)i; atomic_fetch_add(&((run_ctx *)ctx)->inner, 1); }
+static void outer_task(void *ctx, size_t i)
+{
+    run_ctx *x = ctx;
+    atomic_fetch_add(&x->hits[i], 1);
+    if (i % 16 == 0) wisp_engine_run(x->eng, 3, inner_task, x);     /* from inside a task: inline */
+}
+
+static void test_engine_run(void)
+{
+    wisp_engine *e4 = NULL;
+    CHECK_OK(wisp_engine_new(4, &e4));
+    if (!e4) return;
+    static run_ctx x;
+    x.eng = e4;
+    for (int round = 0; round < 50; round++) {
+        for (size_t i = 0; i < 64; i++) atomic_store(&x.hits[i], 0);
+        atomic_store(&x.inner, 0);
+        CHECK_OK(wisp_engine_run(e4, 64, outer_task, &x));
+        size_t wrong = 0;
+        for (size_t i = 0; i < 64; i++) wrong += atomic_load(&x.hits[i]) != 1;
+        CHECK_MSG(wrong == 0 && atomic_load(&x.inner) == 12, "round %d: %zu tasks not run once, %u inner", round, wrong,
+                  atomic_load(&x.inner));
+    }
+    CHECK_OK(wisp_engine_run(e4, 0, outer_task, &x));                  /* no tasks: nothing to do */
+    CHECK_FAILS(wisp_engine_run(NULL, 1, outer_task, &x), WISP_EINVAL, "e4 is NULL");
+    CHECK_FAILS(wisp_engine_run(e4, 1, NULL, &x), WISP_EINVAL, "fn is NULL");
+    wisp_engine_free(e4);
+}
+
 int main(void)
 {
     int quick = getenv("WISP_TEST_QUICK") != NULL;
@@ -176,5 +209,6 @@ int main(void)
     }
     wisp_engine_free(eng);
     CHECK_MSG(rmdir(tmpdir) == 0, "%s is not empty", tmpdir);
+    test_engine_run();
     return CHECK_DONE("test_limits");
 }
