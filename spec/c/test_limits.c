@@ -186,7 +186,7 @@ static void test_engine_run(void)
                   atomic_load(&x.inner));
     }
     CHECK_OK(wisp_engine_run(e4, 0, outer_task, &x));                  /* no tasks: nothing to do */
-    CHECK_FAILS(wisp_engine_run(NULL, 1, outer_task, &x), WISP_EINVAL, "e4 is NULL");
+    CHECK_FAILS(wisp_engine_run(NULL, 1, outer_task, &x), WISP_EINVAL, "eng is NULL");
     CHECK_FAILS(wisp_engine_run(e4, 1, NULL, &x), WISP_EINVAL, "fn is NULL");
     wisp_engine_free(e4);
 }
