@@ -88,14 +88,16 @@ static int report(lua_State *L, int st)
     return st;
 }
 
+int wisp_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* cli.c */
+
 int wisp_cli_run(int argc, char **argv)
 {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    if (argc < 2) return wisp_cli_usage_error("a SCRIPT.lua is required");
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs("usage: wisp run SCRIPT.lua [ARGS...]\n\n"
               "Runs a Lua script under LuaJIT with `require \"wisp\"` available; the script\n"
-              "sees its arguments in the global `arg` (arg[0] is the script, as with luajit).\n",
-              argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+              "sees its arguments in the global `arg` (arg[0] is the script, as with luajit).\n", stdout);
+        return 0;
     }
     lua_State *L = new_state();
     if (!L) return 1;
@@ -213,7 +215,7 @@ int wisp_cli_repl(int argc, char **argv)
               "History is kept in ~/.wisp_history. Ctrl-D quits.\n", stdout);
         return 0;
     }
-    if (argc > 2) { fputs("usage: wisp repl [MODEL]\n", stderr); return 2; }
+    if (argc > 2) return wisp_cli_usage_error("one MODEL at most (got %d)", argc - 1);
     lua_State *L = new_state();
     if (!L) return 1;
     int st = luaL_loadbuffer(L, repl_prelude, sizeof repl_prelude - 1, "=repl");

@@ -68,6 +68,8 @@ describe("wisp CLI", function()
       { "import liblinear a b --dtype f64", "wisp import: unknown dtype 'f64' (use f32, f16 or i8)" },
       { "convert a b", "wisp convert: --dtype f32|f16|i8 is required" },
       { "info", "wisp info: expected one MODEL (got 0 arguments)" },
+      { "run", "wisp run: a SCRIPT.lua is required" },
+      { "repl a b", "wisp repl: one MODEL at most (got 2)" },
     }
     for _, c in ipairs(cases) do
       local out, rc = sh(WISP .. " " .. c[1] .. " </dev/null")
