@@ -20,8 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int wisp_cli_run(int argc, char **argv);    /* cli_lua.c */
-int wisp_cli_repl(int argc, char **argv);   /* cli_lua.c */
+int wisp__cli_run(int argc, char **argv);    /* cli_lua.c */
+int wisp__cli_repl(int argc, char **argv);   /* cli_lua.c */
 
 static const char *prog = "wisp";
 
@@ -46,8 +46,8 @@ static int die(const char *fmt, ...)
 /* A usage error: one line that says what is wrong and one that points at the
  * command's --help (not the whole usage); the exit status is 2. cli_lua.c's
  * commands (run, repl) use it too. */
-int wisp_cli_usage_error(const char *fmt, ...) CLI_PRINTF(1, 2);
-int wisp_cli_usage_error(const char *fmt, ...)
+int wisp__cli_usage_error(const char *fmt, ...) CLI_PRINTF(1, 2);
+int wisp__cli_usage_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -428,7 +428,7 @@ static int parse_count(const char *s, const char *what, long lo, long hi, long *
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi)
-        return wisp_cli_usage_error("bad %s '%s': expected a number from %ld to %ld", what, s, lo, hi);
+        return wisp__cli_usage_error("bad %s '%s': expected a number from %ld to %ld", what, s, lo, hi);
     *out = v;
     return 0;
 }
@@ -559,7 +559,7 @@ static int cmd_score(int argc, char **argv)
             format = -1;
             for (int k = 0; k < (int)(sizeof fmt_names / sizeof fmt_names[0]); k++)
                 if (!strcmp(optarg, fmt_names[k])) format = k;
-            if (format < 0) return wisp_cli_usage_error("unknown --format '%s' (supported: auto, libsvm, vw, tsv, csv, jsonl)", optarg);
+            if (format < 0) return wisp__cli_usage_error("unknown --format '%s' (supported: auto, libsvm, vw, tsv, csv, jsonl)", optarg);
             break;
         case 's': schema = optarg; break;
         case 'd': device = optarg; break;
@@ -569,16 +569,16 @@ static int cmd_score(int argc, char **argv)
         case 'H': hugepages = 1; break;
         case 'S': show_stats = 1; break;
         case 'h': fputs(usage_score, stdout); return 0;
-        case ':': return wisp_cli_usage_error("option '%s' needs a value", argv[optind - 1]);
-        default: return wisp_cli_usage_error("unknown option '%s'", argv[optind - 1]);
+        case ':': return wisp__cli_usage_error("option '%s' needs a value", argv[optind - 1]);
+        default: return wisp__cli_usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (!model_path) return wisp_cli_usage_error("-m MODEL is required");
+    if (!model_path) return wisp__cli_usage_error("-m MODEL is required");
     int dev_kind, dev_n;            /* a misspelt device is a usage error, found before any work */
-    if (wisp_device_parse(device, &dev_kind, &dev_n) != WISP_OK) return wisp_cli_usage_error("%s", wisp_errmsg());
-    if (argc - optind > 1) return wisp_cli_usage_error("one input file at most (got %d)", argc - optind);
+    if (wisp_device_parse(device, &dev_kind, &dev_n) != WISP_OK) return wisp__cli_usage_error("%s", wisp_errmsg());
+    if (argc - optind > 1) return wisp__cli_usage_error("one input file at most (got %d)", argc - optind);
     if (schema && format != FMT_AUTO && format != FMT_TSV && format != FMT_CSV)
-        return wisp_cli_usage_error("--schema is for --format tsv or csv (not %s)", fmt_names[format]);
+        return wisp__cli_usage_error("--schema is for --format tsv or csv (not %s)", fmt_names[format]);
     const char *in_path = optind < argc ? argv[optind] : "-";
 
     enum { PIECES_PER_THREAD = 2 };
@@ -752,7 +752,7 @@ static int take_dtype(int *argc, char **argv, int *dtype)
     for (int i = 0; i < *argc; i++) {
         const char *v = NULL;
         if (!strcmp(argv[i], "--dtype")) {
-            if (i + 1 >= *argc) return wisp_cli_usage_error("--dtype needs a value (f32, f16 or i8)");
+            if (i + 1 >= *argc) return wisp__cli_usage_error("--dtype needs a value (f32, f16 or i8)");
             v = argv[++i];
         } else if (!strncmp(argv[i], "--dtype=", 8)) {
             v = argv[i] + 8;
@@ -761,7 +761,7 @@ static int take_dtype(int *argc, char **argv, int *dtype)
             continue;
         }
         *dtype = wisp_dtype_parse(v);
-        if (*dtype < 0) return wisp_cli_usage_error("unknown dtype '%s' (use f32, f16 or i8)", v);
+        if (*dtype < 0) return wisp__cli_usage_error("unknown dtype '%s' (use f32, f16 or i8)", v);
     }
     *argc = n;
     return 0;
@@ -801,7 +801,7 @@ static int cmd_import(int argc, char **argv)
     if (wants_help(argc, argv)) return fputs(usage_import, stdout), 0;
     int dtype;
     if (take_dtype(&argc, argv, &dtype)) return 2;
-    if (argc != 4) return wisp_cli_usage_error("expected KIND MODEL OUT.wisp (got %d argument%s)", argc - 1, argc == 2 ? "" : "s");
+    if (argc != 4) return wisp__cli_usage_error("expected KIND MODEL OUT.wisp (got %d argument%s)", argc - 1, argc == 2 ? "" : "s");
     named_input ins[1] = { { argv[2], -1 } };
     if (check_output(argv[3], ins, 1)) return 2;
     if (!strcmp(argv[1], "vw")) return import_vw(argv[2], argv[3], dtype);
@@ -811,7 +811,7 @@ static int cmd_import(int argc, char **argv)
         return 0;
     }
     if (strcmp(argv[1], "liblinear"))
-        return wisp_cli_usage_error("unknown model kind '%s' (supported: liblinear, vw, onnx)", argv[1]);
+        return wisp__cli_usage_error("unknown model kind '%s' (supported: liblinear, vw, onnx)", argv[1]);
     if (wisp_import_liblinear(argv[2], argv[3], dtype) != WISP_OK) return die("%s", wisp_errmsg());
     fprintf(stderr, "wisp: wrote %s (%s weights) from LIBLINEAR model %s\n", argv[3], wisp_dtype_name(dtype), argv[2]);
     return 0;
@@ -823,8 +823,8 @@ static int cmd_convert(int argc, char **argv)
     int dtype = -1, explicit = 0;
     for (int i = 1; i < argc; i++) explicit |= !strncmp(argv[i], "--dtype", 7);
     if (take_dtype(&argc, argv, &dtype)) return 2;
-    if (argc != 3) return wisp_cli_usage_error("expected IN.wisp OUT.wisp (got %d argument%s)", argc - 1, argc == 2 ? "" : "s");
-    if (!explicit) return wisp_cli_usage_error("--dtype f32|f16|i8 is required");
+    if (argc != 3) return wisp__cli_usage_error("expected IN.wisp OUT.wisp (got %d argument%s)", argc - 1, argc == 2 ? "" : "s");
+    if (!explicit) return wisp__cli_usage_error("--dtype f32|f16|i8 is required");
     named_input ins[1] = { { argv[1], -1 } };
     if (check_output(argv[2], ins, 1)) return 2;
     wisp_engine *eng = NULL; wisp_model *m = NULL;
@@ -843,7 +843,7 @@ static int cmd_convert(int argc, char **argv)
 static int cmd_info(int argc, char **argv)
 {
     if (wants_help(argc, argv)) return fputs(usage_info, stdout), 0;
-    if (argc != 2) return wisp_cli_usage_error("expected one MODEL (got %d arguments)", argc - 1);
+    if (argc != 2) return wisp__cli_usage_error("expected one MODEL (got %d arguments)", argc - 1);
     wisp_engine *eng = NULL; wisp_model *m = NULL;
     if (wisp_engine_new(1, &eng) != WISP_OK || wisp_model_load(eng, argv[1], &m) != WISP_OK) {
         wisp_engine_free(eng);
@@ -932,7 +932,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) { printf("wisp %s\n", wisp_version()); return 0; }
     static const struct { const char *name; int (*fn)(int, char **); } cmds[] = {
         {"score", cmd_score}, {"import", cmd_import}, {"convert", cmd_convert}, {"info", cmd_info},
-        {"devices", cmd_devices}, {"run", wisp_cli_run}, {"repl", wisp_cli_repl}};
+        {"devices", cmd_devices}, {"run", wisp__cli_run}, {"repl", wisp__cli_repl}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         if (!strcmp(cmd, cmds[i].name)) {
             static char progname[64];
@@ -947,5 +947,5 @@ int main(int argc, char **argv)
         }
     }
     prog = "wisp";
-    return wisp_cli_usage_error("unknown command '%s' (score, import, convert, info, devices, run, repl)", cmd);
+    return wisp__cli_usage_error("unknown command '%s' (score, import, convert, info, devices, run, repl)", cmd);
 }

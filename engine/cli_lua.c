@@ -88,11 +88,11 @@ static int report(lua_State *L, int st)
     return st;
 }
 
-int wisp_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* cli.c */
+int wisp__cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   /* cli.c */
 
-int wisp_cli_run(int argc, char **argv)
+int wisp__cli_run(int argc, char **argv)
 {
-    if (argc < 2) return wisp_cli_usage_error("a SCRIPT.lua is required");
+    if (argc < 2) return wisp__cli_usage_error("a SCRIPT.lua is required");
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs("usage: wisp run SCRIPT.lua [ARGS...]\n\n"
               "Runs a Lua script under LuaJIT with `require \"wisp\"` available; the script\n"
@@ -203,7 +203,7 @@ static int repl_eval(lua_State *L, const char *line, int last)
     return 0;
 }
 
-int wisp_cli_repl(int argc, char **argv)
+int wisp__cli_repl(int argc, char **argv)
 {
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         fputs("usage: wisp repl [MODEL]\n\n"
@@ -215,7 +215,7 @@ int wisp_cli_repl(int argc, char **argv)
               "History is kept in ~/.wisp_history. Ctrl-D quits.\n", stdout);
         return 0;
     }
-    if (argc > 2) return wisp_cli_usage_error("one MODEL at most (got %d)", argc - 1);
+    if (argc > 2) return wisp__cli_usage_error("one MODEL at most (got %d)", argc - 1);
     lua_State *L = new_state();
     if (!L) return 1;
     int st = luaL_loadbuffer(L, repl_prelude, sizeof repl_prelude - 1, "=repl");
