@@ -13,26 +13,28 @@
 JAVA_PKGS   := junit5
 JAVAC       ?= javac
 JAR         ?= jar
-JAVA_HOME_J := $(patsubst %/bin/javac,%,$(realpath $(shell command -v $(JAVAC) 2>/dev/null)))
-JNI_CFLAGS  := -I$(JAVA_HOME_J)/include -I$(JAVA_HOME_J)/include/linux
+# recursive (=): read when the recipe runs, after deps-jdk may have installed the JDK
+JAVA_HOME_J  = $(patsubst %/bin/javac,%,$(realpath $(shell command -v $(JAVAC) 2>/dev/null)))
+JNI_CFLAGS   = -I$(JAVA_HOME_J)/include -I$(JAVA_HOME_J)/include/linux
 JAVA_SRC    := $(wildcard engine/java/src/wisp/*.java)
 JAVA_PLAT   := linux-$(shell uname -m)
 JAVA_SHAREDIR := $(PREFIX)/share/java
 
-.PHONY: java java-test deps-java install-java uninstall-java
+.PHONY: java java-test deps-java deps-jdk install-java uninstall-java
 java: $(BUILD)/wisp.jar
 
-# a JDK when javac is missing, and junit5 for the specs
-deps-java: deps-build
+# a JDK when javac is missing (to build the jar), and junit5 for the specs
+deps-java: deps-jdk
+	$(call ensure_pkgs,$(JAVA_PKGS))
+deps-jdk:
 	@[ -n "$(WISP_SKIP_DEPS)" ] || command -v $(JAVAC) >/dev/null 2>&1 || { \
 	  echo "wisp: installing Debian packages: default-jdk-headless"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "wisp: need root to install default-jdk-headless (or install a JDK yourself)" >&2; exit 1; fi; \
 	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends default-jdk-headless >/dev/null; }
-	$(call ensure_pkgs,$(JAVA_PKGS))
 
 # the JNI library exports only the JNI entry points: libwisp.a's symbols stay inside it
-$(BUILD)/java/libwispjni.so: engine/java/wisp_jni.c engine/include/wisp.h $(BUILD)/libwisp.a
+$(BUILD)/java/libwispjni.so: engine/java/wisp_jni.c engine/include/wisp.h $(BUILD)/libwisp.a | deps-jdk
 	@mkdir -p $(dir $@)
 	@printf '{ global: Java_*; JNI_OnLoad; local: *; };\n' > $(BUILD)/java/jni.map
 	$(CC) -std=c11 -D_GNU_SOURCE -fPIC -pthread $(WFLAGS) $(CFLAGS) -Iengine/include $(JNI_CFLAGS) -shared \
