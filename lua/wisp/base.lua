@@ -17,7 +17,7 @@ local C = require "wisp.cdef"
 local K = require "wisp.const"
 
 local ffi_new, ffi_str, ffi_typeof, ffi_sizeof = ffi.new, ffi.string, ffi.typeof, ffi.sizeof
-local type, error, tostring, pcall, getmetatable = type, error, tostring, pcall, getmetatable
+local type, error, tostring, pcall, getmetatable, pairs = type, error, tostring, pcall, getmetatable, pairs
 local floor = math.floor
 local fmt = string.format
 
@@ -67,6 +67,37 @@ function M.vla_floats(a)
     local n = vla_len[a]
     if n == nil then n = ffi_sizeof(a) / 4; vla_len[a] = n end
     return n
+end
+
+---------------------------------------------------------------------------
+-- batches in flight (session.lua's submit/wait) and the batch finalizer
+---------------------------------------------------------------------------
+
+-- A batch submitted and not yet waited for belongs to its session (wisp.h): the
+-- collector must not free it under the device. batch_pending holds its handle (a
+-- strong key: reachable, so never collected while in flight); when every finalizer
+-- runs at once (lua_close runs them all, in no order) batch_gc only marks an
+-- in-flight handle dead and the session's finalizer frees it after wisp_session_free
+-- has finished it (session_gc). Re-attaching finalizers from a finalizer does not
+-- work there: LuaJIT disables the finalizer table at close, so such batches leaked,
+-- kept their engine (and its pool threads) alive, and the process crashed when the
+-- library was unloaded under those threads.
+local batch_pending, batch_dead = {}, {}
+M.batch_pending = batch_pending
+
+function M.batch_gc(bh)
+    if batch_pending[bh] then batch_dead[bh] = true else C.wisp_batch_free(bh) end
+end
+
+-- The finalizer of a session whose in-flight batch handles are the keys of `inflight`.
+function M.session_gc(inflight)
+    return function(sh)
+        C.wisp_session_free(sh)                -- finishes every batch in flight
+        for bh in pairs(inflight) do
+            batch_pending[bh] = nil
+            if batch_dead[bh] then batch_dead[bh] = nil; C.wisp_batch_free(bh) end
+        end
+    end
 end
 
 ---------------------------------------------------------------------------

@@ -38,7 +38,7 @@ end
 local function new_batch(e)
     local rc = C.wisp_batch_new(e._h, batch_box)
     if rc ~= 0 then return nil, last_error(rc, "batch") end
-    local h = ffi_gc(batch_box[0], C.wisp_batch_free)
+    local h = ffi_gc(batch_box[0], base.batch_gc)
     batch_box[0] = nil
     return new_batch_object(h, e, false)
 end
@@ -347,7 +347,7 @@ local function wrap(fname, e, rows, row_ptr, ids, val_ptr, vals)
     end
     local rc = C.wisp_batch_wrap(e._h, rows, row_ptr, ids, val_ptr, vals, batch_box)
     if rc ~= 0 then return nil, last_error(rc, fname) end
-    local h = ffi_gc(batch_box[0], C.wisp_batch_free)
+    local h = ffi_gc(batch_box[0], base.batch_gc)
     batch_box[0] = nil
     local b = new_batch_object(h, e, true)
     b._refs = { row_ptr = row_ptr, ids = ids, val_ptr = val_ptr, vals = vals }

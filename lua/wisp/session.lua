@@ -16,7 +16,7 @@ local max = math.max
 local fmt = string.format
 local argerror, expected, handle, check_uint = base.argerror, base.expected, base.handle, base.check_uint
 local ffi_elems, last_error = base.ffi_elems, base.last_error
-local session_box, done_box = base.session_box, base.done_box
+local session_box, done_box, batch_pending = base.session_box, base.done_box, base.batch_pending
 local float_vla, float_ptr, f32p_probe, vla_floats = base.float_vla, base.float_ptr, base.f32p_probe, base.vla_floats
 local Batch, Model, RawBatch, new_batch = batch.Batch, model.Model, raw.RawBatch, batch.new
 
@@ -36,16 +36,12 @@ local function new_session(fname, model, device, ndev)
     local rc = C.wisp_session_new(e._h, model._h, device, session_box)
     if rc ~= 0 then return nil, last_error(rc, "session") end
     -- The handles of batches in flight on this session (submitted, not yet
-    -- waited for): their own finalizers are detached while they are in
-    -- flight, so the collector can never free one under the device; the
-    -- session's finalizer finishes them (wisp_session_free does) and then
-    -- gives each handle its finalizer back. This table is the finalizer's
-    -- upvalue, never the session's cdata: the handle stays collectable.
+    -- waited for), also held by base.batch_pending so the collector never frees
+    -- one under the device; the session's finalizer finishes them
+    -- (wisp_session_free) and releases them (base.session_gc). This table is the
+    -- finalizer's upvalue, never the session's cdata: the handle stays collectable.
     local inflight = {}
-    local h = ffi_gc(session_box[0], function(sh)
-        C.wisp_session_free(sh)
-        for bh in pairs(inflight) do ffi_gc(bh, C.wisp_batch_free) end
-    end)
+    local h = ffi_gc(session_box[0], base.session_gc(inflight))
     session_box[0] = nil
     -- _qb/_qo/_qhead/_qn: the batches submitted and not yet waited for, and their
     -- outs, in submit order: a ring of WISP_MAX_PENDING slots mirroring the C one
@@ -54,13 +50,13 @@ local function new_session(fname, model, device, ndev)
 end
 
 -- The batch of a submit is done (its wait returned, or the session was
--- closed): it is the caller's again, with its finalizer back.
+-- closed): it is the caller's again, collectable again.
 local function batch_landed(self, batch)
     local bh = batch._h
     batch._inflight = nil
     if bh ~= nil then
         self._inflight[bh] = nil
-        ffi_gc(bh, C.wisp_batch_free)
+        batch_pending[bh] = nil
     end
 end
 
@@ -157,11 +153,10 @@ function Session:submit(batch, out)
     local rc = C.wisp_session_submit(h, bh, out)
     if rc ~= 0 then return nil, last_error(rc, "submit") end
     -- in flight until its wait: refused by close/clear/add and a second
-    -- submit, and out of the collector's reach (the session's finalizer
-    -- owns the handle until then; see new_session)
+    -- submit, and out of the collector's reach (see new_session)
     batch._inflight = self
     self._inflight[bh] = true
-    ffi_gc(bh, nil)
+    batch_pending[bh] = true
     -- the mirror of the C ring (wisp_session_wait returns them in this order)
     local n = self._qn
     local slot = (self._qhead + n) % QCAP

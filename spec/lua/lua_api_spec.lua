@@ -254,4 +254,30 @@ describe("the submit queue", function()
         s:close()                                                -- lands the rest
         for k = 2, #keep do keep[k]:clear() end                  -- theirs again: no longer in flight
     end)
+
+    it("a process that exits with batches in flight frees them and its engines (no crash at unload)", function()
+        -- before: the session's finalizer re-attached the batches' finalizers, which
+        -- lua_close never runs; the leaked batches kept their engines' pool threads
+        -- alive while the library was unloaded: a crash in about 1 exit of 13
+        local path = H.random_model(wisp, 100)
+        local code = ([[
+package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
+local wisp, ffi = require "wisp", require "ffi"
+KEEP = {}
+for k = 1, 20 do
+    local e = wisp.engine { threads = 2 }
+    local s = assert(assert(e:load(%q)):session("cpu"))
+    for j = 1, 3 do
+        local b, o = assert(e:batch_from_rows { { 1, 2 }, { 3 } }), ffi.new("float[2]")
+        assert(s:submit(b, o))
+        KEEP[#KEEP + 1] = { b, o }
+    end
+    if k %% 2 == 0 then KEEP[#KEEP + 1] = s end
+end
+]]):format(path)
+        for run = 1, 20 do
+            local out, ok = H.luajit(code, "WISP_LIB=" .. os.getenv("WISP_LIB"))
+            assert.is_true(ok, ("run %d: %s"):format(run, out))
+        end
+    end)
 end)
