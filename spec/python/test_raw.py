@@ -196,3 +196,26 @@ def test_transform_refusals_carry_the_engine_message(tmp_path):
     assert np.isnan(p[1]) and np.isfinite(p[0]) and np.isfinite(p[2])
     assert [r for r, _ in s.last_errors] == [1]
     assert "NaN" not in s.last_errors[0][1] and "12" in s.last_errors[0][1]
+
+
+def test_no_reference_leaks_in_raw_rows(col_model):
+    import sys
+    s = wisp.load(col_model).session("cpu")
+    d = as_dict(make_rows(20, 9))
+    bad = {"age": [1.0, "x"], "city": [3, "a"], "uid": [1, 2 ** 70], "tags": [[None, 5], "ab"]}
+    objs = [d["age"], d["uid"], d["city"], d["tags"]] + d["city"][:3] + bad["uid"] + bad["age"]
+    pa = None
+    try:
+        import pyarrow as pa
+    except ImportError:
+        pass
+    t = pa.table({"age": pa.array(d["age"]), "city": pa.array(d["city"], pa.string())}) if pa else None
+    before = [sys.getrefcount(o) for o in objs]       # (the Arrow array holds d["age"]'s buffer: counted before)
+    for _ in range(300):
+        s.score(d)
+        s.score(bad)
+        if t is not None:
+            s.score(t)
+        with pytest.raises(ValueError):
+            s.score({"age": d["age"][:3], "city": d["city"]})
+    assert [sys.getrefcount(o) for o in objs] == before
