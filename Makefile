@@ -104,7 +104,7 @@ $(BUILD)/libwisp.a: $(LIB_OBJ)
 # below are for specs and benchmarks that reach them through the FFI/ctypes.
 # Declared once in engine/wisp_test.h (an NVCC= build answers the CUDA ones from engine/cuda_stub.c).
 TEST_HOOKS := wisp_fault_alloc_after wisp_cuda_units_read wisp_cuda_time_resident wisp_cuda_timeline_start \
-              wisp_cuda_timeline_read
+              wisp_cuda_timeline_read wisp_cuda_test_alloc wisp_cuda_test_copy wisp_cuda_test_free
 $(BUILD)/libwisp.map: engine/include/wisp.h Makefile | $(BUILD)/obj
 	@{ echo '{ global:'; \
 	   sed -E '/^[[:space:]]*(\/?\*|\/\/)/d' $< | grep -oE '\bwisp_[a-z0-9_]+[[:space:]]*\(' | tr -d ' (' | sort -u | sed 's/$$/;/'; \

@@ -6,6 +6,31 @@ const wisp_backend *wisp_cuda_backend(void) { return NULL; }
 
 static int no_cuda(const char *fn) { return wisp_fail(WISP_ESTATE, "%s: this build has no CUDA backend", fn); }
 
+int wisp_cuda_test_alloc(int dev, size_t n, void **out)
+{
+    (void)dev; (void)n;
+    if (out) *out = NULL;
+    return no_cuda("wisp_cuda_test_alloc");
+}
+
+int wisp_cuda_test_copy(void *dst, const void *src, size_t n)
+{
+    (void)dst; (void)src; (void)n;
+    return no_cuda("wisp_cuda_test_copy");
+}
+
+void wisp_cuda_test_free(void *p) { (void)p; }
+
+/* wisp.h: batches in device memory need the CUDA backend */
+int wisp_session_score_device(wisp_session *s, size_t rows, const void *row_ptr, int row_ptr_bits, const int32_t *ids,
+                              const float *vals, void *stream, float *out, int out_on_device)
+{
+    (void)rows; (void)row_ptr; (void)row_ptr_bits; (void)ids; (void)vals; (void)stream; (void)out; (void)out_on_device;
+    if (s) s->nbad = 0;
+    return wisp_fail(WISP_ENODEV, "wisp_session_score_device: this build of wisp has no CUDA backend (nvcc was not found "
+                     "at build time)");
+}
+
 int wisp_cuda_units_read(wisp_session *ws, double *v, size_t cap)
 {
     (void)ws; (void)v; (void)cap;

@@ -276,6 +276,10 @@ struct wisp_session {
 
 enum { WISP_PLACE_CPU = 0, WISP_PLACE_GPU = 1, WISP_PLACE_AUTO = 2 };
 
+/* Make b's bad rows the session's (wisp_session_bad_row), a copy; for the scoring paths
+ * that own a batch the caller never sees (wisp_session_score_device). */
+int wisp__session_keep_bad(wisp_session *s, const wisp_batch *b);
+
 
 /* ---- feature columns and raw inputs (columns.c, raw.c, transform_cpu.c, csv.c, jsonl.c, farmhash.c) ------------
  * Added for issue 4 (feature columns). The description is parsed once into

@@ -531,6 +531,11 @@ int wisp_session_score_raw(wisp_session *s, const wisp_raw *r, float *out)
     return WISP_OK;
 }
 
+int wisp__session_keep_bad(wisp_session *s, const wisp_batch *b)
+{
+    return keep_bad_rows(s, b->bad, b->nbad, b->msgs);
+}
+
 size_t wisp_session_bad_count(const wisp_session *s) { return s ? s->nbad : 0; }
 
 int wisp_session_bad_row(const wisp_session *s, size_t i, size_t *row, uint64_t *line, const char **msg)

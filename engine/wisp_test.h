@@ -40,5 +40,11 @@ int wisp_cuda_timeline_read(wisp_session *ws, float *ms, size_t cap);
 /* The last batch scored, unit by unit (scripts/bench/bench_multigpu.py): up to cap units,
  * 12 doubles each (engine/cuda.c lists them); returns the number of units. */
 int wisp_cuda_units_read(wisp_session *ws, double *v, size_t cap);
+/* Device memory for specs compiled without the CUDA headers (wisp_session_score_device's
+ * tests): cudaMalloc of n bytes on device dev, cudaMemcpy in either direction
+ * (cudaMemcpyDefault), cudaFree (NULL: nothing). engine/cuda_device_batch.c. */
+int  wisp_cuda_test_alloc(int dev, size_t n, void **out);
+int  wisp_cuda_test_copy(void *dst, const void *src, size_t n);
+void wisp_cuda_test_free(void *p);
 
 #endif /* WISP_TEST_H */

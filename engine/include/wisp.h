@@ -688,18 +688,44 @@ int    wisp_session_transform(wisp_session *s, const wisp_raw *r, wisp_batch *b)
  * row; submitted batches are finished first. */
 int    wisp_session_score_raw(wisp_session *s, const wisp_raw *r, float *out);
 
-/* The bad rows of s's last wisp_session_score_raw call, on whichever device
- * it ran: r's own (parse) bad rows and the rows its transform refused, in
+/* The bad rows of s's last wisp_session_score_raw (or wisp_session_score_device)
+ * call, on whichever device it ran: r's own (parse) bad rows and the rows its transform refused, in
  * row order, each with its raw row index, input line and message (the CPU
  * transform's words: on a GPU, a call whose transform refused rows runs the
  * CPU transform once more to find them). Same shape as wisp_batch_bad_row.
- * The session keeps a copy: valid until the next wisp_session_score_raw on
- * s (r may change or be freed meanwhile). Every score_raw call starts the
- * list afresh (a failed call leaves it empty, a NULL s reads 0).
+ * The session keeps a copy: valid until the next wisp_session_score_raw or
+ * wisp_session_score_device on s (r may change or be freed meanwhile). Every
+ * such call starts the list afresh (a failed call leaves it empty, a NULL s reads 0).
  * wisp_session_bad_row returns WISP_EINVAL if i is out of range. Same
  * threading as the session: one thread at a time. */
 size_t wisp_session_bad_count(const wisp_session *s);
 int    wisp_session_bad_row(const wisp_session *s, size_t i, size_t *row, uint64_t *line, const char **msg);
+
+/* A CSR batch whose arrays are already CUDA device memory (CuPy, PyTorch, a
+ * cuDF pipeline), scored with the session's model: out[i] for row i.
+ *   row_ptr   rows + 1 offsets, int32 (row_ptr_bits 32) or int64 (64), row_ptr[0] == 0
+ *   ids       row_ptr[rows] int32 feature ids
+ *   vals      row_ptr[rows] float32 values (one per feature), or NULL: binary features
+ *   stream    the caller's cudaStream_t (NULL: the legacy default stream); wisp reads
+ *             the arrays in stream order, after the work queued on it before the call
+ *   out       rows floats: device memory when out_on_device, else host memory
+ * The arrays (and a device out) live on one GPU, found from row_ptr; they stay the
+ * caller's: wisp reads them during the call only and keeps no pointer. The call is
+ * blocking: when it returns, the answers are in out and the stream is synchronized.
+ * Same checks and answers as wisp_batch_wrap + wisp_session_score on the same arrays
+ * in host memory: row_ptr is checked before any id is read (WISP_EINVAL for row_ptr[0]
+ * != 0 or a decrease, WISP_ELIMIT past WISP_MAX_NNZ / WISP_MAX_ROW_FEATURES, nothing
+ * scored); an id beyond the model's table (a negative one included) is ignored and
+ * counted (out_of_range), never read; a value that is not finite makes its row bad:
+ * NaN, and listed by wisp_session_bad_row. Statistics as wisp_session_score.
+ * Today the arrays cross to pinned host memory and are scored on the session's
+ * device (a "gpu" session scores on the GPU, "cpu" on the CPU); a device-side
+ * path with the same contract replaces the round trip (engine/cuda_device_batch.c).
+ * WISP_ENODEV without a usable GPU or in a build without CUDA; WISP_EINVAL for
+ * a NULL s/row_ptr/out, row_ptr_bits not 32 or 64, or an array that is not device
+ * memory; WISP_EDEVICE for a CUDA failure. A session is used by one thread at a time. */
+int    wisp_session_score_device(wisp_session *s, size_t rows, const void *row_ptr, int row_ptr_bits,
+                                 const int32_t *ids, const float *vals, void *stream, float *out, int out_on_device);
 
 /* ---------------------------------------------------------------------------
  * 7. Vowpal Wabbit: its hashing, its text format, its models
