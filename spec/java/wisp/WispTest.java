@@ -409,4 +409,27 @@ class WispTest {
             assertEquals(1_100_000, s.stats().get("batches"));
         }
     }
+
+    @Test
+    void cleanerFreesWhatWasNotClosed() throws Exception {
+        int[] ptr = { 0, 2 };
+        int[] idx = { 1, 3 };
+        for (int i = 0; i < 2_000; i++) Model.load(csrModel.toString()).session("cpu").score(ptr, idx, null);
+        System.gc();
+        Thread.sleep(200);
+        long before = rssKb();
+        for (int round = 0; round < 10; round++) {
+            for (int i = 0; i < 2_000; i++) {
+                Session s = Model.load(csrModel.toString()).session("cpu");   // never closed: the Cleaner's job
+                s.score(ptr, idx, null);
+                if (i % 500 == 0) s.submit(ptr, idx, null).get();            // with a worker thread too
+            }
+            System.gc();
+            Thread.sleep(50);
+        }
+        System.gc();
+        Thread.sleep(200);
+        long after = rssKb();
+        assertTrue(after - before < 32 * 1024, "RSS grew " + (after - before) + " kB over 20,000 unclosed models and sessions");
+    }
 }
