@@ -37,7 +37,7 @@ CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # compiles once at first load for any newer GPU. sm_80 (A100) is left out of the default:
 # it doubles the kernels' build time; add it with
 #   make CUDA_ARCHS="-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
-# A GPU older than the oldest architecture built is reported unusable (engine/cuda.c).
+# A GPU older than the oldest architecture built is reported unusable (engine/cuda_device.c).
 CUDA_ARCHS ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVFLAGS    ?= -O3 -std=c++17 -Xcompiler -fPIC -Iengine/include -Iengine -lineinfo $(CUDA_ARCHS)
 CU_SRC     := $(wildcard kernels/*.cu)
@@ -45,11 +45,14 @@ CU_OBJ     := $(CU_SRC:kernels/%.cu=$(BUILD)/obj/kernels/%.o)
 CUDA_CFLAGS := -DWISP_HAVE_CUDA -I$(CUDA_HOME)/include
 CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/targets/x86_64-linux/lib -lcudart_static -lstdc++
 CUDA_EXCLUDE := engine/cuda_stub.c
+# the backend's files (engine/cuda*.c) share its private header
+$(patsubst engine/%.c,$(BUILD)/obj/%.o,$(filter-out engine/cuda_stub.c,$(wildcard engine/cuda*.c))): engine/cuda_internal.h
 else
 CU_OBJ     :=
 CUDA_CFLAGS :=
 CUDA_LIBS  :=
-CUDA_EXCLUDE := engine/cuda.c
+# the backend's files compile to nothing without WISP_HAVE_CUDA; cuda_stub.c stands in
+CUDA_EXCLUDE :=
 endif
 
 # every engine/*.c is library code except the CLI (engine/cli*.c)

@@ -1,4 +1,4 @@
-/* cuda_transform.c — the transform node on the GPU: the description compiled for the device, raw columns shipped, fused transform+score or ids back (CUDA builds only). */
+/* cuda_transform.c — the transform on the GPU, part of the CUDA backend (cuda_internal.h): the description compiled for the device, raw columns shipped, fused transform+score or ids back (CUDA builds only). */
 /*
  * What crosses PCIe: the raw columns as wisp_raw holds them (per input: row
  * offsets of a sparse input; float32/int64 values, or string byte offsets +
@@ -30,7 +30,7 @@
  */
 #ifdef WISP_HAVE_CUDA
 
-#include "internal.h"
+#include "cuda_internal.h"
 #include "../kernels/transform.cuh"
 
 #include <cuda_runtime_api.h>
@@ -38,22 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* NVTX ranges for Nsight Systems: nvtx3 is header-only (CUDA 12+); without a tool attached
- * a range costs a load and a branch. WISP_NO_NVTX compiles them out. */
-#if !defined(WISP_NO_NVTX) && defined(__has_include)
-#if __has_include(<nvtx3/nvToolsExt.h>)
-#define WISP_NVTX 1
-#endif
-#endif
-#ifdef WISP_NVTX
-#include <nvtx3/nvToolsExt.h>
-#define RANGE_PUSH(name) nvtxRangePushA(name)
-#define RANGE_POP() nvtxRangePop()
-#else
-#define RANGE_PUSH(name) ((void)0)
-#define RANGE_POP() ((void)0)
-#endif
 
 /* kernels/transform.cu repeats internal.h's node and normalizer codes */
 _Static_assert(WISP_NODE_NUMERIC == 0 && WISP_NODE_BUCKETIZED == 1 && WISP_NODE_HASH == 2 && WISP_NODE_VOCAB == 3 &&
@@ -67,7 +51,7 @@ _Static_assert(WISP_NORM_NONE == 0 && WISP_NORM_STANDARD == 1 && WISP_NORM_AFFIN
 #define XCHUNK_BYTES ((size_t)6 << 20)    /* ... of about this many raw bytes (and >= XCHUNK_ROWS rows) */
 #define XCHUNK_ROWS 8192
 
-enum { EV_START = 0, EV_H2D, EV_FP, EV_KERNEL, EV_END, NEV };
+enum { XEV_START = 0, XEV_H2D, XEV_FP, XEV_KERNEL, XEV_END, XNEV };
 
 /* score_raw: a chunk of rows shipped and scored together (its first and end value per input) */
 struct xchunk { size_t r0, r1, base, bytes; uint32_t lo[64], hi[64]; };
@@ -86,7 +70,7 @@ typedef struct xf {
     int k;                       /* the session's k-th device */
     cudaStream_t st;             /* copies in (and everything of the transform path) */
     cudaStream_t cst;            /* score_raw: kernels and the copy out */
-    cudaEvent_t ev[NEV];
+    cudaEvent_t ev[XNEV];
     cudaEvent_t ready[MAX_XCHUNKS], fp0[MAX_XCHUNKS], fp1[MAX_XCHUNKS];
     /* the compiled description */
     wisp_columns *cols;          /* retained; NULL before the first call */
@@ -105,16 +89,16 @@ typedef struct xf {
 static size_t al(size_t x) { return (x + AL - 1) & ~(size_t)(AL - 1); }
 
 /* A CUDA failure on the session's k-th device (a sticky one marks it unusable). */
-static int cfail(void *sctx, int k, cudaError_t e, const char *what) { return wisp_cuda__failed(sctx, k, (int)e, what); }
+static int cfail(void *sctx, int k, cudaError_t e, const char *what) { return wisp__cuda_failed(sctx, k, (int)e, what); }
 
-void wisp_cuda_xf_free(void *vx)
+void wisp__cuda_xf_free(void *vx)
 {
     xf *x = vx;
     if (!x) return;
     if (cudaSetDevice(x->dev) != cudaSuccess) cudaGetLastError();
     if (x->st && cudaStreamSynchronize(x->st) != cudaSuccess) cudaGetLastError();
     if (x->cst && cudaStreamSynchronize(x->cst) != cudaSuccess) cudaGetLastError();
-    for (int i = 0; i < NEV; i++) if (x->ev[i]) cudaEventDestroy(x->ev[i]);
+    for (int i = 0; i < XNEV; i++) if (x->ev[i]) cudaEventDestroy(x->ev[i]);
     for (int i = 0; i < MAX_XCHUNKS; i++) {
         if (x->ready[i]) cudaEventDestroy(x->ready[i]);
         if (x->fp0[i]) cudaEventDestroy(x->fp0[i]);
@@ -136,9 +120,9 @@ void wisp_cuda_xf_free(void *vx)
 /* The transform's state on the session's k-th device (created on first use), that device current. */
 static int xf_get(void *sctx, int k, wisp_engine *eng, xf **out)
 {
-    void **slot = wisp_cuda__xf_slot(sctx, k);
+    void **slot = &((sess *)sctx)->xf[k];
     xf *x = *slot;
-    int dev = wisp_cuda__dev(sctx, k);
+    int dev = ((sess *)sctx)->devs[k];
     cudaError_t e = cudaSetDevice(dev);
     if (e != cudaSuccess) return cfail(sctx, k, e, "selecting the device");
     if (!x) {
@@ -150,14 +134,14 @@ static int xf_get(void *sctx, int k, wisp_engine *eng, xf **out)
         wisp_engine_retain(eng);
         e = cudaStreamCreateWithFlags(&x->st, cudaStreamNonBlocking);
         if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&x->cst, cudaStreamNonBlocking);
-        for (int i = 0; i < NEV && e == cudaSuccess; i++) e = cudaEventCreate(&x->ev[i]);
+        for (int i = 0; i < XNEV && e == cudaSuccess; i++) e = cudaEventCreate(&x->ev[i]);
         for (int i = 0; i < MAX_XCHUNKS && e == cudaSuccess; i++) {
             e = cudaEventCreateWithFlags(&x->ready[i], cudaEventDisableTiming);
             if (e == cudaSuccess) e = cudaEventCreate(&x->fp0[i]);
             if (e == cudaSuccess) e = cudaEventCreate(&x->fp1[i]);
         }
         if (e != cudaSuccess) {
-            wisp_cuda_xf_free(x);
+            wisp__cuda_xf_free(x);
             return cfail(sctx, k, e, "creating the transform's stream");
         }
         *slot = x;
@@ -427,7 +411,7 @@ static int ship(void *sctx, xf *x, const wisp_raw *r, const struct rawlay *L, ui
         memset(h + L->skip, 0, rows);
         for (size_t i = 0; i < r->nbad; i++) if (r->bad[i].row < rows) h[L->skip + r->bad[i].row] = 1;
     }
-    cudaError_t e = cudaEventRecord(x->ev[EV_START], x->st);
+    cudaError_t e = cudaEventRecord(x->ev[XEV_START], x->st);
     /* the table and flags first (small), then groups of segments as they are packed */
     if (e == cudaSuccess) e = cudaMemcpyAsync(d, h, L->tin + al(c->ninputs * sizeof(wisp_tinput) + 1) + (r->nbad ? al(rows) : 0),
                                               cudaMemcpyHostToDevice, x->st);
@@ -451,10 +435,10 @@ static int ship(void *sctx, xf *x, const wisp_raw *r, const struct rawlay *L, ui
                 sh.pieces[sh.npieces++] = (struct seg){ sh.segs[q].dst + off, sh.segs[q].src + off, len };
             }
         }
-        RANGE_PUSH("wisp pack raw");
+        NVTX_PUSH("wisp pack raw");
         if (sh.npieces > 1) wisp_pool_run(x->eng->pool, sh.npieces, pack_task, &sh);
         else if (sh.npieces == 1) pack_task(&sh, 0);
-        RANGE_POP();
+        NVTX_POP();
         /* one copy from the group's first byte to its last (the alignment gaps are few and small) */
         char *lo = sh.segs[g0].dst, *hi = sh.segs[k - 1].dst + sh.segs[k - 1].len;
         e = cudaMemcpyAsync(d + (lo - h), lo, (size_t)(hi - lo), cudaMemcpyHostToDevice, x->st);
@@ -462,7 +446,7 @@ static int ship(void *sctx, xf *x, const wisp_raw *r, const struct rawlay *L, ui
     }
     wisp_free(sh.segs);
     wisp_free(sh.pieces);
-    if (e == cudaSuccess) e = cudaEventRecord(x->ev[EV_H2D], x->st);
+    if (e == cudaSuccess) e = cudaEventRecord(x->ev[XEV_H2D], x->st);
     if (e != cudaSuccess) return cfail(sctx, x->k, e, "copying the raw columns");
     return WISP_OK;
 }
@@ -491,19 +475,19 @@ static int prepare(void *sctx, const wisp_raw *r, size_t out_bytes, xf **px, str
     st = ensure(sctx, x, L->total, L->shipped > back ? L->shipped : back);
     if (st) return st;
     uint64_t bytes = 0;
-    RANGE_PUSH("wisp ship raw");
+    NVTX_PUSH("wisp ship raw");
     st = ship(sctx, x, r, L, &bytes);
-    RANGE_POP();
+    NVTX_POP();
     if (st) return st;
     stats[WISP_STAT_BYTES_H2D] += bytes;
     traw->in = (const wisp_tinput *)(x->dbuf + L->tin);
     traw->skip = r->nbad ? (const uint8_t *)(x->dbuf + L->skip) : NULL;
     traw->rows = (uint32_t)r->rows;
     traw->row0 = 0;
-    RANGE_PUSH("wisp fingerprints");
+    NVTX_PUSH("wisp fingerprints");
     cudaError_t e = (cudaError_t)wisp_k_fingerprints(x->tin, (uint32_t)r->cols->ninputs, NULL, NULL, x->st);
-    if (e == cudaSuccess) e = cudaEventRecord(x->ev[EV_FP], x->st);
-    RANGE_POP();
+    if (e == cudaSuccess) e = cudaEventRecord(x->ev[XEV_FP], x->st);
+    NVTX_POP();
     if (e != cudaSuccess) return cfail(sctx, x->k, e, "fingerprinting the raw strings");
     *px = x;
     return WISP_OK;
@@ -567,7 +551,7 @@ static int part_launch(void *sctx, int k, wisp_model *m, const wisp_raw *r, size
     const size_t rows = r->rows, prows = R1 - R0;
     const void *w = NULL;
     xf *x = NULL;
-    int st = wisp_cuda__weights(sctx, k, m, &w, stats);
+    int st = wisp__cuda_weights(sctx, k, m, &w, stats);
     if (st) return st;
     if ((st = xf_get(sctx, k, r->eng, &x))) return st;
     if ((st = plan_build(sctx, x, r->cols))) return st;
@@ -628,7 +612,7 @@ static int part_launch(void *sctx, int k, wisp_model *m, const wisp_raw *r, size
     if ((st = ensure(sctx, x, o, shipped > P->back ? shipped : P->back))) return st;
     char *d = x->dbuf, *h = x->stage;
     /* head: the skip flags */
-    cudaError_t e = cudaEventRecord(x->ev[EV_START], x->st);
+    cudaError_t e = cudaEventRecord(x->ev[XEV_START], x->st);
     uint64_t bytes = 0;
     if (r->nbad) {
         memset(h, 0, prows);
@@ -713,11 +697,11 @@ static int part_launch(void *sctx, int k, wisp_model *m, const wisp_raw *r, size
                 sh.pieces[sh.npieces++] = (struct seg){ sh.segs[g].dst + off, sh.segs[g].src + off, len };
             }
         if (st) break;
-        RANGE_PUSH("wisp pack raw chunk");
+        NVTX_PUSH("wisp pack raw chunk");
         if (sh.npieces > 1) wisp_pool_run(x->eng->pool, sh.npieces, pack_task, &sh);
         else if (sh.npieces == 1) pack_task(&sh, 0);
-        RANGE_POP();
-        RANGE_PUSH("wisp copy raw chunk");
+        NVTX_POP();
+        NVTX_PUSH("wisp copy raw chunk");
         if (!direct) {                   /* everything packed: one copy for the chunk */
             e = cudaMemcpyAsync(d + q->base, h + q->base, q->bytes, cudaMemcpyHostToDevice, x->st);
             bytes += q->bytes;
@@ -727,9 +711,9 @@ static int part_launch(void *sctx, int k, wisp_model *m, const wisp_raw *r, size
             if (e == cudaSuccess) e = copy_segs(&sh, &dsh, d, h, x->st, &bytes);
         }
         if (e == cudaSuccess) e = cudaEventRecord(x->ready[q0], x->st);
-        RANGE_POP();
+        NVTX_POP();
         /* the compute stream: this chunk's fingerprints, then the fused kernel over its rows */
-        RANGE_PUSH("wisp fingerprints + fused kernel");
+        NVTX_PUSH("wisp fingerprints + fused kernel");
         if (e == cudaSuccess) e = cudaStreamWaitEvent(x->cst, x->ready[q0], 0);
         if (e == cudaSuccess) e = cudaEventRecord(x->fp0[q0], x->cst);
         if (e == cudaSuccess) e = (cudaError_t)wisp_k_fingerprints(tins, (uint32_t)ni, q->lo, q->hi, x->cst);
@@ -738,7 +722,7 @@ static int part_launch(void *sctx, int k, wisp_model *m, const wisp_raw *r, size
         if (e == cudaSuccess)
             e = (cudaError_t)wisp_k_xf_score(&x->plan, &traw, w, m->dtype, m->scale, m->num_features, m->bias, dout,
                                              dcnt, x->cst);
-        RANGE_POP();
+        NVTX_POP();
     }
     wisp_free(sh.segs);
     wisp_free(sh.pieces);
@@ -747,11 +731,11 @@ static int part_launch(void *sctx, int k, wisp_model *m, const wisp_raw *r, size
         if (cudaStreamSynchronize(x->st) != cudaSuccess || cudaStreamSynchronize(x->cst) != cudaSuccess) cudaGetLastError();
         return wisp_fail(WISP_ENOMEM, "cuda score_raw: out of host memory");
     }
-    if (e == cudaSuccess) e = cudaEventRecord(x->ev[EV_H2D], x->st);
-    if (e == cudaSuccess) e = cudaEventRecord(x->ev[EV_KERNEL], x->cst);
+    if (e == cudaSuccess) e = cudaEventRecord(x->ev[XEV_H2D], x->st);
+    if (e == cudaSuccess) e = cudaEventRecord(x->ev[XEV_KERNEL], x->cst);
     /* into the staging: its shipped part has crossed by the time this lands */
     if (e == cudaSuccess) e = cudaMemcpyAsync(h, d + P->oout, P->back, cudaMemcpyDeviceToHost, x->cst);
-    if (e == cudaSuccess) e = cudaEventRecord(x->ev[EV_END], x->cst);
+    if (e == cudaSuccess) e = cudaEventRecord(x->ev[XEV_END], x->cst);
     P->bytes = bytes;
     if (e != cudaSuccess) {
         if (cudaStreamSynchronize(x->st) != cudaSuccess || cudaStreamSynchronize(x->cst) != cudaSuccess) cudaGetLastError();
@@ -767,9 +751,9 @@ static int part_finish(void *sctx, xf *x, float *out, uint64_t *t, wisp_tcount *
 {
     const struct xpart *P = &x->part;
     cudaError_t e = cudaSetDevice(x->dev);
-    RANGE_PUSH("wisp sync");
-    if (e == cudaSuccess) e = cudaEventSynchronize(x->ev[EV_END]);
-    RANGE_POP();
+    NVTX_PUSH("wisp sync");
+    if (e == cudaSuccess) e = cudaEventSynchronize(x->ev[XEV_END]);
+    NVTX_POP();
     if (e != cudaSuccess) {
         if (cudaStreamSynchronize(x->st) != cudaSuccess || cudaStreamSynchronize(x->cst) != cudaSuccess) cudaGetLastError();
         return cfail(sctx, x->k, e, "scoring raw rows");
@@ -779,11 +763,11 @@ static int part_finish(void *sctx, xf *x, float *out, uint64_t *t, wisp_tcount *
     memcpy(cnt, hout + (P->ocnt - P->oout), sizeof *cnt);
     uint64_t fp = 0;
     for (size_t q = 0; q < P->nch; q++) fp += ev_ns(x->fp0[q], x->fp1[q]);
-    const uint64_t comp = ev_ns(x->fp0[0], x->ev[EV_KERNEL]);
-    t[0] = ev_ns(x->ev[EV_START], x->ev[EV_H2D]);
+    const uint64_t comp = ev_ns(x->fp0[0], x->ev[XEV_KERNEL]);
+    t[0] = ev_ns(x->ev[XEV_START], x->ev[XEV_H2D]);
     t[1] = fp;
     t[2] = comp > fp ? comp - fp : 0;
-    t[3] = ev_ns(x->ev[EV_KERNEL], x->ev[EV_END]);
+    t[3] = ev_ns(x->ev[XEV_KERNEL], x->ev[XEV_END]);
     t[4] = comp;
     return WISP_OK;
 }
@@ -792,7 +776,7 @@ static int part_finish(void *sctx, xf *x, float *out, uint64_t *t, wisp_tcount *
  * contiguous part per device (as score splits a batch), each part queued on its device
  * before any is waited for, so the devices work at once. Stage times are the slowest
  * part's (the parts overlap); bytes and counts add up. */
-int wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *out, uint64_t *stats)
+int wisp__cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *out, uint64_t *stats)
 {
     if (!sctx || !m || !r) return wisp_fail(WISP_EINVAL, "cuda score_raw: NULL argument");
     const size_t rows = r->rows;
@@ -801,7 +785,7 @@ int wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *
     const uint64_t t0 = wisp_now_ns();
     /* parts: one per device, each of at least XCHUNK_ROWS rows (WISP_GPU_XF_CHUNK_ROWS, for
      * tests, splits small batches too) */
-    int nparts = wisp_cuda__ndev(sctx);
+    int nparts = ((sess *)sctx)->ndev;
     const char *cr = getenv("WISP_GPU_XF_CHUNK_ROWS");
     const size_t min_rows = cr && *cr && strtoul(cr, NULL, 10) > 0 ? 1 : XCHUNK_ROWS;
     if ((size_t)nparts > rows / min_rows) nparts = (int)(rows / min_rows);
@@ -819,7 +803,7 @@ int wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *
         uint64_t t[5];
         wisp_tcount cnt;
         if (st != WISP_OK) {                 /* a part failed: the others are waited for, their answers dropped */
-            if (cudaSetDevice(parts[k]->dev) != cudaSuccess || cudaEventSynchronize(parts[k]->ev[EV_END]) != cudaSuccess)
+            if (cudaSetDevice(parts[k]->dev) != cudaSuccess || cudaEventSynchronize(parts[k]->ev[XEV_END]) != cudaSuccess)
                 cudaGetLastError();
             continue;
         }
@@ -869,7 +853,7 @@ static int cpu_transform(const wisp_raw *r, wisp_batch *b, uint64_t *stats)
     return st;
 }
 
-int wisp_cuda_xf_transform(void *sctx, const wisp_raw *r, wisp_batch *b, uint64_t *stats)
+int wisp__cuda_xf_transform(void *sctx, const wisp_raw *r, wisp_batch *b, uint64_t *stats)
 {
     if (!sctx || !r || !b) return wisp_fail(WISP_EINVAL, "cuda transform: NULL argument");
     const size_t rows = r->rows;
@@ -890,12 +874,12 @@ int wisp_cuda_xf_transform(void *sctx, const wisp_raw *r, wisp_batch *b, uint64_
              *vp = (uint32_t *)(o + 3 * w4);
     uint8_t *bad = (uint8_t *)(o + 4 * w4);
     void *tmp = o + 4 * w4 + al(rows);
-    RANGE_PUSH("wisp transform count+scan");
+    NVTX_PUSH("wisp transform count+scan");
     cudaError_t e = cudaMemsetAsync(n_row + rows, 0, 4, x->st);
     if (e == cudaSuccess) e = cudaMemsetAsync(nv_row + rows, 0, 4, x->st);
     if (e == cudaSuccess) e = (cudaError_t)wisp_k_xf_count(&x->plan, &traw, n_row, nv_row, bad, x->st);
     if (e == cudaSuccess) e = (cudaError_t)wisp_k_scan(n_row, nv_row, rp, vp, (uint32_t)rows, tmp, scan, x->st);
-    RANGE_POP();
+    NVTX_POP();
     /* bad flags and the totals back (the staging's raw part is shipped by now) */
     char *h = x->stage;             /* at least out_bytes: prepare made it so */
     if (e == cudaSuccess) e = cudaMemcpyAsync(h, bad, rows, cudaMemcpyDeviceToHost, x->st);
@@ -925,22 +909,22 @@ int wisp_cuda_xf_transform(void *sctx, const wisp_raw *r, wisp_batch *b, uint64_
     st = ensure(sctx, x, 0, back);
     if (st) return st;
     h = x->stage;
-    RANGE_PUSH("wisp transform fill");
+    NVTX_PUSH("wisp transform fill");
     e = (cudaError_t)wisp_k_xf_fill(&x->plan, &traw, rp, vp, dids, dvals, x->st);
-    if (e == cudaSuccess) e = cudaEventRecord(x->ev[EV_KERNEL], x->st);
-    RANGE_POP();
+    if (e == cudaSuccess) e = cudaEventRecord(x->ev[XEV_KERNEL], x->st);
+    NVTX_POP();
     uint32_t *hrp = (uint32_t *)h, *hvp = (uint32_t *)(h + w4), *hids = (uint32_t *)(h + 2 * w4);
     float *hvals = (float *)(h + 2 * w4 + al((size_t)nnz * 4 + 1));
     if (e == cudaSuccess) e = cudaMemcpyAsync(hrp, rp, (rows + 1) * 4, cudaMemcpyDeviceToHost, x->st);
     if (e == cudaSuccess) e = cudaMemcpyAsync(hvp, vp, (rows + 1) * 4, cudaMemcpyDeviceToHost, x->st);
     if (e == cudaSuccess && nnz) e = cudaMemcpyAsync(hids, dids, (size_t)nnz * 4, cudaMemcpyDeviceToHost, x->st);
     if (e == cudaSuccess && nvals) e = cudaMemcpyAsync(hvals, dvals, (size_t)nvals * 4, cudaMemcpyDeviceToHost, x->st);
-    if (e == cudaSuccess) e = cudaEventRecord(x->ev[EV_END], x->st);
-    RANGE_PUSH("wisp sync");
-    if (e == cudaSuccess) e = cudaEventSynchronize(x->ev[EV_END]);
-    RANGE_POP();
+    if (e == cudaSuccess) e = cudaEventRecord(x->ev[XEV_END], x->st);
+    NVTX_PUSH("wisp sync");
+    if (e == cudaSuccess) e = cudaEventSynchronize(x->ev[XEV_END]);
+    NVTX_POP();
     if (e != cudaSuccess) return cfail(sctx, x->k, e, "transforming raw rows");
-    const uint64_t h2d = ev_ns(x->ev[EV_START], x->ev[EV_H2D]), d2h = ev_ns(x->ev[EV_KERNEL], x->ev[EV_END]);
+    const uint64_t h2d = ev_ns(x->ev[XEV_START], x->ev[XEV_H2D]), d2h = ev_ns(x->ev[XEV_KERNEL], x->ev[XEV_END]);
     stats[WISP_STAT_NS_H2D] += h2d;
     stats[WISP_STAT_NS_D2H] += d2h;
     stats[WISP_STAT_BYTES_D2H] += rows + 8 + 2 * (rows + 1) * 4 + ((size_t)nnz + nvals) * 4;

@@ -62,7 +62,7 @@ void wisp_pool_run(wisp_pool *p, size_t ntasks, wisp_task_fn fn, void *ctx);
 
 /* ---- backends -------------------------------------------------------------
  * A device backend is a table of functions plus a context pointer, in the
- * ggml style. The CPU backend is built in; the CUDA backend (engine/cuda.c)
+ * ggml style. The CPU backend is built in; the CUDA backend (engine/cuda_*.c)
  * is present when the library was built with nvcc. Optional entries say
  * what happens when they are NULL. */
 
@@ -116,18 +116,7 @@ typedef struct wisp_backend {
 /* The CUDA backend, or NULL in a build without CUDA (engine/cuda_stub.c). */
 const wisp_backend *wisp_cuda_backend(void);
 
-/* The GPU transform (engine/cuda_transform.c, CUDA builds only) and what it
- * uses of a cuda.c session: its devices (k = 0 .. ndev-1), a slot per device
- * for its state (freed with the session), the model's weights on device k,
- * and the failure path (a message; a sticky error marks the device unusable). */
-int   wisp_cuda_xf_transform(void *sctx, const wisp_raw *r, wisp_batch *b, uint64_t *stats);
-int   wisp_cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *out, uint64_t *stats);
-void  wisp_cuda_xf_free(void *xf);
-int   wisp_cuda__ndev(void *sctx);
-int   wisp_cuda__dev(void *sctx, int k);
-void **wisp_cuda__xf_slot(void *sctx, int k);
-int   wisp_cuda__weights(void *sctx, int k, wisp_model *m, const void **w, uint64_t *stats);
-int   wisp_cuda__failed(void *sctx, int k, int cuda_error, const char *what);
+/* The backend's own structures and its GPU transform: engine/cuda_internal.h (CUDA builds only). */
 
 /* ---- engine (engine.c) ----------------------------------------------------- */
 

@@ -21,7 +21,7 @@ uint64_t wisp_fault_alloc_after(uint64_t nth);
  * the loader. NULL normally. */
 extern void (*wisp_model_read_hook)(const char *path);
 
-/* The CUDA backend's benchmark hooks (engine/cuda.c; in a build without CUDA,
+/* The CUDA backend's benchmark hooks (engine/cuda_hooks.c; in a build without CUDA,
  * engine/cuda_stub.c answers WISP_ESTATE "this build has no CUDA backend").
  *
  * wisp_cuda_time_resident: run only the score kernel (what = 0) or the random-read probe
@@ -34,11 +34,11 @@ int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int
  * batches' stage times from now on (measured from an event recorded now on the session's
  * first device; call it with nothing in flight, after the session scored on a GPU once);
  * wisp_cuda_timeline_read copies up to cap batches' times into ms and returns how many
- * were kept (see engine/cuda.c for the layout). */
+ * were kept (see engine/cuda_hooks.c for the layout). */
 int wisp_cuda_timeline_start(wisp_session *ws, size_t cap);
 int wisp_cuda_timeline_read(wisp_session *ws, float *ms, size_t cap);
 /* The last batch scored, unit by unit (scripts/bench/bench_multigpu.py): up to cap units,
- * 12 doubles each (engine/cuda.c lists them); returns the number of units. */
+ * 12 doubles each (engine/cuda_hooks.c lists them); returns the number of units. */
 int wisp_cuda_units_read(wisp_session *ws, double *v, size_t cap);
 /* Device memory for specs compiled without the CUDA headers (wisp_session_score_device's
  * tests): cudaMalloc of n bytes on device dev, cudaMemcpy in either direction

@@ -1,4 +1,4 @@
-/* score.cuh — the contract between the CUDA host code (engine/cuda.c, plain C) and the scoring kernels (kernels/score.cu). */
+/* score.cuh — the contract between the CUDA host code (engine/cuda_score.c and cuda_hooks.c, plain C) and the scoring kernels (kernels/score.cu). */
 #ifndef WISP_KERNELS_SCORE_CUH
 #define WISP_KERNELS_SCORE_CUH
 

@@ -315,7 +315,7 @@ static void wide_case(const char *what, wisp_engine *eng, wisp_model *m, size_t 
 
 static void test_wide_sums(wisp_engine *eng, int quick)
 {
-    /* large: past STAGE_ALL_BYTES (1 MiB, cuda.c) so the chunked path runs; small in quick mode (sanitizers) */
+    /* large: past STAGE_ALL_BYTES (1 MiB, cuda_score.c) so the chunked path runs; small in quick mode (sanitizers) */
     const size_t large = quick ? 6000 : 40000;
     const int dtypes[] = { WISP_F32, WISP_I8 };
     for (int t = 0; t < 2; t++) {
@@ -398,7 +398,7 @@ static void test_wide_sums(wisp_engine *eng, int quick)
     }
 }
 
-/* ---- owned batches: one arena, shipped packed (engine/batch.c, engine/cuda.c) ---------------- */
+/* ---- owned batches: one arena, shipped packed (engine/batch.c, engine/cuda_score.c) ---------------- */
 
 /* the arena's invariants: every array a region of one block, in order, aligned, inside it */
 static int arena_ok(const wisp_batch *b)

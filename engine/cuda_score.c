@@ -1,29 +1,14 @@
-/* cuda.c — the CUDA backend: device discovery, weights per device, pinned host memory, scoring sessions (split, shards, zero-copy, submit/wait, fallbacks). */
-#include "internal.h"
-#include "wisp_test.h"
-#include "../kernels/score.cuh"
+/* cuda_score.c — scoring a batch on the CUDA backend: the plan (units, chunks, shards, zero-copy, graphs), copies and kernel launches, and collecting the answers and stage times. */
+#ifdef WISP_HAVE_CUDA
 
-#include <cuda_runtime_api.h>
+#include "cuda_internal.h"
+
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* NVTX ranges for Nsight Systems (issue 5): nvtx3 is header-only in CUDA 12+; with no
- * tool attached a range is a load and a branch. WISP_NO_NVTX compiles them out. */
-#if !defined(WISP_NO_NVTX) && defined(__has_include)
-#if __has_include(<nvtx3/nvToolsExt.h>)
-#include <nvtx3/nvToolsExt.h>
-#define NVTX_PUSH(name) nvtxRangePushA(name)
-#define NVTX_POP() nvtxRangePop()
-#endif
-#endif
-#ifndef NVTX_PUSH
-#define NVTX_PUSH(name) ((void)0)
-#define NVTX_POP() ((void)0)
-#endif
 
 /* How a batch moves (see kernels/README.md for the measurements behind the numbers):
  *
@@ -75,531 +60,6 @@
  *   device stages (launch gaps and waiting); for a submitted batch, the time
  *   its wait was blocked. With chunks, stages overlap. */
 
-enum { MAX_UNITS = 16, MAX_CHUNKS = 16, MAX_SHARDS = 16, MAX_COPIES = 8, MAX_GRAPHS = 8 };
-enum { FAULT_NONE = 0, FAULT_OOM, FAULT_OOM_ONCE, FAULT_STICKY };
-enum { SHARDING_AUTO = 0, SHARDING_PEER, SHARDING_BROADCAST };
-enum { UNIT_STATS = 12 };
-#define CHUNK_NNZ       (1u << 20)    /* ids per chunk before a unit's slice is split */
-#define MAX_CHUNKS_AUTO 8
-#define STAGE_ALL_BYTES (1u << 20)    /* batches below this are packed even when pinned */
-#define ZC_SMALL_ROWS   4096
-#define ALIGN 256
-
-/* ---- devices ------------------------------------------------------------------ */
-
-struct cdev {
-    char name[256];
-    uint64_t mem;
-    int cap;
-    atomic_int usable;
-};
-
-typedef struct cuda_ctx {
-    wisp_engine *eng;
-    int n;
-    struct cdev dev[WISP_MAX_GPUS];
-    atomic_size_t pinned;          /* bytes of pinned host memory handed out */
-    atomic_int peer[WISP_MAX_GPUS][WISP_MAX_GPUS];   /* [a][b]: a reads b's memory: 0 not tried, 1 enabled, -1 not possible */
-    size_t pinned_max;
-} cuda_ctx;
-
-static int is_sticky(cudaError_t e)
-{
-    switch (e) {
-    case cudaErrorIllegalAddress: case cudaErrorLaunchFailure: case cudaErrorIllegalInstruction:
-    case cudaErrorMisalignedAddress: case cudaErrorInvalidAddressSpace: case cudaErrorInvalidPc:
-    case cudaErrorHardwareStackError: case cudaErrorAssert: case cudaErrorLaunchTimeout:
-    case cudaErrorECCUncorrectable: case cudaErrorUnknown: case cudaErrorDevicesUnavailable:
-    case cudaErrorNvlinkUncorrectable: case cudaErrorContextIsDestroyed: case cudaErrorIllegalState:
-    case cudaErrorTimeout: case cudaErrorExternalDevice:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-static int cu_init(wisp_engine *eng, void **out, char *why, size_t whylen)
-{
-    *out = NULL;
-    /* the runtime is linked statically; without libcuda it says "driver
-     * version is insufficient", which misleads on a machine with no driver */
-    void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-    if (!drv) {
-        snprintf(why, whylen, "no NVIDIA driver (libcuda.so.1 cannot be loaded)");
-        return 0;
-    }
-    dlclose(drv);
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n <= 0) {
-        if (e != cudaSuccess) {
-            snprintf(why, whylen, "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
-            cudaGetLastError();
-        } else {
-            snprintf(why, whylen, "the driver reports no CUDA device");
-        }
-        return 0;
-    }
-    cuda_ctx *ctx = wisp_calloc(1, sizeof *ctx);
-    if (!ctx) {
-        snprintf(why, whylen, "out of host memory");
-        return 0;
-    }
-    ctx->eng = eng;
-    if (n > WISP_MAX_GPUS) n = WISP_MAX_GPUS;
-    /* ordinals stay CUDA's, so only the leading run of devices the kernels
-     * were built for (the Makefile's CUDA_ARCHS: sm_90 and newer by default) is used */
-    const int min_cap = wisp_k_min_capability();
-    int usable = 0;
-    for (int i = 0; i < n; i++) {
-        struct cudaDeviceProp prop;
-        struct cdev *d = &ctx->dev[i];
-        if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
-            cudaGetLastError();
-            break;
-        }
-        if (prop.major * 10 + prop.minor < min_cap) break;
-        snprintf(d->name, sizeof d->name, "%s", prop.name);
-        d->mem = prop.totalGlobalMem;
-        d->cap = prop.major * 10 + prop.minor;
-        atomic_init(&d->usable, 1);
-        usable++;
-    }
-    if (usable == 0) {
-        snprintf(why, whylen, "%d CUDA device%s found, none of compute capability %d.%d or newer (the kernels were built "
-                 "for sm_%d and up: CUDA_ARCHS in the Makefile)", n, n == 1 ? "" : "s", min_cap / 10, min_cap % 10, min_cap);
-        wisp_free(ctx);
-        return 0;
-    }
-    ctx->n = usable;
-    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    ctx->pinned_max = pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz / 4 : (size_t)8 << 30;
-    const char *pm = getenv("WISP_PINNED_MAX_MB");
-    if (pm && *pm) ctx->pinned_max = (size_t)strtoull(pm, NULL, 10) << 20;
-    atomic_init(&ctx->pinned, 0);
-    *out = ctx;
-    return usable;
-}
-
-static void cu_shutdown(void *vctx)
-{
-    /* no cudaDeviceReset: other code in the process may share the contexts */
-    wisp_free(vctx);
-}
-
-static const char *cu_device_name(void *vctx, int dev)
-{
-    cuda_ctx *ctx = vctx;
-    return ctx && dev >= 0 && dev < ctx->n ? ctx->dev[dev].name : NULL;
-}
-
-static uint64_t cu_device_memory(void *vctx, int dev)
-{
-    cuda_ctx *ctx = vctx;
-    return ctx && dev >= 0 && dev < ctx->n ? ctx->dev[dev].mem : 0;
-}
-
-static int cu_device_capability(void *vctx, int dev)
-{
-    cuda_ctx *ctx = vctx;
-    return ctx && dev >= 0 && dev < ctx->n ? ctx->dev[dev].cap : 0;
-}
-
-static int cu_device_usable(void *vctx, int dev)
-{
-    cuda_ctx *ctx = vctx;
-    return ctx && dev >= 0 && dev < ctx->n ? atomic_load(&ctx->dev[dev].usable) : 0;
-}
-
-static void mark_unusable(cuda_ctx *ctx, int dev, cudaError_t e)
-{
-    if (dev < 0 || dev >= ctx->n) return;
-    if (atomic_exchange(&ctx->dev[dev].usable, 0))
-        wisp_log(ctx->eng, WISP_LOG_ERROR, "gpu:%d marked unusable after a sticky CUDA error: %s (%s); "
-                 "its work moves to the CPU", dev, cudaGetErrorString(e), cudaGetErrorName(e));
-}
-
-/* ---- pinned host memory ----------------------------------------------------------
- * A 64-byte prefix in front of each block records its size, so the pinned
- * total can be kept under WISP_PINNED_MAX_MB (default: a quarter of RAM). */
-
-#define PIN_PAD 64
-
-static void *pin_alloc(cuda_ctx *ctx, size_t n)
-{
-    if (n > SIZE_MAX - PIN_PAD) return NULL;
-    size_t total = n + PIN_PAD;
-    size_t prev = atomic_fetch_add(&ctx->pinned, total);
-    if (prev + total > ctx->pinned_max) {
-        atomic_fetch_sub(&ctx->pinned, total);
-        return NULL;
-    }
-    void *p = NULL;
-    if (cudaHostAlloc(&p, total, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess || !p) {
-        cudaGetLastError();
-        atomic_fetch_sub(&ctx->pinned, total);
-        return NULL;
-    }
-    *(size_t *)p = total;
-    return (char *)p + PIN_PAD;
-}
-
-static void pin_free(cuda_ctx *ctx, void *p)
-{
-    if (!p) return;
-    char *base = (char *)p - PIN_PAD;
-    size_t total = *(size_t *)base;
-    if (cudaFreeHost(base) != cudaSuccess) cudaGetLastError();
-    atomic_fetch_sub(&ctx->pinned, total);
-}
-
-static void *cu_host_alloc(void *vctx, size_t n) { return vctx ? pin_alloc(vctx, n) : NULL; }
-static void cu_host_free(void *vctx, void *p) { if (vctx) pin_free(vctx, p); }
-
-/* Pinned (page-locked) host memory the device can address; *devp gets its device address. */
-static int host_pinned(const void *p, void **devp)
-{
-    if (devp) *devp = NULL;
-    if (!p) return 1;
-    struct cudaPointerAttributes a;
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    if (a.type != cudaMemoryTypeHost) return 0;
-    if (devp) *devp = a.devicePointer;
-    return !devp || a.devicePointer != NULL;
-}
-
-/* p is NULL, or mapped pinned memory: *dp gets its device address. */
-static int mapped(const void *p, void **dp)
-{
-    *dp = NULL;
-    if (!p) return 1;
-    return host_pinned(p, dp) && *dp != NULL;
-}
-
-/* ---- weights on the devices -------------------------------------------------------
- * m->dev[dev] holds the copies on that device: the whole table, or shards
- * (an id range each). Uploaded lazily, under m->dev_lock, kept in the model's
- * dtype, freed in model_release. */
-
-struct dcopy { uint32_t lo, span; void *p; size_t bytes; };
-struct dmodel { int n; struct dcopy c[MAX_COPIES]; };
-
-static size_t dtype_size(int dtype) { return dtype == WISP_F32 ? 4 : dtype == WISP_F16 ? 2 : 1; }
-
-static int err_fail(int dev, const char *what, cudaError_t e)
-{
-    if (e == cudaErrorMemoryAllocation)
-        return wisp_fail(WISP_EDEVICE, "gpu:%d: out of device memory (%s)", dev, what);
-    return wisp_fail(WISP_EDEVICE, "gpu:%d: %s failed: %s (%s)", dev, what, cudaGetErrorString(e), cudaGetErrorName(e));
-}
-
-static int get_weights(cuda_ctx *ctx, wisp_model *m, int dev, uint32_t lo, uint32_t span,
-                       const void **out, uint64_t *stats)
-{
-    int st = WISP_OK;
-    pthread_mutex_lock(&m->dev_lock);
-    struct dmodel *dm = m->dev[dev];
-    if (!dm) {
-        dm = wisp_calloc(1, sizeof *dm);
-        if (!dm) {
-            pthread_mutex_unlock(&m->dev_lock);
-            return wisp_fail(WISP_ENOMEM, "gpu:%d: out of host memory for the model's device record", dev);
-        }
-        m->dev[dev] = dm;
-    }
-    for (int i = 0; i < dm->n; i++)
-        if (dm->c[i].lo == lo && dm->c[i].span == span) {
-            *out = dm->c[i].p;
-            pthread_mutex_unlock(&m->dev_lock);
-            return WISP_OK;
-        }
-    if (dm->n == MAX_COPIES) {
-        pthread_mutex_unlock(&m->dev_lock);
-        return wisp_fail(WISP_EDEVICE, "gpu:%d: the model already has %d shard copies on this device", dev, MAX_COPIES);
-    }
-    uint64_t t0 = wisp_now_ns();
-    size_t elt = dtype_size(m->dtype), bytes = (size_t)span * elt;
-    void *p = NULL;
-    /* on dev, whatever device this thread last used (the GPU transform asks for the
-     * weights before it selects its device; on several GPUs that was another one) */
-    cudaError_t e = cudaSetDevice(dev);
-    if (e == cudaSuccess) e = cudaMalloc(&p, bytes < ALIGN ? ALIGN : bytes);
-    if (e == cudaSuccess && bytes) e = cudaMemcpy(p, (const char *)m->weights + (size_t)lo * elt, bytes, cudaMemcpyHostToDevice);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        if (p) cudaFree(p);
-        st = err_fail(dev, "uploading the weights", e);
-        if (is_sticky(e)) mark_unusable(ctx, dev, e);
-    } else {
-        dm->c[dm->n++] = (struct dcopy){ lo, span, p, bytes };
-        *out = p;
-        stats[WISP_STAT_NS_H2D] += wisp_now_ns() - t0;
-        stats[WISP_STAT_BYTES_H2D] += bytes;
-    }
-    pthread_mutex_unlock(&m->dev_lock);
-    return st;
-}
-
-static void cu_model_release(void *vctx, wisp_model *m)
-{
-    cuda_ctx *ctx = vctx;
-    if (!ctx || !m) return;
-    int cur = -1;
-    if (cudaGetDevice(&cur) != cudaSuccess) cudaGetLastError();
-    pthread_mutex_lock(&m->dev_lock);
-    for (int d = 0; d < WISP_MAX_GPUS; d++) {
-        struct dmodel *dm = m->dev[d];
-        if (!dm) continue;
-        if (d < ctx->n && cudaSetDevice(d) == cudaSuccess) {
-            for (int i = 0; i < dm->n; i++)
-                if (cudaFree(dm->c[i].p) != cudaSuccess) cudaGetLastError();   /* a failed device: memory is gone anyway */
-        } else {
-            cudaGetLastError();
-        }
-        wisp_free(dm);
-        m->dev[d] = NULL;
-    }
-    pthread_mutex_unlock(&m->dev_lock);
-    if (cur >= 0 && cudaSetDevice(cur) != cudaSuccess) cudaGetLastError();
-}
-
-/* ---- sessions -------------------------------------------------------------------- */
-
-/* A unit's buffer (device memory, mirrored in the staging buffer when packed):
- * row_ptr | ids | val_ptr | vals | counter + header (64 B) | answers | per-row counts (zero-copy) */
-struct lay { size_t rp, ids, vp, vals, cnt, out, oorr, flg, total; };
-#define GAP_MERGE ((size_t)128 << 10)   /* arena gaps up to this are shipped rather than paying a copy start (~4 us ~ 200 KB) */
-#define CNT_BYTES 64                  /* the out-of-range counter at cnt, a graph's size header at cnt + 32 */
-#define HDR_OFF 32
-
-enum { EV_START = 0, EV_H2D, EV_END, EV_CHUNK };   /* then 3 per chunk: kernel start, kernel end, d2h end */
-#define NEV (EV_CHUNK + 3 * MAX_CHUNKS)
-
-/* A CUDA graph of one small batch (copy in, kernel, copy out) for a bucket of sizes. */
-struct gentry {
-    cudaGraphExec_t exec;
-    int vm, lanes;
-    uint32_t rows_b, nnz_b, nvals_b;
-    const void *w;
-    uint64_t used;
-};
-
-struct unit {
-    int dev;
-    cudaStream_t copy, comp;               /* copies in; kernels + copies out */
-    int shared_streams;                    /* a slot's unit: the streams belong to the session's unit */
-    cudaEvent_t ev[NEV];
-    cudaEvent_t fin_comp, fin_copy;        /* no timing: the batch's work on each stream is done */
-    cudaEvent_t ready[MAX_CHUNKS];         /* no timing: chunk c is on the device */
-    cudaEvent_t done[MAX_CHUNKS];          /* no timing: chunk c's answers are in the staging buffer */
-    char *dbuf; size_t dcap;
-    struct gentry g[MAX_GRAPHS];
-    uint64_t gclock;
-    /* the current batch */
-    size_t r0, r1;                         /* rows */
-    uint32_t base, vbase, nnz, nvals;
-    int nsh, sh[MAX_SHARDS];               /* the shards this unit holds (its one table: shard 0) */
-    const void *w[MAX_SHARDS];
-    int nout;                              /* answer arrays: one, or one partial sum per shard held (broadcast) */
-    uint64_t bytes_h2d;                    /* copied in for this batch */
-    struct lay L;
-    size_t soff;                           /* offset in the staging buffer */
-    int nchunks;
-    size_t cb[MAX_CHUNKS + 1];             /* chunk row bounds, relative to r0 */
-    int graph;                             /* a small batch through a CUDA graph */
-    uint32_t rows_b, nnz_b, nvals_b;       /* its bucket */
-    int launched;                          /* timing events were recorded */
-    int direct_out;                        /* answers are copied straight into the caller's out */
-    int host_out;                          /* the host copies answers chunk by chunk as they land */
-    int mirror;                            /* L mirrors the batch's arena (shipped straight from it) */
-    uint32_t seq;                          /* tiny batches: the completion flag's value of the last launch */
-    size_t nblk;                           /* tiny batches: blocks launched (flags to wait for) */
-};
-
-struct job;
-
-typedef struct sess {
-    cuda_ctx *ctx;
-    int ndev, devs[WISP_MAX_GPUS];
-    int nunits;
-    struct unit u[MAX_UNITS];
-    int fault, fault_fired;
-    int shards_env, parts_env, chunks_env, lanes_env;
-    int sharding;                          /* SHARDING_AUTO, _PEER or _BROADCAST (WISP_GPU_SHARDING) */
-    uint64_t table_max;                    /* weight bytes one device holds before the table is sharded (0: 80% of memory) */
-    int peer_warned;                       /* peer sharding was asked for but is not possible: said once */
-    /* the last finished batch, unit by unit (wisp_cuda_units_read) */
-    double ustat[MAX_UNITS][UNIT_STATS];
-    int nustat;
-    int timing;                            /* -1: events for large batches only; 0: never; 1: always */
-    int graphs;                            /* CUDA graphs for small batches */
-    int inline_on;                         /* tiny batches inside the launch (WISP_GPU_INLINE) */
-    size_t zc_rows;                        /* zero-copy up to this many rows (0: off) */
-    char *stage; size_t stage_cap; char *stage_dev;   /* pinned, mapped staging (host and device addresses) */
-    /* submit/wait. A slot holds one batch in flight: its own device buffers,
-     * staging, events and graphs, and the streams of the session's units, so
-     * the copies of successive batches queue back to back on one copy stream
-     * (two copy streams contend on PCIe: kernels/README.md, run 4) while the
-     * kernels of the batch before run on the compute stream. slot[0] is the
-     * session itself (also used by the blocking path, with nothing in flight). */
-    struct sess *root;                     /* the session a slot belongs to (itself for the session) */
-    struct sess *slot[WISP_MAX_IN_FLIGHT]; /* root only; created on first use */
-    int qhead, qlen;                       /* root only: slots in flight, oldest first, cyclic */
-    struct job *job;                       /* this slot's batch (allocated on first submit) */
-    /* the timeline hook (root only): per batch, event times from `epoch` */
-    cudaEvent_t epoch;
-    float *tl; size_t tl_n, tl_cap;
-    void *xf[WISP_MAX_GPUS];               /* root only: the GPU transform's state per device (engine/cuda_transform.c) */
-} sess;
-
-static int env_int(const char *name, int def, int lo, int hi)
-{
-    const char *v = getenv(name);
-    if (!v || !*v) return def;
-    long x = strtol(v, NULL, 10);
-    return x < lo ? lo : x > hi ? hi : (int)x;
-}
-
-static void graphs_clear(struct unit *u)
-{
-    for (int i = 0; i < MAX_GRAPHS; i++)
-        if (u->g[i].exec) {
-            if (cudaGraphExecDestroy(u->g[i].exec) != cudaSuccess) cudaGetLastError();
-            u->g[i].exec = NULL;
-        }
-}
-
-static void unit_destroy(struct unit *u)
-{
-    if (cudaSetDevice(u->dev) != cudaSuccess) cudaGetLastError();
-    graphs_clear(u);
-    for (int i = 0; i < NEV; i++) if (u->ev[i]) cudaEventDestroy(u->ev[i]);
-    if (u->fin_comp) cudaEventDestroy(u->fin_comp);
-    if (u->fin_copy) cudaEventDestroy(u->fin_copy);
-    for (int i = 0; i < MAX_CHUNKS; i++) if (u->ready[i]) cudaEventDestroy(u->ready[i]);
-    for (int i = 0; i < MAX_CHUNKS; i++) if (u->done[i]) cudaEventDestroy(u->done[i]);
-    if (u->copy && !u->shared_streams) cudaStreamDestroy(u->copy);
-    if (u->comp && !u->shared_streams) cudaStreamDestroy(u->comp);
-    if (u->dbuf) cudaFree(u->dbuf);
-    cudaGetLastError();
-    memset(u, 0, sizeof *u);
-}
-
-/* A slot's or the session's own memory (not the slots'). */
-static void sess_free_one(sess *s)
-{
-    for (int i = 0; i < s->nunits; i++) unit_destroy(&s->u[i]);
-    pin_free(s->ctx, s->stage);
-    wisp_free(s->job);
-    wisp_free(s);
-}
-
-static void cu_session_close(void *vs)
-{
-    sess *s = vs;
-    if (!s) return;
-    /* session.c closes with nothing in flight; wait for the streams anyway before memory goes */
-    for (int i = 0; i < s->nunits; i++) {
-        struct unit *u = &s->u[i];
-        if (cudaSetDevice(u->dev) != cudaSuccess) cudaGetLastError();
-        if (u->comp && cudaStreamSynchronize(u->comp) != cudaSuccess) cudaGetLastError();
-        if (u->copy && cudaStreamSynchronize(u->copy) != cudaSuccess) cudaGetLastError();
-    }
-    for (int k = 1; k < WISP_MAX_IN_FLIGHT; k++)
-        if (s->slot[k]) sess_free_one(s->slot[k]);       /* before the session's units: they own the streams */
-    if (s->epoch) {
-        if (cudaSetDevice(s->u[0].dev) != cudaSuccess) cudaGetLastError();
-        cudaEventDestroy(s->epoch);
-        cudaGetLastError();
-    }
-    wisp_free(s->tl);
-    for (int k = 0; k < WISP_MAX_GPUS; k++) wisp_cuda_xf_free(s->xf[k]);
-    sess_free_one(s);
-}
-
-/* A unit on dev with its own streams, or (share != NULL) with share's streams. */
-static int unit_create(sess *s, struct unit *u, int dev, const struct unit *share)
-{
-    u->dev = dev;
-    cudaError_t e = cudaSetDevice(dev);
-    if (share) {
-        u->copy = share->copy;
-        u->comp = share->comp;
-        u->shared_streams = 1;
-    } else {
-        if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&u->copy, cudaStreamNonBlocking);
-        if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&u->comp, cudaStreamNonBlocking);
-    }
-    for (int i = 0; e == cudaSuccess && i < NEV; i++) e = cudaEventCreate(&u->ev[i]);
-    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&u->fin_comp, cudaEventDisableTiming);
-    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&u->fin_copy, cudaEventDisableTiming);
-    for (int i = 0; e == cudaSuccess && i < MAX_CHUNKS; i++)
-        e = cudaEventCreateWithFlags(&u->ready[i], cudaEventDisableTiming);
-    for (int i = 0; e == cudaSuccess && i < MAX_CHUNKS; i++)
-        e = cudaEventCreateWithFlags(&u->done[i], cudaEventDisableTiming);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        if (is_sticky(e)) mark_unusable(s->ctx, dev, e);
-        return err_fail(dev, "creating streams and events", e);
-    }
-    return WISP_OK;
-}
-
-static int cu_session_open(void *vctx, const int *devs, int ndev, void **out)
-{
-    cuda_ctx *ctx = vctx;
-    *out = NULL;
-    if (!ctx || ndev <= 0 || ndev > WISP_MAX_GPUS)
-        return wisp_fail(WISP_EINVAL, "cuda: a session needs 1 to %d devices, got %d", WISP_MAX_GPUS, ndev);
-    for (int i = 0; i < ndev; i++)
-        if (devs[i] < 0 || devs[i] >= ctx->n || !atomic_load(&ctx->dev[devs[i]].usable))
-            return wisp_fail(WISP_ENODEV, "cuda: gpu:%d is not a usable device", devs[i]);
-    sess *s = wisp_calloc(1, sizeof *s);
-    if (!s) return wisp_fail(WISP_ENOMEM, "cuda: out of host memory for a session");
-    s->ctx = ctx;
-    s->root = s;
-    s->slot[0] = s;
-    s->ndev = ndev;
-    memcpy(s->devs, devs, (size_t)ndev * sizeof *devs);
-    const char *f = getenv("WISP_FAULT_GPU");
-    if (f && !strcmp(f, "oom")) s->root->fault = FAULT_OOM;
-    else if (f && !strcmp(f, "oom1")) s->root->fault = FAULT_OOM_ONCE;
-    else if (f && !strcmp(f, "sticky")) s->root->fault = FAULT_STICKY;
-    s->shards_env = env_int("WISP_GPU_SHARDS", 0, 0, MAX_SHARDS);
-    const char *shm = getenv("WISP_GPU_SHARDING");
-    s->sharding = shm && !strcmp(shm, "peer") ? SHARDING_PEER : shm && !strcmp(shm, "broadcast") ? SHARDING_BROADCAST
-                : SHARDING_AUTO;
-    if (shm && *shm && s->sharding == SHARDING_AUTO && strcmp(shm, "auto"))
-        wisp_log(ctx->eng, WISP_LOG_WARN, "WISP_GPU_SHARDING='%.40s' is not peer, broadcast or auto; using auto", shm);
-    s->table_max = (uint64_t)env_int("WISP_GPU_TABLE_MB", 0, 0, 1 << 30) << 20;
-    s->parts_env = env_int("WISP_GPU_PARTS", 0, 0, MAX_UNITS);
-    s->chunks_env = env_int("WISP_GPU_CHUNKS", 0, 0, MAX_CHUNKS);
-    s->lanes_env = env_int("WISP_GPU_LANES", 0, 0, 32);
-    if (s->lanes_env != 4 && s->lanes_env != 8 && s->lanes_env != 16 && s->lanes_env != 32) s->lanes_env = 0;
-    s->timing = env_int("WISP_GPU_TIMING", -1, -1, 1);
-    s->graphs = env_int("WISP_GPU_GRAPHS", 1, 0, 1);
-    s->inline_on = env_int("WISP_GPU_INLINE", 1, 0, 1);
-    const char *zc = getenv("WISP_GPU_ZEROCOPY");
-    if (zc && !strcmp(zc, "all")) s->zc_rows = WISP_MAX_ROWS;
-    else if (zc && *zc && strcmp(zc, "0") && strcmp(zc, "off")) s->zc_rows = ZC_SMALL_ROWS;
-    /* units: one per device, or WISP_GPU_PARTS round-robin; shards use one per device they land on */
-    int nunits = ndev;
-    if (s->parts_env > ndev) nunits = s->parts_env;
-    else if (s->shards_env >= 2) nunits = s->shards_env < ndev ? s->shards_env : ndev;
-    s->nunits = nunits;
-    for (int i = 0; i < nunits; i++) {
-        int st = unit_create(s, &s->u[i], devs[i % ndev], NULL);
-        if (st != WISP_OK) {
-            cu_session_close(s);
-            return st;
-        }
-    }
-    *out = s;
-    return WISP_OK;
-}
 
 /* ---- scoring -------------------------------------------------------------------- */
 
@@ -613,7 +73,7 @@ static size_t tiny_blocks(size_t rows, int lanes)
 
 /* nsh: answer arrays (one per shard held in the broadcast mode); osz: bytes
  * an answer (4: a float probability; 8: a double partial sum, OUT_SIZE). */
-static void layout(struct lay *L, size_t rows, size_t nnz, size_t nvals, int vm, int nsh, int zc, size_t osz)
+void wisp__cuda_layout(struct lay *L, size_t rows, size_t nnz, size_t nvals, int vm, int nsh, int zc, size_t osz)
 {
     size_t o = 0;
     L->rp = o;   o = al(o + (rows + 1) * 4);
@@ -664,7 +124,7 @@ static uint32_t pow2_at_least(uint64_t x, uint32_t lo)
     return p > 0x80000000u ? 0x80000000u : (uint32_t)p;
 }
 
-static int grow_dbuf(sess *s, struct unit *u, size_t need)
+int wisp__cuda_grow_dbuf(sess *s, struct unit *u, size_t need)
 {
     if (s->root->fault == FAULT_OOM || (s->root->fault == FAULT_OOM_ONCE && !s->root->fault_fired)) {
         s->root->fault_fired = 1;
@@ -672,7 +132,7 @@ static int grow_dbuf(sess *s, struct unit *u, size_t need)
                          u->dev, need);
     }
     if (need <= u->dcap) return WISP_OK;
-    graphs_clear(u);                                    /* they hold the old address */
+    wisp__cuda_graphs_clear(u);                                    /* they hold the old address */
     if (u->dbuf) {
         /* nothing is in flight between batches */
         cudaFree(u->dbuf);
@@ -689,8 +149,8 @@ static int grow_dbuf(sess *s, struct unit *u, size_t need)
     }
     if (e != cudaSuccess) {
         cudaGetLastError();
-        if (is_sticky(e)) mark_unusable(s->ctx, u->dev, e);
-        return err_fail(u->dev, "allocating a batch buffer", e);
+        if (wisp__cuda_is_sticky(e)) wisp__cuda_mark_unusable(s->ctx, u->dev, e);
+        return wisp__cuda_err_fail(u->dev, "allocating a batch buffer", e);
     }
     u->dbuf = p;
     u->dcap = cap;
@@ -702,15 +162,15 @@ static int grow_stage(sess *s, size_t need)
     if (need <= s->stage_cap) return WISP_OK;
     for (int i = 0; i < s->nunits; i++) {               /* graphs hold the old address */
         if (cudaSetDevice(s->u[i].dev) != cudaSuccess) cudaGetLastError();
-        graphs_clear(&s->u[i]);
+        wisp__cuda_graphs_clear(&s->u[i]);
     }
-    pin_free(s->ctx, s->stage);
+    wisp__cuda_pin_free(s->ctx, s->stage);
     s->stage = NULL;
     s->stage_dev = NULL;
     s->stage_cap = 0;
     size_t cap = need + need / 2;
-    char *p = pin_alloc(s->ctx, cap);
-    if (!p) p = pin_alloc(s->ctx, cap = need);
+    char *p = wisp__cuda_pin_alloc(s->ctx, cap);
+    if (!p) p = wisp__cuda_pin_alloc(s->ctx, cap = need);
     if (!p) return WISP_ENOMEM;
     void *dp = NULL;
     if (cudaHostGetDevicePointer(&dp, p, 0) != cudaSuccess || !dp) {
@@ -722,40 +182,6 @@ static int grow_stage(sess *s, size_t need)
     s->stage_cap = cap;
     return WISP_OK;
 }
-
-/* One batch in flight. */
-struct job {
-    sess *s;
-    wisp_model *m;
-    const wisp_batch *b;
-    float *out;
-    int vm, dtype, lanes, sharded, nshards, zc, inl, staged, small, out_pinned;
-    int peer;                                 /* sharded, rows split, weights read where they live (kernel shards) */
-    int partial;                              /* sharded by broadcast: partial sums the host adds up */
-    wisp_kshards kt;                          /* peer: every shard's address, each on the device that holds it */
-    int arena;                                /* an owned batch whose arena is pinned (one pointer query) */
-    int submitted;                            /* submit/wait: end events per stream; else the streams hold only this batch */
-    int poll;                                 /* a tiny batch whose blocks raise flags in mapped host memory: no events */
-    void *zc_rp, *zc_ids, *zc_vp, *zc_vals;   /* zero-copy from a pinned batch: its device addresses */
-    uint32_t nf;
-    uint32_t sh_lo[MAX_SHARDS], sh_span[MAX_SHARDS];
-    cudaError_t err;
-    int err_dev;
-    const char *err_what;
-    uint64_t bytes_h2d, bytes_d2h, ns_stage, ns_combine;
-    uint64_t *stats;
-    uint64_t t_enq;                           /* when the first work was enqueued */
-};
-
-/* Bytes an answer takes in a unit's buffers: a float probability, or in the
- * broadcast mode a double partial sum (a float one could overflow where the
- * CPU's double sum does not). */
-#define OUT_SIZE(j) ((j)->partial ? sizeof(double) : sizeof(float))
-
-#define JOB_CHECK(j, u, call, what) do { \
-    cudaError_t e_ = (call); \
-    if (e_ != cudaSuccess && (j)->err == cudaSuccess) { (j)->err = e_; (j)->err_dev = (u)->dev; (j)->err_what = (what); } \
-} while (0)
 
 static int use_timing(const struct job *j)
 {
@@ -1175,7 +601,7 @@ static void enqueue_unit(struct job *j, struct unit *u, int phase)
     if (!j->small && !j->zc) JOB_CHECK(j, u, cudaEventRecord(u->fin_copy, u->copy), "recording an event");
 }
 
-static float elapsed_ms(cudaEvent_t a, cudaEvent_t b)
+float wisp__cuda_elapsed_ms(cudaEvent_t a, cudaEvent_t b)
 {
     float ms = 0;
     if (cudaEventElapsedTime(&ms, a, b) != cudaSuccess) {
@@ -1330,13 +756,13 @@ static int plan(struct job *j)
         /* an owned batch is one arena: one pointer query; a wrapped one, one per array */
         void *adev = NULL;
         const int owned = !b->wrapped && b->arena;
-        int pinned = owned ? host_pinned(b->arena, j->zc ? &adev : NULL)
-                   : host_pinned(rp, NULL) && host_pinned(b->ids, NULL)
-                     && (j->vm != WISP_VALUES_MIXED || host_pinned(b->val_ptr, NULL))
-                     && (j->vm == WISP_VALUES_NONE || host_pinned(b->vals, NULL));
+        int pinned = owned ? wisp__cuda_host_pinned(b->arena, j->zc ? &adev : NULL)
+                   : wisp__cuda_host_pinned(rp, NULL) && wisp__cuda_host_pinned(b->ids, NULL)
+                     && (j->vm != WISP_VALUES_MIXED || wisp__cuda_host_pinned(b->val_ptr, NULL))
+                     && (j->vm == WISP_VALUES_NONE || wisp__cuda_host_pinned(b->vals, NULL));
         j->staged = !pinned;
         j->arena = owned && pinned;
-        j->out_pinned = host_pinned(j->out, NULL);
+        j->out_pinned = wisp__cuda_host_pinned(j->out, NULL);
         if (j->zc && j->arena) {
             /* zero-copy straight from the arena: its device address plus the region offsets */
             char *d = adev;
@@ -1351,9 +777,9 @@ static int plan(struct job *j)
         } else if (j->zc && pinned) {
             /* zero-copy straight from the batch: every array must be mapped */
             const uint32_t vb = j->vm == WISP_VALUES_MIXED ? b->val_ptr[0] : rp[0];
-            j->staged = !(mapped(rp, &j->zc_rp) && mapped(nnz ? b->ids + rp[0] : NULL, &j->zc_ids)
-                          && (j->vm != WISP_VALUES_MIXED || mapped(b->val_ptr, &j->zc_vp))
-                          && (j->vm == WISP_VALUES_NONE || mapped(nvals ? b->vals + vb : NULL, &j->zc_vals)));
+            j->staged = !(wisp__cuda_mapped(rp, &j->zc_rp) && wisp__cuda_mapped(nnz ? b->ids + rp[0] : NULL, &j->zc_ids)
+                          && (j->vm != WISP_VALUES_MIXED || wisp__cuda_mapped(b->val_ptr, &j->zc_vp))
+                          && (j->vm == WISP_VALUES_NONE || wisp__cuda_mapped(nvals ? b->vals + vb : NULL, &j->zc_vals)));
         }
     }
 
@@ -1396,9 +822,9 @@ static int plan(struct job *j)
             u->rows_b = pow2_at_least(urows, 16);
             u->nnz_b = pow2_at_least(u->nnz, 256);
             u->nvals_b = j->vm == WISP_VALUES_MIXED ? pow2_at_least(u->nvals, 256) : j->vm == WISP_VALUES_ALL ? u->nnz_b : 0;
-            layout(&u->L, u->rows_b, u->nnz_b, u->nvals_b, j->vm, 1, 0, 4);
+            wisp__cuda_layout(&u->L, u->rows_b, u->nnz_b, u->nvals_b, j->vm, 1, 0, 4);
         } else {
-            layout(&u->L, urows, u->nnz, u->nvals, j->vm, u->nout, j->zc, OUT_SIZE(j));
+            wisp__cuda_layout(&u->L, urows, u->nnz, u->nvals, j->vm, u->nout, j->zc, OUT_SIZE(j));
         }
         /* a whole owned batch, copied from its arena: the device buffer mirrors the arena's offsets */
         u->mirror = j->arena && !j->small && !j->zc && !j->staged && u->r0 == 0 && u->r1 == rows;
@@ -1422,15 +848,15 @@ static int plan(struct job *j)
         cudaError_t e = cudaSetDevice(u->dev);
         if (e != cudaSuccess) {
             cudaGetLastError();
-            if (is_sticky(e)) mark_unusable(s->ctx, u->dev, e);
-            return err_fail(u->dev, "selecting the device", e);
+            if (wisp__cuda_is_sticky(e)) wisp__cuda_mark_unusable(s->ctx, u->dev, e);
+            return wisp__cuda_err_fail(u->dev, "selecting the device", e);
         }
         for (int i = 0; i < u->nsh; i++) {
-            int st = get_weights(s->ctx, m, u->dev, j->sh_lo[u->sh[i]], j->sh_span[u->sh[i]], &u->w[i], j->stats);
+            int st = wisp__cuda_get_weights(s->ctx, m, u->dev, j->sh_lo[u->sh[i]], j->sh_span[u->sh[i]], &u->w[i], j->stats);
             if (st != WISP_OK) return st;
         }
         if (!j->zc) {
-            int st = grow_dbuf(s, u, u->L.total);
+            int st = wisp__cuda_grow_dbuf(s, u, u->L.total);
             if (st != WISP_OK) return st;
         }
     }
@@ -1477,7 +903,7 @@ static int unit_active(const struct job *j, const struct unit *u)
 /* Check the batch and the model, plan, and enqueue everything; j->t_enq is
  * when the first work went in. A failure before anything was enqueued is
  * returned; a failure while enqueueing is left in j->err for job_finish. */
-static int job_start(sess *s, struct job *j, wisp_model *m, const wisp_batch *b, float *out, uint64_t *stats,
+int wisp__cuda_job_start(sess *s, struct job *j, wisp_model *m, const wisp_batch *b, float *out, uint64_t *stats,
                      const char *fn, int submitted)
 {
     if (!s || !m || !b || (!out && b->rows))
@@ -1549,10 +975,10 @@ static cudaError_t poll_flags(sess *s, struct unit *u)
     return cudaSuccess;
 }
 
-/* Wait for the batch of j (enqueued by job_start), gather its answers into
+/* Wait for the batch of j (enqueued by wisp__cuda_job_start), gather its answers into
  * its out, add its statistics. async: the batch was submitted earlier
  * (its host staging time was counted then; ns_sync is the time blocked here). */
-static int job_finish(struct job *j, uint64_t *stats, int async)
+int wisp__cuda_job_finish(struct job *j, uint64_t *stats, int async)
 {
     sess *s = j->s;
     wisp_model *m = j->m;
@@ -1605,7 +1031,7 @@ static int job_finish(struct job *j, uint64_t *stats, int async)
     if (j->err != cudaSuccess) {
         cudaError_t e = j->err;
         cudaGetLastError();                     /* clears a recoverable error */
-        int sticky = is_sticky(e);
+        int sticky = wisp__cuda_is_sticky(e);
         for (int k = 0; k < s->nunits; k++) {   /* nothing of the batch may still be running; does the device still answer? */
             struct unit *u = &s->u[k];
             if (!unit_active(j, u)) continue;
@@ -1613,12 +1039,12 @@ static int job_finish(struct job *j, uint64_t *stats, int async)
             if (q == cudaSuccess) q = cudaStreamSynchronize(u->comp);
             if (q == cudaSuccess) q = cudaStreamSynchronize(u->copy);
             if (q != cudaSuccess) {
-                if (u->dev == j->err_dev && !sticky) sticky = is_sticky(q);
+                if (u->dev == j->err_dev && !sticky) sticky = wisp__cuda_is_sticky(q);
                 cudaGetLastError();
             }
         }
-        if (sticky) mark_unusable(s->ctx, j->err_dev, e);
-        int st = err_fail(j->err_dev, j->err_what ? j->err_what : "scoring a batch", e);
+        if (sticky) wisp__cuda_mark_unusable(s->ctx, j->err_dev, e);
+        int st = wisp__cuda_err_fail(j->err_dev, j->err_what ? j->err_what : "scoring a batch", e);
         if (sticky) wisp_fail_context(st, "sticky CUDA error, gpu:%d is marked unusable", j->err_dev);
         return st;
     }
@@ -1682,14 +1108,14 @@ static int job_finish(struct job *j, uint64_t *stats, int async)
         if (!unit_active(j, u) || !u->launched) continue;
         timed = 1;
         double uh = 0, uk = 0, ud = 0;
-        us[9] = elapsed_ms(u->ev[EV_START], u->ev[EV_END]);
+        us[9] = wisp__cuda_elapsed_ms(u->ev[EV_START], u->ev[EV_END]);
         if (j->zc || j->small) {
             uk = us[9];
         } else {
-            uh = elapsed_ms(u->ev[EV_START], u->ev[EV_H2D]);
+            uh = wisp__cuda_elapsed_ms(u->ev[EV_START], u->ev[EV_H2D]);
             for (int c = 0; c < u->nchunks; c++) {
-                uk += elapsed_ms(u->ev[EV_CHUNK + 3 * c], u->ev[EV_CHUNK + 3 * c + 1]);
-                ud += elapsed_ms(u->ev[EV_CHUNK + 3 * c + 1], u->ev[c == u->nchunks - 1 ? EV_END : EV_CHUNK + 3 * c + 2]);
+                uk += wisp__cuda_elapsed_ms(u->ev[EV_CHUNK + 3 * c], u->ev[EV_CHUNK + 3 * c + 1]);
+                ud += wisp__cuda_elapsed_ms(u->ev[EV_CHUNK + 3 * c + 1], u->ev[c == u->nchunks - 1 ? EV_END : EV_CHUNK + 3 * c + 2]);
             }
         }
         us[6] = uh;
@@ -1726,300 +1152,19 @@ static int job_finish(struct job *j, uint64_t *stats, int async)
         float *e = root->tl + 6 * root->tl_n++;
         for (int i = 0; i < 6; i++) e[i] = -1;
         if (j->zc || j->small) {
-            e[2] = elapsed_ms(root->epoch, u0->ev[EV_START]);
-            e[3] = elapsed_ms(root->epoch, u0->ev[EV_END]);
+            e[2] = wisp__cuda_elapsed_ms(root->epoch, u0->ev[EV_START]);
+            e[3] = wisp__cuda_elapsed_ms(root->epoch, u0->ev[EV_END]);
         } else {
             const int last = u0->nchunks - 1;
-            e[0] = elapsed_ms(root->epoch, u0->ev[EV_START]);
-            e[1] = elapsed_ms(root->epoch, u0->ev[EV_H2D]);
-            e[2] = elapsed_ms(root->epoch, u0->ev[EV_CHUNK]);
-            e[3] = elapsed_ms(root->epoch, u0->ev[EV_CHUNK + 3 * last + 1]);
-            e[4] = elapsed_ms(root->epoch, u0->ev[EV_CHUNK + 1]);
-            e[5] = elapsed_ms(root->epoch, u0->ev[EV_END]);
+            e[0] = wisp__cuda_elapsed_ms(root->epoch, u0->ev[EV_START]);
+            e[1] = wisp__cuda_elapsed_ms(root->epoch, u0->ev[EV_H2D]);
+            e[2] = wisp__cuda_elapsed_ms(root->epoch, u0->ev[EV_CHUNK]);
+            e[3] = wisp__cuda_elapsed_ms(root->epoch, u0->ev[EV_CHUNK + 3 * last + 1]);
+            e[4] = wisp__cuda_elapsed_ms(root->epoch, u0->ev[EV_CHUNK + 1]);
+            e[5] = wisp__cuda_elapsed_ms(root->epoch, u0->ev[EV_END]);
         }
     }
     return WISP_OK;
 }
 
-static int cu_score(void *vs, wisp_model *m, const wisp_batch *b, float *out, uint64_t *stats)
-{
-    sess *s = vs;
-    if (s && s->qlen)
-        return wisp_fail(WISP_ESTATE, "cuda: score: %d submitted batches are still in flight", s->qlen);
-    if (b && b->rows == 0 && s && m) return WISP_OK;
-    struct job j;
-    NVTX_PUSH("wisp score: copies + kernels enqueued");
-    int st = job_start(s, &j, m, b, out, stats, "score", 0);
-    NVTX_POP();
-    if (st != WISP_OK) return st;
-    NVTX_PUSH("wisp score: sync");
-    st = job_finish(&j, stats, 0);
-    NVTX_POP();
-    return st;
-}
-
-/* slot k of the session: created on first use, sharing the session's streams */
-static int slot_get(sess *root, int k, sess **out)
-{
-    sess *s = root->slot[k];
-    if (!s) {
-        s = wisp_calloc(1, sizeof *s);
-        if (!s) return wisp_fail(WISP_ENOMEM, "cuda: out of host memory for a submit slot");
-        s->ctx = root->ctx;
-        s->root = root;
-        s->ndev = root->ndev;
-        memcpy(s->devs, root->devs, sizeof s->devs);
-        s->shards_env = root->shards_env;
-        s->parts_env = root->parts_env;
-        s->chunks_env = root->chunks_env;
-        s->lanes_env = root->lanes_env;
-        s->timing = root->timing;
-        s->graphs = root->graphs;
-        s->inline_on = root->inline_on;
-        s->zc_rows = root->zc_rows;
-        s->nunits = root->nunits;
-        for (int i = 0; i < s->nunits; i++) {
-            int st = unit_create(s, &s->u[i], root->u[i].dev, &root->u[i]);
-            if (st != WISP_OK) {
-                sess_free_one(s);
-                return st;
-            }
-        }
-        root->slot[k] = s;
-    }
-    if (!s->job && !(s->job = wisp_calloc(1, sizeof *s->job)))
-        return wisp_fail(WISP_ENOMEM, "cuda: out of host memory for a submit slot");
-    *out = s;
-    return WISP_OK;
-}
-
-static int cu_submit(void *vs, wisp_model *m, const wisp_batch *b, float *out, uint64_t *stats)
-{
-    sess *root = vs;
-    if (!root) return wisp_fail(WISP_EINVAL, "cuda: submit: session is NULL");
-    if (root->qlen >= WISP_MAX_IN_FLIGHT)
-        return wisp_fail(WISP_ESTATE, "cuda: submit: %d batches are already in flight", root->qlen);
-    sess *s = NULL;
-    int st = slot_get(root, (root->qhead + root->qlen) % WISP_MAX_IN_FLIGHT, &s);
-    if (st != WISP_OK) return st;
-    struct job *j = s->job;
-    NVTX_PUSH("wisp submit");
-    st = job_start(s, j, m, b, out, stats, "submit", 1);
-    NVTX_POP();
-    if (st != WISP_OK) return st;               /* nothing was enqueued */
-    if (j->err != cudaSuccess) return job_finish(j, stats, 0);   /* waits for what went in, reports the failure */
-    stats[WISP_STAT_NS_H2D] += j->ns_stage;     /* host packing, done by now */
-    root->qlen++;
-    return WISP_OK;
-}
-
-static int cu_wait(void *vs, uint64_t *stats)
-{
-    sess *root = vs;
-    if (!root || !root->qlen) return wisp_fail(WISP_ESTATE, "cuda: wait: no batch is in flight");
-    sess *s = root->slot[root->qhead];
-    root->qhead = (root->qhead + 1) % WISP_MAX_IN_FLIGHT;
-    root->qlen--;
-    NVTX_PUSH("wisp wait");
-    int st = job_finish(s->job, stats, 1);
-    NVTX_POP();
-    return st;
-}
-
-/* ---- test and benchmark hook (not in wisp.h) ---------------------------------------
- * Run only the score kernel (what = 0) or the random-read probe (what = 1)
- * over batch b held on the device, iters times, each launch timed with CUDA
- * events into ms[i]. The session must have scored a batch on a GPU (so its
- * device state exists); its first device is used. lanes: 0 = automatic.
- * out (may be NULL) receives the last run's probabilities (what = 0). */
-int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int lanes, int iters, float *ms, float *out)
-{
-    if (!ws || !b || !ms || iters <= 0 || b->rows == 0)
-        return wisp_fail(WISP_EINVAL, "wisp_cuda_time_resident: bad arguments");
-    sess *s = ws->gpu_sctx;
-    if (!s || ws->eng->gpu != wisp_cuda_backend())
-        return wisp_fail(WISP_ESTATE, "wisp_cuda_time_resident: the session has not scored on a GPU yet");
-    wisp_model *m = ws->model;
-    struct unit *u = &s->u[0];
-    const size_t rows = b->rows;
-    const uint32_t *rp = b->row_ptr;
-    const int vm = b->value_mode;
-    const uint32_t nnz = rp[rows] - rp[0];
-    const uint32_t nvals = vm == WISP_VALUES_MIXED ? b->val_ptr[rows] - b->val_ptr[0] : vm == WISP_VALUES_ALL ? nnz : 0;
-    const uint32_t vbase = vm == WISP_VALUES_MIXED ? b->val_ptr[0] : rp[0];
-    cudaError_t e = cudaSetDevice(u->dev);
-    if (e != cudaSuccess) return err_fail(u->dev, "selecting the device", e);
-    uint64_t junk[WISP_STAT_COUNT] = { 0 };
-    const void *w = NULL;
-    int st = get_weights(s->ctx, m, u->dev, 0, (uint32_t)m->num_features, &w, junk);
-    if (st != WISP_OK) return st;
-    struct lay L;
-    layout(&L, rows, nnz, nvals, vm, 1, 0, 4);
-    st = grow_dbuf(s, u, L.total);
-    if (st != WISP_OK) return st;
-    char *d = u->dbuf;
-    e = cudaMemcpy(d + L.rp, rp, (rows + 1) * 4, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess && nnz) e = cudaMemcpy(d + L.ids, b->ids + rp[0], (size_t)nnz * 4, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess && vm == WISP_VALUES_MIXED)
-        e = cudaMemcpy(d + L.vp, b->val_ptr, (rows + 1) * 4, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess && nvals) e = cudaMemcpy(d + L.vals, b->vals + vbase, (size_t)nvals * 4, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess) e = cudaMemset(d + L.cnt, 0, 16);
-    float *sink = NULL;
-    if (e == cudaSuccess && what == 1) e = cudaMalloc((void **)&sink, (size_t)wisp_k_probe_blocks() * sizeof(float));
-    wisp_kparams p;
-    memset(&p, 0, sizeof p);
-    p.row_ptr = (const uint32_t *)(d + L.rp);
-    p.ids = (const uint32_t *)(d + L.ids);
-    p.val_ptr = vm == WISP_VALUES_MIXED ? (const uint32_t *)(d + L.vp) : NULL;
-    p.vals = vm != WISP_VALUES_NONE ? (const float *)(d + L.vals) : NULL;
-    p.weights = w;
-    p.out = (float *)(d + L.out);
-    p.oor = (unsigned long long *)(d + L.cnt);
-    p.rows = (uint32_t)rows;
-    p.ptr_base = rp[0];
-    p.val_base = vbase;
-    p.nnz = nnz;
-    p.nvals = nvals;
-    p.id_span = (uint32_t)m->num_features;
-    p.num_features = (uint32_t)m->num_features;
-    p.bias = m->bias;
-    p.scale = m->dtype == WISP_I8 ? (double)m->scale : 1.0;
-    if (!lanes) lanes = wisp_k_lanes_for((double)nnz / (double)rows);
-    for (int i = 0; i < iters && e == cudaSuccess; i++) {
-        e = cudaEventRecord(u->ev[EV_START], u->comp);
-        if (e == cudaSuccess)
-            e = what == 1 ? (cudaError_t)wisp_k_probe(p.ids, nnz, w, m->dtype, p.id_span ? p.id_span : 1, sink, u->comp)
-                          : (cudaError_t)wisp_k_score(&p, m->dtype, vm, lanes, u->comp);
-        if (e == cudaSuccess) e = cudaEventRecord(u->ev[EV_END], u->comp);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(u->comp);
-        ms[i] = elapsed_ms(u->ev[EV_START], u->ev[EV_END]);
-    }
-    if (e == cudaSuccess && out && what == 0) e = cudaMemcpy(out, d + L.out, rows * 4, cudaMemcpyDeviceToHost);
-    if (sink) cudaFree(sink);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        if (is_sticky(e)) mark_unusable(s->ctx, u->dev, e);
-        return err_fail(u->dev, "timing a resident batch", e);
-    }
-    return WISP_OK;
-}
-
-/* ---- timeline hook (not in wisp.h; for scripts/bench/bench_gpu.py) -------------------------
- * wisp_cuda_timeline_start: from now on, keep up to cap batches' stage times
- * (clearing what was kept), measured from an event recorded now on the
- * session's first device; call it with nothing in flight, after the session
- * scored on a GPU once. wisp_cuda_timeline_read: copy up to cap batches into
- * ms, 6 floats each (ms from that event; -1 when not measured): h2d start,
- * h2d end, kernel start (first chunk), kernel end (last chunk), d2h start
- * (end of the first chunk's kernel), d2h end. Returns the number kept
- * (>= 0), or a negative status. Small batches have kernel start/end only
- * (and only with WISP_GPU_TIMING=1). */
-static sess *hook_sess(wisp_session *ws, const char *fn)
-{
-    sess *s = ws ? ws->gpu_sctx : NULL;
-    if (!s || ws->eng->gpu != wisp_cuda_backend()) {
-        wisp_fail(WISP_ESTATE, "%s: the session has not scored on a GPU yet", fn);
-        return NULL;
-    }
-    return s;
-}
-
-int wisp_cuda_timeline_start(wisp_session *ws, size_t cap)
-{
-    sess *s = hook_sess(ws, "wisp_cuda_timeline_start");
-    if (!s) return WISP_ESTATE;
-    if (cap == 0 || cap > ((size_t)1 << 24)) return wisp_fail(WISP_EINVAL, "wisp_cuda_timeline_start: cap %zu", cap);
-    float *tl = wisp_malloc(cap * 6 * sizeof *tl);
-    if (!tl) return wisp_fail(WISP_ENOMEM, "wisp_cuda_timeline_start: out of memory");
-    cudaError_t e = cudaSetDevice(s->u[0].dev);
-    if (e == cudaSuccess && !s->epoch) e = cudaEventCreate(&s->epoch);
-    if (e == cudaSuccess) e = cudaEventRecord(s->epoch, s->u[0].comp);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        wisp_free(tl);
-        return err_fail(s->u[0].dev, "recording the timeline's origin", e);
-    }
-    wisp_free(s->tl);
-    s->tl = tl;
-    s->tl_cap = cap;
-    s->tl_n = 0;
-    return WISP_OK;
-}
-
-int wisp_cuda_timeline_read(wisp_session *ws, float *ms, size_t cap)
-{
-    sess *s = hook_sess(ws, "wisp_cuda_timeline_read");
-    if (!s) return WISP_ESTATE;
-    size_t n = s->tl_n < cap ? s->tl_n : cap;
-    if (n && ms) memcpy(ms, s->tl, n * 6 * sizeof *ms);
-    return (int)(s->tl_n > (size_t)INT32_MAX ? INT32_MAX : s->tl_n);
-}
-
-/* wisp_cuda_units_read (not in wisp.h; for scripts/bench/bench_multigpu.py): the last
- * batch scored, unit by unit: up to cap units, UNIT_STATS (12) doubles each:
- * device, first row, end row, shards held (0: the whole table), mode (0 whole
- * table, 1 broadcast shards, 2 peer shards), bytes copied in, h2d ms, kernel
- * ms, d2h ms (CUDA events; overlapping when chunked; 0 when not timed), span
- * ms (the unit's first event to its last), the host's combine ms (adding
- * partial sums; the batch's), 0. Returns the number of units. */
-int wisp_cuda_units_read(wisp_session *ws, double *v, size_t cap)
-{
-    sess *s = hook_sess(ws, "wisp_cuda_units_read");
-    if (!s) return WISP_ESTATE;
-    size_t n = (size_t)s->nustat < cap ? (size_t)s->nustat : cap;
-    if (n && v) memcpy(v, s->ustat, n * UNIT_STATS * sizeof *v);
-    return s->nustat;
-}
-
-/* ---- for the GPU transform (engine/cuda_transform.c; internal.h) ------------------------- */
-
-int wisp_cuda__ndev(void *vs) { return ((sess *)vs)->ndev; }
-int wisp_cuda__dev(void *vs, int k) { return ((sess *)vs)->devs[k]; }
-void **wisp_cuda__xf_slot(void *vs, int k) { return &((sess *)vs)->xf[k]; }
-
-int wisp_cuda__weights(void *vs, int k, wisp_model *m, const void **w, uint64_t *stats)
-{
-    sess *s = vs;
-    if (m->num_features == 0 || m->num_features > WISP_MAX_FEATURES)
-        return wisp_fail(WISP_EINVAL, "cuda: a model of %llu weights", (unsigned long long)m->num_features);
-    return get_weights(s->ctx, m, s->devs[k], 0, (uint32_t)m->num_features, w, stats);
-}
-
-int wisp_cuda__failed(void *vs, int k, int err, const char *what)
-{
-    sess *s = vs;
-    cudaError_t e = (cudaError_t)err;
-    int dev = s->devs[k];
-    cudaGetLastError();
-    int st = err_fail(dev, what, e);
-    if (is_sticky(e)) {
-        mark_unusable(s->ctx, dev, e);
-        wisp_fail_context(st, "sticky CUDA error, gpu:%d is marked unusable", dev);
-    }
-    return st;
-}
-
-/* ---- the backend table ------------------------------------------------------------ */
-
-static const wisp_backend cuda_backend = {
-    .version = WISP_BACKEND_VERSION,
-    .name = "cuda",
-    .init = cu_init,
-    .shutdown = cu_shutdown,
-    .device_name = cu_device_name,
-    .device_memory = cu_device_memory,
-    .device_capability = cu_device_capability,
-    .device_usable = cu_device_usable,
-    .session_open = cu_session_open,
-    .session_close = cu_session_close,
-    .score = cu_score,
-    .submit = cu_submit,
-    .wait = cu_wait,
-    .model_release = cu_model_release,
-    .host_alloc = cu_host_alloc,
-    .host_free = cu_host_free,
-    .transform = wisp_cuda_xf_transform,
-    .score_raw = wisp_cuda_xf_score_raw,
-};
-
-const wisp_backend *wisp_cuda_backend(void) { return &cuda_backend; }
+#endif /* WISP_HAVE_CUDA */
