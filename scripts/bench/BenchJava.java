@@ -1,6 +1,6 @@
 // BenchJava.java — the Java side of scripts/bench/bench_java.sh: JNI per-call cost (10 rows), 200k rows from direct buffers, a pure-Java scorer peer.
 //
-//   java -cp build/wisp.jar:CLASSES BenchJava DIR THREADS      (writes DIR/model.wisp and DIR/{ptr,ids,vals}.bin
+//   java -cp build/wisp.jar:CLASSES BenchJava DIR DEVICE      (writes DIR/model.wisp and DIR/{ptr,ids,vals}.bin
 //   for the C peer, prints one JSON object of figures; run it through bench_java.sh)
 import java.io.IOException;
 import java.nio.ByteBuffer;
@@ -63,7 +63,7 @@ public class BenchJava {
                 vals[k] = (float) rnd.nextDouble();
             }
         }
-        try (Model m = Model.load(dir.resolve("model.wisp").toString()); Session s = m.session("cpu");
+        try (Model m = Model.load(dir.resolve("model.wisp").toString()); Session s = m.session(args.length > 1 ? args[1] : "cpu");
              Batch big = Batch.of(ptr, ids, vals)) {
             ByteBuffer pb = ByteBuffer.allocate(4 * (ROWS + 1)).order(ByteOrder.LITTLE_ENDIAN);
             pb.asIntBuffer().put(ptr);
@@ -123,9 +123,9 @@ public class BenchJava {
             System.out.printf(java.util.Locale.ROOT,
                     "{\"java_10rows_arrays_ns_per_call\": %.1f, \"java_10rows_direct_ns_per_call\": %.1f, "
                             + "\"java_peer_10rows_ns_per_call\": %.1f, \"java_200k_direct_ms\": %.3f, \"java_200k_arrays_ms\": %.3f, "
-                            + "\"java_peer_200k_ms\": %.3f, \"java_peer_max_abs_diff\": %.3g, \"java_threads\": %d, \"calls\": %d, \"reps_10rows\": %d, \"reps_200k\": %d}%n",
+                            + "\"java_peer_200k_ms\": %.3f, \"java_peer_max_abs_diff\": %.3g, \"java_threads\": %d, \"calls\": %d, \"reps_10rows\": %d, \"reps_200k\": %d, \"java_last_device\": \"%s\"}%n",
                     median(tArr), median(tBuf), median(tPeer), median(bBuf), median(bArr), median(bPeer), maxdiff,
-                    wisp.Wisp.threads(), calls, reps, breps);
+                    wisp.Wisp.threads(), calls, reps, breps, s.lastDevice());
         }
     }
 }

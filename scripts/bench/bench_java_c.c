@@ -1,6 +1,6 @@
 /* bench_java_c.c — the C side of scripts/bench/bench_java.sh: wrap + wisp_session_score of the same rows BenchJava.java scores.
  *
- *   bench_java_c DIR THREADS    (reads DIR/model.wisp, DIR/{ptr,ids,vals}.bin; prints one JSON object of figures) */
+ *   bench_java_c DIR THREADS DEVICE    (reads DIR/model.wisp, DIR/{ptr,ids,vals}.bin; prints one JSON object of figures) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -42,7 +42,7 @@ static void score(wisp_engine *e, wisp_session *s, size_t rows, const uint32_t *
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) { fprintf(stderr, "usage: bench_java_c DIR THREADS\n"); return 2; }
+    if (argc != 4) { fprintf(stderr, "usage: bench_java_c DIR THREADS DEVICE\n"); return 2; }
     const char *dir = argv[1];
     size_t nnz = (size_t)ROWS * PER_ROW;
     uint32_t *ptr = slurp(dir, "ptr.bin", 4 * (ROWS + 1)), *ids = slurp(dir, "ids.bin", 4 * nnz);
@@ -50,7 +50,7 @@ int main(int argc, char **argv)
     char mp[4096];
     snprintf(mp, sizeof mp, "%s/model.wisp", dir);
     wisp_engine *e; wisp_model *m; wisp_session *s;
-    if (wisp_engine_new(atoi(argv[2]), &e) || wisp_model_load(e, mp, &m) || wisp_session_new(e, m, "cpu", &s)) {
+    if (wisp_engine_new(atoi(argv[2]), &e) || wisp_model_load(e, mp, &m) || wisp_session_new(e, m, argv[3], &s)) {
         fprintf(stderr, "bench_java_c: %s\n", wisp_errmsg());
         return 1;
     }
@@ -69,8 +69,8 @@ int main(int argc, char **argv)
         score(e, s, ROWS, ptr, ids, vals, out);
         t[r] = (now_ns() - t0) / 1e6;
     }
-    printf("{\"c_10rows_ns_per_call\": %.1f, \"c_200k_ms\": %.3f, \"c_threads\": %d}\n", small, median(t, breps),
-           wisp_engine_threads(e));
+    printf("{\"c_10rows_ns_per_call\": %.1f, \"c_200k_ms\": %.3f, \"c_threads\": %d, \"c_last_device\": \"%s\"}\n", small,
+           median(t, breps), wisp_engine_threads(e), wisp_session_last_device(s));
     wisp_session_free(s); wisp_model_free(m); wisp_engine_free(e);
     return 0;
 }
