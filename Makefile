@@ -1,9 +1,10 @@
 # wisp — build, test, demo, install.
-#   make            build/libwisp.so, build/libwisp.a, build/wisp
-#   make test       C unit tests + busted specs (installs missing Debian packages first)
-#   make test-gpu   the GPU specs (on a machine with a CUDA device)
-#   make demo       generate a Criteo-like model and data set, score it on every device
-#   make install PREFIX=/usr/local DESTDIR=...   /   make uninstall
+#   make            build/libwisp.so, build/libwisp.a, build/wisp (on every core unless -j says otherwise)
+#   make test       every suite of spec/run.sh (installs missing Debian packages first)
+#   make test-gpu   the same with the GPU specs (on a machine with a CUDA device)
+#   make demo       build/demo: a Criteo-like model and data, every input the README's tour uses; scores on every device
+#   make bench      scripts/bench/bench_cpu_vs_liblinear.sh (LIBLINEAR's predictor against wisp score)
+#   make install PREFIX=/usr/local DESTDIR=...   /   make uninstall   (no LD_LIBRARY_PATH needed: README, Install)
 .DEFAULT_GOAL := all
 .SUFFIXES:
 MAKEFLAGS += --no-builtin-rules
