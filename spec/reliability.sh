@@ -2,7 +2,8 @@
 # reliability.sh — sanitizer, valgrind and fuzzing passes over the CPU engine; prints "N passed, N failed" last.
 #
 #   sh spec/reliability.sh [STAGE...]     stages: fuzz regress asan tsan valgrind (default: all of them)
-#   sh spec/reliability.sh json           only rewrite $WISP_RELIABILITY_JSON from the last run's figures
+#   sh spec/reliability.sh json           only rewrite the JSON from the last run's figures ($WISP_RELIABILITY_JSON,
+#                                         default scripts/results/reliability.json)
 #
 # Each program run of each stage counts as one check: it passes when it exits 0,
 # its closing "name: N passed, 0 failed" line (C tests) says so, and its output
@@ -18,7 +19,9 @@
 #   tsan      the C tests under ThreadSanitizer
 #   valgrind  the C tests of the normal build under valgrind memcheck, WISP_TEST_QUICK=1
 # Environment: WISP_BUILD (default build), WISP_FUZZ_SECONDS, WISP_RELIABILITY_JSON=path: write
-# the figures there as JSON (scripts/results/reliability.json is made that way); its "service"
+# the figures there as JSON in the results schema (scripts/results/SCHEMA.md: the document below goes
+# through `luajit scripts/lib/record.lua envelope`, which fills machine, cpu, cores, gpu and commit and
+# moves the figures under "results"; scripts/results/reliability.json is made that way); its "service"
 # section holds what spec/nginx/soak.sh and svcfuzz.sh left in $WISP_BUILD/reliability (the soak's
 # requests, file changes of each kind, wrong answers, dead workers; the fuzzer's executions).
 build=${WISP_BUILD:-build}
@@ -30,7 +33,11 @@ secs=${WISP_FUZZ_SECONDS:-${FUZZ_SECONDS:-12}}
 res="$build/reliability"
 mkdir -p "$res" || exit 2
 results="$res/results.txt"        # key=value lines for the JSON
-[ "$stages" = json ] || { : >"$results"; echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)" >>"$results"; }
+[ "$stages" = json ] || {
+    : >"$results"
+    echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)" >>"$results"
+    echo "command=WISP_FUZZ_SECONDS=$secs sh spec/reliability.sh $stages" >>"$results"   # the JSON's "command"
+}
 passed=0 failed=0
 [ "$stages" = json ] || { : >"$res/failures.txt"; rm -f "$res"/failed.*.log; }
 log=$(mktemp) || exit 2
@@ -218,7 +225,8 @@ if has valgrind; then
 fi
 
 if [ "$stages" = json ]; then                 # the JSON again from the last run's figures
-    passed=$(sed -n 's/^passed=//p' "$results"); failed=$(sed -n 's/^failed=//p' "$results")
+    passed=$(sed -n "s/^passed=//p" "$results"); failed=$(sed -n "s/^failed=//p" "$results")
+    passed=${passed:-0} failed=${failed:-0}
 else
     note passed "$passed"
     note failed "$failed"
@@ -226,16 +234,22 @@ fi
 
 # ---- the figures as JSON ---------------------------------------------------------------------------
 json_str() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g' | tr -d '\n'; }
+# write_json: the run's document (its "machine" object becomes machine_detail in the envelope; the
+# commit is record.lua's: WISP_COMMIT, else git's short HEAD and +uncommitted)
 write_json() {
-    commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
-    [ -n "$(git status --porcelain -- engine spec 2>/dev/null)" ] && commit="$commit (+ uncommitted changes)"
+    command=$(sed -n 's/^command=//p' "$results")
+    if [ -z "$command" ]; then                  # a run from before the command was noted: its stages
+        command="sh spec/reliability.sh $(sed -n 's/^run\.\([a-z]*\)\..*/\1/p' "$results" | uniq | tr '\n' ' ' | sed 's/ $//')"
+        command="$command (WISP_FUZZ_SECONDS=$(sed -n 's/^fuzz\.seconds_per_target=//p' "$results"); command reconstructed from the figures)"
+    fi
     cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)
     os=$(sed -n 's/^PRETTY_NAME="\(.*\)"/\1/p' /etc/os-release 2>/dev/null)
     cc=$(${SAN_CC:-clang} --version 2>/dev/null | head -n 1)
     vg=$(valgrind --version 2>/dev/null)
     printf '{\n'
     printf '  "date": "%s",\n' "$(sed -n 's/^date=//p' "$results")"       # when the run started
-    printf '  "commit": "%s",\n' "$(json_str "$commit")"
+    printf '  "command": "%s",\n' "$(json_str "$command")"
+    printf '  "peers": "none (a record of tests, sanitizers and fuzzing; no peer)",\n'
     printf '  "machine": {"cpu": "%s", "cores": %s, "os": "%s", "kernel": "%s", "sanitizer_compiler": "%s", "valgrind": "%s"},\n' \
         "$(json_str "$cpu")" "$(nproc 2>/dev/null || echo 0)" "$(json_str "$os")" "$(uname -r)" "$(json_str "$cc")" "$(json_str "$vg")"
     awk -F= '
@@ -291,8 +305,18 @@ write_json() {
     printf '\n  ], "svcfuzz": %s},\n' "$( [ -f "$res/svcfuzz.json" ] && tr -d '\n' <"$res/svcfuzz.json" || echo null)"
     printf '  "open_defects": %d\n}\n' "$failed"
 }
+[ "$stages" = json ] && [ -z "$WISP_RELIABILITY_JSON" ] && WISP_RELIABILITY_JSON=scripts/results/reliability.json
 if [ -n "$WISP_RELIABILITY_JSON" ]; then
-    write_json >"$WISP_RELIABILITY_JSON" && echo "reliability: wrote $WISP_RELIABILITY_JSON"
+    if [ ! -s "$results" ]; then
+        echo "reliability: no figures in $results (run the stages first)"; failed=$((failed + 1))
+    elif write_json >"$res/reliability.raw.json" &&
+            luajit scripts/lib/record.lua envelope "$res/reliability.raw.json" "$WISP_RELIABILITY_JSON" 2>"$log"; then
+        echo "reliability: wrote $WISP_RELIABILITY_JSON"
+    else
+        cat "$log"
+        echo "reliability: writing $WISP_RELIABILITY_JSON failed (the document: $res/reliability.raw.json)"
+        failed=$((failed + 1))
+    fi
 fi
 
 if [ "$failed" -gt 0 ] && [ -s "$res/failures.txt" ]; then
