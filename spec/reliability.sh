@@ -225,7 +225,7 @@ if has valgrind; then
 fi
 
 if [ "$stages" = json ]; then                 # the JSON again from the last run's figures
-    passed=$(sed -n "s/^passed=//p" "$results"); failed=$(sed -n "s/^failed=//p" "$results")
+    passed=$(sed -n "s/^passed=//p" "$results" 2>/dev/null); failed=$(sed -n "s/^failed=//p" "$results" 2>/dev/null)
     passed=${passed:-0} failed=${failed:-0}
 else
     note passed "$passed"
