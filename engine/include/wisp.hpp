@@ -1,4 +1,4 @@
-/* wisp.hpp — header-only C++20 RAII over wisp.h: wisp::Engine, Model, Batch, Session, Columns, Raw, and wisp::Error.
+/* wisp.hpp — header-only C++20 RAII over wisp.h: wisp::Engine, Model, Batch, Columns, Raw, Session, and wisp::Error.
  *
  *     wisp::Engine eng;                                   // one thread per core
  *     wisp::Model m(eng, "ctr.wisp");                      // throws wisp::Error (EIO, EFORMAT, ...)
@@ -221,6 +221,75 @@ private:
     detail::handle<wisp_batch, wisp_batch_free> h_;
 };
 
+/* A model's column description (wisp_columns_from_model); immutable, thread-safe. */
+class Columns {
+public:
+    explicit Columns(const Model &m)
+    {
+        if (!m.get()) detail::fail(WISP_EINVAL, "wisp::Columns: the model is empty (moved from)");
+        wisp_columns *c = nullptr;
+        detail::check(wisp_columns_from_model(m.get(), &c));
+        h_ = decltype(h_)(c);
+    }
+    wisp_columns *get() const noexcept { return h_.get(); }
+    size_t num_inputs() const { return wisp_columns_num_inputs(c()); }
+    std::string input_name(size_t i) const
+    {
+        const char *n = wisp_columns_input_name(c(), i);
+        if (!n) detail::fail(WISP_EINVAL, "wisp::Columns::input_name: input " + std::to_string(i) + " out of range");
+        return n;
+    }
+    /* The index of the input called name; throws WISP_EINVAL for an unknown name. */
+    size_t input(std::string_view name) const
+    {
+        long i = wisp_columns_input_index(c(), name.data(), name.size());
+        if (i < 0) detail::fail(WISP_EINVAL, "wisp::Columns::input: no input called '" + std::string(name) + "'");
+        return (size_t)i;
+    }
+
+private:
+    wisp_columns *c() const { return h_.live("wisp::Columns"); }
+    detail::handle<wisp_columns, wisp_columns_free> h_;
+};
+
+/* Raw rows for a description (wisp_raw_*): built value by value or parsed from JSON lines. */
+class Raw {
+public:
+    Raw(const Engine &eng, const Columns &c)
+    {
+        if (!eng.get() || !c.get()) detail::fail(WISP_EINVAL, "wisp::Raw: the engine or the columns are empty (moved from)");
+        wisp_raw *r = nullptr;
+        detail::check(wisp_raw_new(eng.get(), c.get(), &r));
+        h_ = decltype(h_)(r);
+    }
+    wisp_raw *get() const noexcept { return h_.get(); }
+    void row_begin(uint64_t line = 0) { detail::check(wisp_raw_row_begin(r(), line)); }
+    void add(size_t input, double v) { detail::check(wisp_raw_add_float(r(), input, v)); }
+    void add(size_t input, int64_t v) { detail::check(wisp_raw_add_int(r(), input, v)); }
+    void add(size_t input, std::string_view v) { detail::check(wisp_raw_add_string(r(), input, v.data(), v.size())); }
+    void row_end() { detail::check(wisp_raw_row_end(r())); }
+    /* Parse JSON lines (all of the text: final). */
+    void parse_jsonl(std::string_view text)
+    {
+        detail::check(wisp_raw_parse_jsonl(r(), text.data(), text.size(), 1, 0, nullptr, nullptr));
+    }
+    void clear() { wisp_raw_clear(r()); }
+    size_t rows() const { return wisp_raw_rows(r()); }
+    std::vector<BadRow> bad_rows() const
+    {
+        std::vector<BadRow> v;
+        for (size_t i = 0, n = wisp_raw_bad_count(r()); i < n; i++) {
+            size_t row; uint64_t line; const char *msg;
+            if (wisp_raw_bad_row(r(), i, &row, &line, &msg) == WISP_OK) v.push_back({row, line, msg});
+        }
+        return v;
+    }
+
+private:
+    wisp_raw *r() const { return h_.live("wisp::Raw"); }
+    detail::handle<wisp_raw, wisp_raw_free> h_;
+};
+
 /* A session: placement on a device and scoring (wisp_session_*). One thread at a time. */
 class Session {
 public:
@@ -262,6 +331,20 @@ public:
         if (st == WISP_ESTATE) return false;
         detail::check(st);
         return true;
+    }
+    /* Raw rows straight to probabilities (wisp_session_score_raw); NaN for bad rows. */
+    void score(const Raw &r, std::span<float> out)
+    {
+        if (out.size() < r.rows())
+            detail::fail(WISP_EINVAL, "wisp::Session::score: out has " + std::to_string(out.size()) + " floats for " +
+                                          std::to_string(r.rows()) + " raw rows");
+        detail::check(wisp_session_score_raw(s(), r.get(), out.data()));
+    }
+    std::vector<float> score(const Raw &r)
+    {
+        std::vector<float> out(r.rows());
+        score(r, out);
+        return out;
     }
     void set_device(const std::string &device) { detail::check(wisp_session_set_device(s(), device.c_str())); }
     std::string device() const { return wisp_session_device(s()); }
