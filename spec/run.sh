@@ -131,46 +131,26 @@ fi
 
 # the Java binding (spec/java/run.sh: JUnit 5 against $build/wisp.jar; prints "java: N passed, N failed" last;
 # WISP_JAVA=0 skips it; a build without the jar, e.g. no JDK, counts as one failure with the reason)
-if [ -f spec/java/run.sh ] && [ "${WISP_JAVA:-1}" != 0 ]; then
-    start=$(date +%s)
-    sh spec/java/run.sh >"$log" 2>&1
-    rc=$?
-    line=$(grep -aE "^java: [0-9]+ passed, [0-9]+ failed" "$log" | tail -n 1)
-    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
-    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
-    if [ -z "$line" ]; then p=0; f=1; fi
-    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
-    passed=$((passed + p)); failed=$((failed + f))
-    printf '%-24s %5d passed, %d failed  (%ds)\n' "java (spec/java)" "$p" "$f" $(( $(date +%s) - start ))
-    if [ "$f" -ne 0 ]; then grep -a -v "✔" "$log" | sed 's/^/    /' | tail -n 60; fail_recap "java (spec/java): $f failed"; fi
-fi
+[ -f spec/java/run.sh ] && [ "${WISP_JAVA:-1}" != 0 ] && run_suite "java (spec/java)" java sh spec/java/run.sh
 
 # the C++ header (spec/cpp/test_wisp_hpp.cpp: parity with the CLI, every C failure as wisp::Error; prints
-# "cpp: N passed, N failed" last), then examples/quickstart.cpp built with pkg-config against a scratch install
+# "cpp: N passed, N failed" last; built by `make test`), then examples/quickstart.cpp built with pkg-config
+# against a scratch install (WISP_CPP=0 skips both)
 if [ "${WISP_CPP:-1}" != 0 ]; then
-    start=$(date +%s)
-    if [ -x "$build/test-cpp/test_wisp_hpp" ]; then
-        "$build/test-cpp/test_wisp_hpp" "$build/wisp" >"$log" 2>&1; rc=$?
-    else
-        echo "$build/test-cpp/test_wisp_hpp is missing: make BUILD=$build cpp-test" >"$log"; rc=1
-    fi
-    line=$(grep -aE "^cpp: [0-9]+ passed, [0-9]+ failed" "$log" | tail -n 1)
-    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
-    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
-    if [ -z "$line" ]; then p=0; f=1; fi
-    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    run_suite "cpp (spec/cpp)" cpp "$build/test-cpp/test_wisp_hpp" "$build/wisp"
     cstage=$(mktemp -d)
     nv=""; [ -f "$build/obj/cuda_stub.o" ] && nv="NVCC="
-    if make -s install-cpp BUILD="$build" $nv PREFIX=/usr DESTDIR="$cstage" >>"$log" 2>&1 &&
-       make -s install BUILD="$build" $nv PREFIX=/usr DESTDIR="$cstage" >>"$log" 2>&1 &&
+    if make -s install BUILD="$build" $nv PREFIX=/usr DESTDIR="$cstage" >"$log" 2>&1 &&
        PKG_CONFIG_SYSROOT_DIR="$cstage" PKG_CONFIG_LIBDIR="$cstage/usr/lib/pkgconfig" \
          sh -c 'c++ -std=c++20 examples/quickstart.cpp $(pkg-config --cflags --libs wisp) -o "$0/quickstart_cpp"' "$cstage" >>"$log" 2>&1 &&
        (cd "$cstage" && LD_LIBRARY_PATH="$cstage/usr/lib" ./quickstart_cpp) >>"$log" 2>&1 &&
-       grep -q "p = 0.924142 0.731059" "$log"; then p=$((p + 1)); else f=$((f + 1)); echo "quickstart.cpp failed" >>"$log"; fi
+       grep -q "p = 0.924142 0.731059" "$log"; then
+        passed=$((passed + 1)); printf '%-24s %5d passed, %d failed\n' "install+quickstart.cpp" 1 0
+    else
+        failed=$((failed + 1)); printf '%-24s %5d passed, %d failed\n' "install+quickstart.cpp" 0 1; sed 's/^/    /' "$log" | tail -n 20
+        fail_recap "install+quickstart.cpp"
+    fi
     rm -rf "$cstage"
-    passed=$((passed + p)); failed=$((failed + f))
-    printf '%-24s %5d passed, %d failed  (%ds)\n' "cpp (spec/cpp)" "$p" "$f" $(( $(date +%s) - start ))
-    if [ "$f" -ne 0 ]; then sed 's/^/    /' "$log" | tail -n 40; fail_recap "cpp (spec/cpp): $f failed"; fi
 fi
 
 # libwisp.so exports exactly the functions of wisp.h (+ the test hooks of the Makefile): each one defined
