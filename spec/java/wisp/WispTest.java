@@ -371,7 +371,7 @@ class WispTest {
         float[] v = (float[]) rr[2];
         try (Model m = Model.load(csrModel.toString())) {
             float[] want;
-            try (Session s = m.session("cpu")) { want = s.score(ptr, idx, v); }
+            try (Session s = m.session("auto")) { want = s.score(ptr, idx, v); }   // the device the threads use
             ExecutorService pool = Executors.newFixedThreadPool(4);
             List<Future<Boolean>> fs = new ArrayList<>();
             for (int t = 0; t < 4; t++)
