@@ -38,6 +38,29 @@
  *   Each function below states its own rule where it differs.
  * - Models, batches and sessions keep their engine (and sessions their
  *   model) alive: free them in any order.
+ *
+ * Glossary (the same words in C, Lua, Python, Java, C++, the CLI, the
+ * service and the README):
+ *   batch        rows of feature ids (and values), ready to score (wisp_batch).
+ *   raw batch    rows of raw column inputs not yet transformed (wisp_raw).
+ *   column description (short: description)
+ *                the JSON in a model that says how raw inputs become ids:
+ *                hashed, bucketized, crossed (wisp_columns; grammar in
+ *                engine/COLUMNS.md). "schema" is only a CSV/TSV header mapping.
+ *   node         one node of the description's graph (a column); never a
+ *                pipeline stage.
+ *   parse, transform, score
+ *                the pipeline's three stages: text -> batch or raw batch,
+ *                raw batch -> batch, batch -> probabilities. Placement puts
+ *                each stage on a device.
+ *   device       "cpu", "gpu", "gpu:N", "gpus" or "auto": one grammar,
+ *                parsed once in C (wisp_device_parse), used by every binding.
+ *   dtype        how a model stores its weights (f32, f16, int8).
+ *   input type   the type of a column input (WISP_INPUT_*); never "dtype".
+ *   session      one model placed on a device; scores batches.
+ * Names: public functions are wisp_<object>_<verb>; internal functions with
+ * external linkage are wisp__<subsystem>_<verb> (two underscores, as libuv's
+ * uv__); test and benchmark hooks are declared in engine/wisp_test.h.
  */
 #ifndef WISP_H
 #define WISP_H
