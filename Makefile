@@ -89,11 +89,13 @@ deps-test: deps-build
 deps: deps-test
 
 # ---- objects -----------------------------------------------------------------
-$(BUILD)/obj/%.o: engine/%.c engine/include/wisp.h engine/internal.h engine/farmhash.h engine/bucketize.h | $(BUILD)/obj
+# every object depends on every engine header (the public one and the private ones)
+ENGINE_HDR := engine/include/wisp.h $(wildcard engine/*.h)
+$(BUILD)/obj/%.o: engine/%.c $(ENGINE_HDR) | $(BUILD)/obj
 	$(CC) $(XCFLAGS) $(CFLAGS) $(CUDA_CFLAGS) -c $< -o $@
-$(BUILD)/obj/cli%.o: engine/cli%.c engine/include/wisp.h engine/internal.h engine/farmhash.h engine/bucketize.h | $(BUILD)/obj
+$(BUILD)/obj/cli%.o: engine/cli%.c $(ENGINE_HDR) | $(BUILD)/obj
 	$(CC) $(XCFLAGS) $(CFLAGS) $(LUAJIT_CFLAGS) -c $< -o $@
-$(BUILD)/obj/kernels/%.o: kernels/%.cu engine/include/wisp.h engine/internal.h engine/farmhash.h engine/bucketize.h $(wildcard kernels/*.cuh) | $(BUILD)/obj
+$(BUILD)/obj/kernels/%.o: kernels/%.cu $(ENGINE_HDR) $(wildcard kernels/*.cuh) | $(BUILD)/obj
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 # under -j, nothing compiles before the build's Debian packages are there
