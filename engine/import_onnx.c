@@ -69,7 +69,7 @@ static int pb_field(pb *r, uint32_t *field, int *wire, uint64_t *v, pb *sub)
 static int pb_streq(pb s, const char *lit)
 {
     size_t n = strlen(lit);
-    return (size_t)(s.end - s.p) == n && !memcmp(s.p, lit, n);
+    return (size_t)(s.end - s.p) == n && (n == 0 || !memcmp(s.p, lit, n));
 }
 
 typedef struct {
@@ -223,7 +223,8 @@ static int attr_labels_json(const char *path, const attr *a, int strings, char *
 static int is_graph_input(const graph *g, pb name)
 {
     for (int i = 0; i < g->nginputs; i++)
-        if (g->ginputs[i].end - g->ginputs[i].p == name.end - name.p && !memcmp(g->ginputs[i].p, name.p, (size_t)(name.end - name.p)))
+        if (g->ginputs[i].end - g->ginputs[i].p == name.end - name.p && name.end > name.p &&
+            !memcmp(g->ginputs[i].p, name.p, (size_t)(name.end - name.p)))
             return 1;
     return 0;
 }
@@ -232,7 +233,7 @@ static void pb_copy(pb s, char *buf, size_t cap)
 {
     size_t n = (size_t)(s.end - s.p);
     if (n >= cap) n = cap - 1;
-    memcpy(buf, s.p, n);
+    if (n) memcpy(buf, s.p, n);           /* an absent field is {NULL, NULL} */
     buf[n] = 0;
 }
 
