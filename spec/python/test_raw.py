@@ -219,3 +219,35 @@ def test_no_reference_leaks_in_raw_rows(col_model):
         with pytest.raises(ValueError):
             s.score({"age": d["age"][:3], "city": d["city"]})
     assert [sys.getrefcount(o) for o in objs] == before
+
+
+def test_gil_released_for_buffer_columns(col_model):
+    # numpy and Arrow columns are built into the raw batch and scored without
+    # the GIL: a watcher thread sees the session busy inside the engine
+    import threading
+    pa = pytest.importorskip("pyarrow")
+    s = wisp.load(col_model).session("cpu")
+    n = 300_000
+    rng = np.random.default_rng(5)
+    city = pa.array(np.array(CITIES[:4], dtype=object)[rng.integers(0, 4, n)].tolist(), pa.string())
+    X = {"age": rng.uniform(0, 90, n).astype(np.float32), "city": city, "uid": rng.integers(0, 1000, n)}
+    seen = {"busy": 0}
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            if s._s.in_use():
+                seen["busy"] += 1
+
+    t = threading.Thread(target=watch)
+    t.start()
+    try:
+        for _ in range(3):
+            p = s.score(X)
+            if seen["busy"] > 100:
+                break
+    finally:
+        done.set()
+        t.join()
+    assert p.shape == (n,) and np.all(np.isfinite(p))
+    assert seen["busy"] > 100, seen
