@@ -15,8 +15,9 @@ SAN_CC       ?= clang
 FUZZ_SECONDS ?= 60
 REL_PKGS     := clang libclang-rt-dev valgrind
 
-# library sources for the sanitizer builds: no CLI, never the CUDA backend
-SAN_SRC   := $(filter-out engine/cli%.c engine/cuda.c,$(wildcard engine/*.c))
+# library sources for the sanitizer builds: no CLI, never the CUDA backend (built without
+# WISP_HAVE_CUDA, its engine/cuda_*.c files compile to nothing and cuda_stub.c stands in)
+SAN_SRC   := $(filter-out engine/cli%.c,$(wildcard engine/*.c))
 SAN_HDR   := engine/include/wisp.h engine/internal.h engine/farmhash.h
 SAN_TESTS := $(patsubst spec/c/%.c,%,$(wildcard spec/c/test_*.c))
 FUZZ_SRC  := $(wildcard spec/fuzz/fuzz_*.c)
