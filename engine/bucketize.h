@@ -4,7 +4,7 @@
  * boundaries increase, so that is std::upper_bound's index, as
  * tensorflow/core/kernels/bucketize_op.cc computes it; NaN compares false
  * with everything and lands in the last bucket. Two users include it:
- * engine/columns.c (the CPU transform) and kernels/transform.cu (the GPU
+ * engine/transform_cpu.c (the CPU transform) and kernels/transform.cu (the GPU
  * transform); it needs nothing from internal.h (transform.cu cannot include
  * it). In C the function is `static inline`, under nvcc `static __device__`.
  */

@@ -6,7 +6,7 @@
  * `farmhashna::Hash64` (the portable 64-bit variant, frozen: its values
  * never change across FarmHash versions or platforms). This is a C
  * transcription of that function for a little-endian machine, checked
- * against TensorFlow's own outputs (spec/data/tf_golden.json, written by
+ * against TensorFlow's own outputs (spec/data/tf_golden_fingerprint.json, written by
  * spec/data/gen/tf_golden.py) and against Debian's libfarmhash when it is
  * installed (spec/interop/farmhash_check.cc, `make test-interop`).
  * FingerprintCat64 is TensorFlow's combiner for crosses
@@ -14,7 +14,7 @@
  *
  * Three users include it: engine/farmhash.c (the exported
  * wisp_fingerprint64/wisp_fingerprint_cat64), engine/internal.h (inline
- * short strings and crosses for the CPU transform's loops, engine/columns.c)
+ * short strings and crosses for the CPU transform's loops, engine/transform_cpu.c)
  * and kernels/transform.cu (the GPU transform). It needs nothing from
  * internal.h or wisp.h (transform.cu cannot include internal.h).
  *

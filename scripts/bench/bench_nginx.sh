@@ -90,8 +90,9 @@
 # --raw-bodies: instead, a model with feature columns (13 numeric I1..I13 + 26 hash buckets
 # C1..C26 of 2^18, 6.8M fp32 weights, 39 features a row, like the demo's) and 100 raw rows,
 # sent four ways in inline mode, interleaved round by round: {"instances": [...]} of raw
-# inputs (application/json; raw_100row_json_cjson: the same with one more key, which nginx.lua
-# decodes with cjson: its path before the C fast path), the same rows as JSON lines
+# inputs (application/json; raw_100row_json_cjson: the same with one more key, for which the service
+# (lua/wisp/nginx/request.lua) also decodes the whole body with cjson to check that it is JSON; the C
+# parser still reads the instances, lua/wisp/nginx/instances.lua), the same rows as JSON lines
 # (application/x-ndjson), and the transformed rows as libsvm lines (text/x-libsvm); nothing
 # else is measured.
 # On the GPU machine: `source .devdeps/env.sh` first (nginx, wrk and lua-resty-core from

@@ -1,7 +1,7 @@
 -- bench_nginx_rawmodel.lua — scripts/bench/bench_nginx.sh --raw-bodies: a model with feature columns and 100 raw rows sent three ways.
 --   wisp run scripts/bench/bench_nginx_rawmodel.lua DIR -> DIR/model.wisp (13 numeric I1..I13 + 26
 --   hash buckets C1..C26 of 2^18), DIR/hundred_raw.json ({"instances": [...]}; hundred_raw_cjson.json
---   the same plus a key "note", which sends nginx.lua to its cjson path), DIR/hundred.ndjson
+--   the same plus a key "note", for which the service also decodes the body with cjson: see below), DIR/hundred.ndjson
 --   (the same rows as JSON lines), DIR/hundred.libsvm (the same rows after the transform)
 local wisp, fc, synth, cjson = require "wisp", require "wisp.columns", require "wisp.synth", require "cjson"
 local dir = assert(arg[1], "usage: bench_nginx_rawmodel.lua DIR")
@@ -22,7 +22,8 @@ for r = 1, 100 do
     rows[r] = row; lines[r] = cjson.encode(row)
 end
 local f = assert(io.open(dir .. "/hundred_raw.json", "wb")); f:write(cjson.encode { instances = rows }, "\n"); f:close()
--- the same with one more key: nginx.lua decodes it with cjson (its fast path takes only {"instances"})
+-- the same with one more key: the C parser still reads the instances (lua/wisp/nginx/instances.lua skips
+-- the key) and lua/wisp/nginx/request.lua also decodes the whole body with cjson, to check that it is JSON
 f = assert(io.open(dir .. "/hundred_raw_cjson.json", "wb")); f:write(cjson.encode { instances = rows, note = "x" }, "\n"); f:close()
 f = assert(io.open(dir .. "/hundred.ndjson", "wb")); f:write(table.concat(lines, "\n"), "\n"); f:close()
 local tr = assert(spec:transformer()); assert(tr:add_rows(rows))

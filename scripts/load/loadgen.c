@@ -12,7 +12,7 @@
  *   - each request is timed from its scheduled time, so a request that waits
  *     for a free connection, or behind a slow answer, counts the wait;
  *   - keep-alive connections, the same request bytes each time; an answer is
- *     complete when its Content-Length bytes are in (nginx.lua sends it);
+ *     complete when its Content-Length bytes are in (the service sends it: lua/wisp/nginx/http.lua);
  *   - --threads T: T threads, each with its own epoll, connections and a
  *     schedule of rate/T (constant: phases spread over one period; Poisson:
  *     the sum of T Poisson streams is one); each thread spins on

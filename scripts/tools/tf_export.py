@@ -2,11 +2,11 @@
 """tf_export.py — TensorFlow linear models -> .wisp files, and the bridge between wisp's column descriptions and tf.feature_column.
 
 Usage:
-  scripts/tools/tf_export.py --columns spec.json --checkpoint DIR_OR_PREFIX --out model.wisp [--dtype f32|f16|i8]
-  scripts/tools/tf_export.py --columns spec.json --keras MODEL --out model.wisp [--dtype f32|f16|i8]
+  scripts/tools/tf_export.py --columns columns.json --checkpoint DIR_OR_PREFIX --out model.wisp [--dtype f32|f16|i8]
+  scripts/tools/tf_export.py --columns columns.json --keras MODEL --out model.wisp [--dtype f32|f16|i8]
       Reads the weights of a linear model over the feature columns that
-      spec.json describes (a wisp-columns description; see the top of
-      engine/columns.c) from a TensorFlow checkpoint and writes a
+      columns.json describes (a column description; its grammar is
+      engine/COLUMNS.md) from a TensorFlow checkpoint and writes a
       self-contained .wisp file: the description in its "columns" section,
       one slice of the weight table per column, the bias.
       Checkpoints written by tf.estimator.LinearClassifier (variables
@@ -28,7 +28,7 @@ Usage:
       columns are checked against the description (names, kinds, sizes,
       keys, boundaries, vocabularies); anything else (an embedding column,
       hidden layers, several outputs) is refused with the reason.
-  scripts/tools/tf_export.py --columns spec.json --print-tf
+  scripts/tools/tf_export.py --columns columns.json --print-tf
       Print the tf.feature_column objects the description stands for.
 
 As a module (scripts/tools/ on sys.path): tf_columns(spec) builds the TensorFlow

@@ -8,9 +8,9 @@ Writes (small, committed; the specs read them, TensorFlow is not needed to test)
                               sparse_cross_hashed of string and int64 inputs (num_buckets 0 = the
                               raw hash mod 2^63-1, and others), hash keys, the published vector.
                               One vector per line: the C test reads it line by line.
-  tf_golden_columns.json      Cases: a wisp-columns description, raw rows, and the ids (or values)
+  tf_golden_columns.json      Cases: a column description, raw rows, and the ids (or values)
                               TensorFlow's tf.feature_column gives each column for each row.
-Every fact listed at the top of engine/columns.c has a case here.
+Every fact listed under "TensorFlow facts" in engine/COLUMNS.md has a case here.
 """
 import argparse
 import json
