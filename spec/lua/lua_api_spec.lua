@@ -132,7 +132,7 @@ describe("the service's hot-path methods", function()
     it("raw:parse_jsonl_buf, raw:bad_count and session:bad_rows after score_raw", function()
         local r = assert(desc:raw_batch())
         local text = '{"age": 20, "city": "Oslo"}\n{"age": "old", "city": "Rome"}\n{"city": "Paris"}\n'
-        local buf = ffi.new("char[?]", #text, text)
+        local buf = ffi.new("char[?]", #text + 1, text)
         local used, line = r:parse_jsonl_buf(buf, #text, 0)
         assert.same({ #text, 3 }, { used, line })
         assert.equal(3, r:rows())
@@ -173,9 +173,9 @@ describe("the service's hot-path methods", function()
         local b, r = assert(wisp.batch()), assert(desc:raw_batch())
         local out, out2 = ffi.new("float[?]", 64), ffi.new("float[?]", 64)
         local text = "1 0:1 2:0.5\n0 1:1\n1 3:1\n"
-        local buf = ffi.new("char[?]", #text, text)
+        local buf = ffi.new("char[?]", #text + 1, text)
         local jt = '{"age": 20, "city": "Oslo"}\n{"city": "Rome"}\n'
-        local jb = ffi.new("char[?]", #jt, jt)
+        local jb = ffi.new("char[?]", #jt + 1, jt)
         local i_rows = wisp.stat_index.rows
         local function request()
             b:clear()
