@@ -19,8 +19,8 @@ static ref_row gen_row(int kind)   /* 0 empty, 1 binary, 2 valued, 3 mixed, -1 a
     r.vids = malloc((r.nv + 1) * sizeof *r.vids);
     r.bids = malloc((r.nb + 1) * sizeof *r.bids);
     r.vals = malloc((r.nv + 1) * sizeof *r.vals);
-    for (size_t i = 0; i < r.nv; i++) { r.vids[i] = gen_id(); r.vals[i] = (float)(rndu() * 8 - 4); }
-    for (size_t i = 0; i < r.nb; i++) r.bids[i] = gen_id();
+    for (size_t i = 0; i < r.nv; i++) { r.vids[i] = ref_gen_id(); r.vals[i] = (float)(rndu() * 8 - 4); }
+    for (size_t i = 0; i < r.nb; i++) r.bids[i] = ref_gen_id();
     if (r.nv > 2) r.vids[1] = r.vids[0];                   /* duplicates are kept */
     if (r.nb > 2) r.bids[2] = r.bids[1];
     return r;
@@ -192,8 +192,8 @@ static void test_builder_errors(wisp_engine *eng)
         ref_row big = {0};
         big.nv = r.nv * 40; big.nb = r.nb * 40;
         big.vids = malloc((big.nv + 1) * 8); big.vals = malloc((big.nv + 1) * 4); big.bids = malloc((big.nb + 1) * 8);
-        for (size_t i = 0; i < big.nv; i++) { big.vids[i] = gen_id(); big.vals[i] = (float)i - 3.5f; }
-        for (size_t i = 0; i < big.nb; i++) big.bids[i] = gen_id();
+        for (size_t i = 0; i < big.nv; i++) { big.vids[i] = ref_gen_id(); big.vals[i] = (float)i - 3.5f; }
+        for (size_t i = 0; i < big.nb; i++) big.bids[i] = ref_gen_id();
         free_row(&r);
         int ok = 0;
         for (uint64_t k = 1; k < 10 && !ok; k++) {

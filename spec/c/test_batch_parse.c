@@ -378,7 +378,7 @@ static int gen_line(str *o, ref_row *ref)
             sputs(o, bads[rndn(sizeof bads / sizeof bads[0])]);
             continue;
         }
-        uint64_t id = gen_id();
+        uint64_t id = ref_gen_id();
         if (rndn(20) == 0) sputs(o, "00");
         sprintf_(o, "%" PRIu64, id);
         int vk = (int)rndn(4);

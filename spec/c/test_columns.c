@@ -14,8 +14,6 @@
 
 /* ---- small tools --------------------------------------------------------------- */
 
-static double rndu(void) { return rnd01(); }
-static uint64_t rnd_zipf(uint64_t n) { return (uint64_t)exp(rndu() * log((double)n)); }
 
 
 

@@ -1,4 +1,5 @@
-/* testbatch.h — what the batch tests share (test_batch.c, test_batch_parse.c): a batch rendered as text
+/* testbatch.h — what the tests of batches share: the comparison of two batches bit for bit (test_columns,
+ * test_parse_fast, test_transform_gpu) and, for test_batch.c and test_batch_parse.c, a batch rendered as text
  * through the public accessors, its bad rows as text, the structural invariants every batch keeps, the
  * reference rows (random ids of every width, their expected render) and the engine they run on. */
 #ifndef WISP_TESTBATCH_H
@@ -11,6 +12,42 @@
 
 #include <inttypes.h>
 #include <stdlib.h>
+
+/* Everything a caller can see of two batches, equal bit for bit? Says where not. */
+static inline int same_batches(const wisp_batch *a, const wisp_batch *b, char *why, size_t whylen)
+{
+    size_t rows = wisp_batch_rows(a);
+    if (rows != wisp_batch_rows(b) || wisp_batch_nnz(a) != wisp_batch_nnz(b) || wisp_batch_nvals(a) != wisp_batch_nvals(b)) {
+        snprintf(why, whylen, "rows %zu/%zu nnz %zu/%zu nvals %zu/%zu", rows, wisp_batch_rows(b), wisp_batch_nnz(a),
+                 wisp_batch_nnz(b), wisp_batch_nvals(a), wisp_batch_nvals(b));
+        return 0;
+    }
+    if (a->value_mode != b->value_mode) { snprintf(why, whylen, "value modes differ"); return 0; }
+    if (memcmp(wisp_batch_row_ptr(a), wisp_batch_row_ptr(b), (rows + 1) * 4)) { snprintf(why, whylen, "row_ptr"); return 0; }
+    if (wisp_batch_nnz(a) && memcmp(wisp_batch_ids(a), wisp_batch_ids(b), wisp_batch_nnz(a) * 4)) {
+        snprintf(why, whylen, "ids");
+        return 0;
+    }
+    const uint32_t *va = wisp_batch_val_ptr(a), *vb = wisp_batch_val_ptr(b);
+    if (!va != !vb || (va && memcmp(va, vb, (rows + 1) * 4))) { snprintf(why, whylen, "val_ptr"); return 0; }
+    if (wisp_batch_nvals(a) && memcmp(wisp_batch_vals(a), wisp_batch_vals(b), wisp_batch_nvals(a) * 4)) {
+        snprintf(why, whylen, "values (bits)");
+        return 0;
+    }
+    if (wisp_batch_bad_count(a) != wisp_batch_bad_count(b)) { snprintf(why, whylen, "bad-row counts"); return 0; }
+    for (size_t i = 0; i < wisp_batch_bad_count(a); i++) {
+        size_t ra, rb;
+        uint64_t la, lb;
+        const char *ma, *mb;
+        wisp_batch_bad_row(a, i, &ra, &la, &ma);
+        wisp_batch_bad_row(b, i, &rb, &lb, &mb);
+        if (ra != rb || la != lb || strcmp(ma, mb)) {
+            snprintf(why, whylen, "bad row %zu: '%s' vs '%s'", i, ma, mb);
+            return 0;
+        }
+    }
+    return 1;
+}
 
 /* ---- small tools --------------------------------------------------------------- */
 
@@ -102,7 +139,7 @@ static inline int invariants(const wisp_batch *b, const char *where)
 
 typedef struct { size_t nv, nb; uint64_t *vids, *bids; float *vals; } ref_row;
 
-static inline uint64_t gen_id(void)
+static inline uint64_t ref_gen_id(void)
 {
     switch (rndn(8)) {
     case 0: return rnd();                                  /* 64-bit: mostly >= 2^32 */
