@@ -3,7 +3,7 @@
 # "# doc-test" and compares what it prints (stdout; stderr only where the block says 2>&1) with
 # the ```text block that follows it, byte for byte (so probabilities to the printed digits).
 # The blocks run in order in one scratch directory laid out as the repository root after
-# `make demo`: build/wisp is $WISP_BUILD/wisp, build/demo is a fresh `examples/demo.lua --out`
+# `make demo`: build/wisp (and wisp.jar, libwisp.so) are $WISP_BUILD's, examples/ the repository's, build/demo is a fresh `examples/demo.lua --out`
 # (with fewer data rows: no marked block reads data.libsvm); later blocks see earlier blocks' files.
 # usage: WISP_BUILD=build sh spec/doc/readme.sh [README]     prints "readme: N passed, N failed" last
 build=${WISP_BUILD:-build}
@@ -17,6 +17,8 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/root/build" "$tmp/blocks"
 ln -s "$build/wisp" "$tmp/root/build/wisp"
 [ -f "$build/libwisp.so" ] && ln -s "$build/libwisp.so" "$tmp/root/build/libwisp.so"
+[ -f "$build/wisp.jar" ] && ln -s "$build/wisp.jar" "$tmp/root/build/wisp.jar"
+ln -s "$PWD/examples" "$tmp/root/examples"
 
 # the blocks: N.sh (the commands), N.txt (the expected output), N.line (where the block starts)
 awk -v dir="$tmp/blocks" '
