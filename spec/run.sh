@@ -12,7 +12,7 @@ trap 'rm -f "$log" "$recap"' EXIT
 # $1 what failed; the first lines of $log that say why
 fail_recap() {
     echo "  $1" >>"$recap"
-    grep -m 4 -E "WISP_TEST_SEED|CHECK failed|FAIL|not ok|ERROR|error|Assertion|Segmentation|Aborted" "$log" | cut -c1-200 | sed 's/^/    | /' >>"$recap"
+    grep -a -m 4 -E "WISP_TEST_SEED|CHECK failed|FAIL|not ok|ERROR|error|Assertion|Segmentation|Aborted|replay" "$log" | cut -c1-200 | sed 's/^/    | /' >>"$recap"
 }
 # run_suite LABEL NAME CMD...: runs CMD (output into $log) and adds the counts of its last line
 # "NAME: N passed, N failed" (none, or a non-zero exit with 0 failed, counts as a failure)
@@ -62,72 +62,24 @@ fi
 
 # every recorded run in scripts/results/ against its one schema (scripts/results/SCHEMA.md):
 # scripts/results/check.lua prints "results schema: N passed, N failed" last
-if command -v luajit >/dev/null 2>&1 && [ -f scripts/results/check.lua ]; then
-    luajit scripts/results/check.lua >"$log" 2>&1
-    rc=$?
-    line=$(grep -E "^results schema: [0-9]+ passed, [0-9]+ failed" "$log" | tail -n 1)
-    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
-    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
-    if [ -z "$line" ]; then p=0; f=1; fi
-    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
-    passed=$((passed + p)); failed=$((failed + f))
-    printf '%-24s %5d passed, %d failed\n' "results (schema)" "$p" "$f"
-    if [ "$f" -ne 0 ]; then grep -v '^ok ' "$log" | sed 's/^/    /' | tail -n 20; fail_recap "results (schema): $f failed"; fi
-fi
+command -v luajit >/dev/null 2>&1 && [ -f scripts/results/check.lua ] &&
+    run_suite "results (schema)" "results schema" luajit scripts/results/check.lua
 
 # the OpenResty service against a real nginx (spec/nginx/run.sh prints "nginx: N passed, N failed" last)
-if [ -f spec/nginx/run.sh ] && [ "${WISP_NGINX:-1}" != 0 ]; then
-    sh spec/nginx/run.sh >"$log" 2>&1
-    rc=$?
-    line=$(grep -E "^nginx: [0-9]+ passed, [0-9]+ failed" "$log" | tail -n 1)
-    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
-    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
-    if [ -z "$line" ]; then p=0; f=1; fi
-    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
-    passed=$((passed + p)); failed=$((failed + f))
-    printf '%-24s %5d passed, %d failed\n' "nginx (spec/nginx)" "$p" "$f"
-    if [ "$f" -ne 0 ]; then sed 's/^/    /' "$log" | tail -n 60; fail_recap "nginx (spec/nginx): $f failed"; fi
-fi
+[ -f spec/nginx/run.sh ] && [ "${WISP_NGINX:-1}" != 0 ] && run_suite "nginx (spec/nginx)" nginx sh spec/nginx/run.sh
 
 # the service's property test, fuzzer and reload soak against a real nginx (spec/nginx/property.sh,
 # svcfuzz.sh, soak.sh: each prints "NAME: N passed, N failed" last; bounded: ~15 s, 30 s, 3 x 18 s;
 # WISP_SVCFUZZ_SECONDS, WISP_SOAK_SECONDS change that, WISP_SEED replays)
 if [ "${WISP_NGINX:-1}" != 0 ]; then
     for h in property svcfuzz soak; do
-        [ -f "spec/nginx/$h.sh" ] || continue
-        start=$(date +%s)
-        sh "spec/nginx/$h.sh" >"$log" 2>&1
-        rc=$?
-        line=$(grep -aE "^$h: [0-9]+ passed, [0-9]+ failed" "$log" | tail -n 1)
-        p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
-        f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
-        if [ -z "$line" ]; then p=0; f=1; fi
-        if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
-        passed=$((passed + p)); failed=$((failed + f))
-        printf '%-24s %5d passed, %d failed  (%ds)\n' "$h (spec/nginx)" "$p" "$f" $(( $(date +%s) - start ))
-        if [ "$f" -ne 0 ]; then
-            grep -a -v '^ok ' "$log" | sed 's/^/    /' | tail -n 60
-            echo "  $h (spec/nginx): $f failed" >>"$recap"
-            grep -a -m 4 -E "^FAIL|replay" "$log" | cut -c1-200 | sed 's/^/    | /' >>"$recap"
-        fi
+        [ -f "spec/nginx/$h.sh" ] && run_suite "$h (spec/nginx)" "$h" sh "spec/nginx/$h.sh"
     done
 fi
 
 # the Python package (spec/python/run.sh: its own venv under $WISP_BUILD/py-venv, pip install ., pytest;
 # prints "python: N passed, N failed[, N skipped]" last; WISP_PYTHON=0 skips it)
-if [ -f spec/python/run.sh ] && [ "${WISP_PYTHON:-1}" != 0 ]; then
-    start=$(date +%s)
-    sh spec/python/run.sh >"$log" 2>&1
-    rc=$?
-    line=$(grep -aE "^python: [0-9]+ passed, [0-9]+ failed" "$log" | tail -n 1)
-    p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')
-    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
-    if [ -z "$line" ]; then p=0; f=1; fi
-    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
-    passed=$((passed + p)); failed=$((failed + f))
-    printf '%-24s %5d passed, %d failed  (%ds)\n' "python (spec/python)" "$p" "$f" $(( $(date +%s) - start ))
-    if [ "$f" -ne 0 ]; then sed 's/^/    /' "$log" | tail -n 60; fail_recap "python (spec/python): $f failed"; fi
-fi
+[ -f spec/python/run.sh ] && [ "${WISP_PYTHON:-1}" != 0 ] && run_suite "python (spec/python)" python sh spec/python/run.sh
 
 # the Java binding (spec/java/run.sh: JUnit 5 against $build/wisp.jar; prints "java: N passed, N failed" last;
 # WISP_JAVA=0 skips it; a build without the jar, e.g. no JDK, counts as one failure with the reason)
