@@ -170,6 +170,25 @@ void wisp_engine_set_log_level(wisp_engine *eng, int level);
  * len); returns its full length, 0 when none. Thread-safe. */
 size_t wisp_engine_last_log(wisp_engine *eng, char *buf, size_t len);
 
+/* Host memory for batch arrays (wisp_batch_wrap, raw batches): `bytes`
+ * bytes, 64-byte aligned, in *out. Page-locked (pinned) when the engine has
+ * a usable GPU (devices are discovered first, as wisp_engine_gpu_count
+ * does), so a GPU session copies a batch in it with one DMA and no staging
+ * copy; without a GPU, or once the pinned budget (WISP_PINNED_MAX_MB) is
+ * spent, plain memory, equally valid: wisp_engine_host_pinned says which.
+ * 0 bytes gives a valid block of its own. The caller owns the block and
+ * frees it with wisp_engine_host_free on the same engine, while the engine
+ * lives (before its last reference is dropped); not with free(). Thread-
+ * safe: any thread may allocate or free. Fails with WISP_EINVAL (eng or out
+ * NULL) or WISP_ENOMEM (a size no memory holds), *out NULL and
+ * wisp_errmsg() saying which. */
+int  wisp_engine_host_alloc(wisp_engine *eng, size_t bytes, void **out);
+/* Free a block from wisp_engine_host_alloc; p == NULL (or eng == NULL) does nothing. */
+void wisp_engine_host_free(wisp_engine *eng, void *p);
+/* 1 if p, a block from wisp_engine_host_alloc on eng, is page-locked; 0 if
+ * plain memory (or p or eng is NULL). */
+int  wisp_engine_host_pinned(const wisp_engine *eng, const void *p);
+
 /* ---------------------------------------------------------------------------
  * 3. Models: .wisp files
  *

@@ -42,6 +42,9 @@ int         wisp_engine_gpu_capability(wisp_engine *eng, int i);
 int         wisp_engine_gpu_usable(wisp_engine *eng, int i);
 void   wisp_engine_set_log_level(wisp_engine *eng, int level);
 size_t wisp_engine_last_log(wisp_engine *eng, char *buf, size_t len);
+int  wisp_engine_host_alloc(wisp_engine *eng, size_t bytes, void **out);
+void wisp_engine_host_free(wisp_engine *eng, void *p);
+int  wisp_engine_host_pinned(const wisp_engine *eng, const void *p);
 
 /* 3. models */
 typedef struct wisp_model wisp_model;

@@ -1,0 +1,68 @@
+/* hostmem.c — host memory for batch arrays: the internal allocator (wisp_host_alloc/free, pinned while the GPU backend is live) and its public face, wisp_engine_host_alloc/free/pinned. */
+#include "internal.h"
+
+#include <stdint.h>
+
+/* ---- host memory for batch arrays ----------------------------------------
+ * 64-byte aligned; pinned (page-locked) when the GPU backend is live, so one
+ * asynchronous copy moves a batch. A small header in front of the block
+ * records where it came from, so wisp_host_free always frees it right even
+ * after the pinned pool ran out and plain memory was used instead. */
+
+struct host_hdr { void *base; int pinned; };
+#define HOST_PAD 64
+
+void *wisp_host_alloc(wisp_engine *eng, size_t n)
+{
+    if (n > SIZE_MAX - 2 * HOST_PAD) return NULL;
+    void *base = NULL;
+    int pinned = 0;
+    const wisp_backend *gpu = eng ? __atomic_load_n(&eng->gpu, __ATOMIC_ACQUIRE) : NULL;
+    if (gpu && gpu->host_alloc) {
+        base = gpu->host_alloc(eng->gpu_ctx, n + 2 * HOST_PAD);
+        pinned = base != NULL;
+    }
+    if (!base) base = wisp_malloc(n + 2 * HOST_PAD);   /* still correct, just not pinned */
+    if (!base) return NULL;
+    uintptr_t a = ((uintptr_t)base + sizeof(struct host_hdr) + HOST_PAD - 1) & ~(uintptr_t)(HOST_PAD - 1);
+    struct host_hdr *h = (struct host_hdr *)a - 1;
+    h->base = base;
+    h->pinned = pinned;
+    return (void *)a;
+}
+
+void wisp_host_free(wisp_engine *eng, void *p)
+{
+    if (!p) return;
+    struct host_hdr *h = (struct host_hdr *)p - 1;
+    const wisp_backend *gpu = eng ? __atomic_load_n(&eng->gpu, __ATOMIC_ACQUIRE) : NULL;
+    if (h->pinned && gpu && gpu->host_free) gpu->host_free(eng->gpu_ctx, h->base);
+    else wisp_free(h->base);
+}
+
+/* ---- the public API (wisp.h, "Host memory for batch arrays") -------------- */
+
+int wisp_engine_host_alloc(wisp_engine *eng, size_t bytes, void **out)
+{
+    if (out) *out = NULL;
+    if (!eng || !out)
+        return wisp_fail(WISP_EINVAL, "wisp_engine_host_alloc: %s is NULL", !eng ? "engine" : "out");
+    /* discover the devices first, so the first allocation is pinned when a GPU is usable */
+    wisp_engine_gpu_count(eng);
+    void *p = wisp_host_alloc(eng, bytes);
+    if (!p)
+        return wisp_fail(WISP_ENOMEM, "wisp_engine_host_alloc: out of memory allocating %zu bytes", bytes);
+    *out = p;
+    return WISP_OK;
+}
+
+void wisp_engine_host_free(wisp_engine *eng, void *p)
+{
+    if (eng) wisp_host_free(eng, p);
+}
+
+int wisp_engine_host_pinned(const wisp_engine *eng, const void *p)
+{
+    if (!eng || !p) return 0;
+    return ((const struct host_hdr *)p - 1)->pinned;
+}
