@@ -112,6 +112,43 @@ JNIEXPORT jlong JNICALL Java_wisp_Native_engine(JNIEnv *env, jclass cls, jint th
     return (jlong)(uintptr_t)get_engine(env, threads);
 }
 
+/* ---- host memory for Batch.allocate (wisp_engine_host_alloc: pinned when a GPU is usable) ---- */
+
+/* A direct ByteBuffer over `bytes` bytes of the engine's host memory; Java frees it with hostFree(address). */
+JNIEXPORT jobject JNICALL Java_wisp_Native_hostAlloc(JNIEnv *env, jclass cls, jlong bytes)
+{
+    wisp_engine *e = get_engine(env, 0);
+    if (!e) return NULL;
+    if (bytes < 0) {
+        throw_status(env, WISP_EINVAL, "Batch.allocate: a negative size");
+        return NULL;
+    }
+    void *p = NULL;
+    int st = wisp_engine_host_alloc(e, (size_t)bytes, &p);
+    if (st != WISP_OK) {
+        throw_last(env, st);
+        return NULL;
+    }
+    jobject b = (*env)->NewDirectByteBuffer(env, p, bytes);
+    if (!b) wisp_engine_host_free(e, p);           /* an exception is pending */
+    return b;
+}
+
+JNIEXPORT jlong JNICALL Java_wisp_Native_bufferAddress(JNIEnv *env, jclass cls, jobject buf)
+{
+    return (jlong)(uintptr_t)(*env)->GetDirectBufferAddress(env, buf);
+}
+
+JNIEXPORT jboolean JNICALL Java_wisp_Native_hostPinned(JNIEnv *env, jclass cls, jlong addr)
+{
+    return wisp_engine_host_pinned(engine, (const void *)(uintptr_t)addr) ? JNI_TRUE : JNI_FALSE;
+}
+
+JNIEXPORT void JNICALL Java_wisp_Native_hostFree(JNIEnv *env, jclass cls, jlong addr)
+{
+    wisp_engine_host_free(engine, (void *)(uintptr_t)addr);
+}
+
 JNIEXPORT jstring JNICALL Java_wisp_Native_version(JNIEnv *env, jclass cls) { return new_str(env, wisp_version()); }
 
 JNIEXPORT jint JNICALL Java_wisp_Native_engineThreads(JNIEnv *env, jclass cls)

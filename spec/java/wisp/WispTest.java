@@ -191,6 +191,57 @@ class WispTest {
     }
 
     @Test
+    void allocatedBatchPinnedParityWithCliAndClose() throws Exception {
+        Object[] rr = randomRows(200, 10, 1000, 23);
+        int[] ptr = (int[]) rr[0], idx = (int[]) rr[1];
+        float[] vals = (float[]) rr[2];
+        StringBuilder text = new StringBuilder();
+        for (int r = 0; r < ptr.length - 1; r++) {
+            text.append("0");
+            for (int k = ptr[r]; k < ptr[r + 1]; k++)
+                text.append(' ').append(idx[k]).append(':').append(String.format(Locale.ROOT, "%.9g", vals[k]));
+            text.append('\n');
+        }
+        Path f = dir.resolve("allocated.libsvm");
+        Files.writeString(f, text);
+        float[] want = cliScore(csrModel, f);
+        boolean gpu = Wisp.gpus().stream().anyMatch(g -> g.usable);
+        try (Model m = Model.load(csrModel.toString()); Session s = m.session("auto")) {
+            Batch b = Batch.allocate(ptr.length - 1, idx.length);
+            // wisp_engine_host_alloc's memory: page-locked exactly when the engine has a usable GPU
+            assertEquals(gpu, b.pinned(), Wisp.gpuStatus());
+            b.indptr().put(ptr);
+            b.indices().put(idx);
+            b.values().put(vals);
+            b.indptr().rewind();
+            b.indices().rewind();
+            b.values().rewind();
+            assertSameAsCli(want, s.score(b));
+            assertSameAsCli(want, s.submit(b).get());
+            // close while a submitted score is pending: the memory stays until it is done
+            CompletableFuture<float[]> pending = s.submit(b);
+            b.close();
+            assertSameAsCli(want, pending.get());
+            b.close();   // closing twice is harmless
+            assertEquals(WispException.ESTATE, assertThrows(WispException.class, () -> s.score(b)).status());
+            assertEquals(WispException.ESTATE, assertThrows(WispException.class, b::indptr).status());
+            assertEquals(WispException.ESTATE, assertThrows(WispException.class, b::values).status());
+            // a wrapped batch is never pinned (wisp did not allocate it)
+            try (Batch w = Batch.wrap(ByteBuffer.allocateDirect(8).order(ByteOrder.nativeOrder()).asIntBuffer(),
+                    ByteBuffer.allocateDirect(4).order(ByteOrder.nativeOrder()).asIntBuffer(), null)) {
+                assertFalse(w.pinned());
+            }
+        }
+        // allocate and close in a loop: each block goes back to the engine at close
+        for (int k = 0; k < 20000; k++) {
+            try (Batch b = Batch.allocate(64, 640)) {
+                b.indices().put(639, k);
+                assertEquals(k, b.indices().get(639));
+            }
+        }
+    }
+
+    @Test
     void rawRowsParityWithCliJsonl() throws Exception {
         List<Map<String, Object>> rows = new ArrayList<>();
         StringBuilder jsonl = new StringBuilder();

@@ -18,25 +18,31 @@ import java.util.Objects;
  * </ul>
  * Each buffer is read from its position; it must be direct and in the
  * platform's byte order ({@code ByteBuffer.allocateDirect(n).order(ByteOrder.nativeOrder())}).
- * {@link #allocate} gives buffers in memory wisp allocates: page-locked
- * (pinned) when the engine has a usable GPU, so a GPU session copies it in
- * one DMA, with no staging copy. A batch is used by one thread at a time and
- * must not change while a session scores it (or while a submitted score of
- * it is pending).
+ * {@link #allocate} gives buffers in memory wisp allocates
+ * (wisp_engine_host_alloc): page-locked (pinned) when the engine has a usable
+ * GPU, so a GPU session copies it in one DMA, with no staging copy;
+ * {@link #pinned()} says whether it is. {@link #close()} gives that memory
+ * back at once, so the buffers of an allocated batch must not be used after
+ * it (the batch's own accessors then throw). A batch is used by one thread at
+ * a time and must not change while a session scores it (or while a submitted
+ * score of it is pending).
  */
 public final class Batch implements AutoCloseable {
     final IntBuffer indptr, indices;
     final FloatBuffer values;
     final int rows;
-    private final boolean pinned;
+    /** The memory of an allocated batch; null for a wrapped one. */
+    private final HostMemory memory;
     private volatile boolean closed;
+    /** Scores using the batch now (guarded by this); close() frees the memory after the last. */
+    private int users;
 
-    private Batch(IntBuffer indptr, IntBuffer indices, FloatBuffer values, boolean pinned) {
+    private Batch(IntBuffer indptr, IntBuffer indices, FloatBuffer values, HostMemory memory) {
         this.indptr = indptr;
         this.indices = indices;
         this.values = values;
         this.rows = indptr.remaining() - 1;
-        this.pinned = pinned;
+        this.memory = memory;
     }
 
     private static void check(java.nio.Buffer b, ByteOrder order, String what) {
@@ -55,30 +61,31 @@ public final class Batch implements AutoCloseable {
         if (values != null) check(values, values.order(), "values");
         if (indptr.remaining() < 1)
             throw new WispException(WispException.EINVAL, "Batch.wrap: indptr is empty (it has rows + 1 entries)");
-        return new Batch(indptr, indices, values, false);
+        return new Batch(indptr, indices, values, null);
     }
 
     /**
      * A batch of `rows` rows and `nnz` features in memory wisp allocates
      * (pinned when a GPU is usable), valued when {@code valued}. Fill
      * {@link #indptr()}, {@link #indices()} and {@link #values()}, then score it.
+     * Throws WispException ENOMEM (with the engine's message) when the
+     * memory cannot be had.
      */
     public static Batch allocate(int rows, int nnz, boolean valued) {
         if (rows < 0 || nnz < 0)
             throw new WispException(WispException.EINVAL, "Batch.allocate: rows and nnz must be >= 0 (got " + rows + ", " + nnz + ")");
-        long bytes = 4L * (rows + 1) + 4L * nnz + (valued ? 4L * nnz : 0) + 3 * 64;
+        long bytes = 4L * (rows + 1) + 4L * nnz + (valued ? 4L * nnz : 0) + 2 * 64;
         if (bytes > Integer.MAX_VALUE)
             throw new WispException(WispException.ELIMIT, "Batch.allocate: " + bytes + " bytes, more than one direct buffer holds (2 GiB)");
-        Wisp.engine();
-        ByteBuffer block = HostMemory.allocate((int) bytes);
-        boolean pinned = HostMemory.isPinned(block);
+        HostMemory mem = HostMemory.allocate(bytes);
+        ByteBuffer block = mem.buffer;
         int off = 0;
         IntBuffer p = slice(block, off, 4 * (rows + 1)).asIntBuffer();
         off = align(off + 4 * (rows + 1));
         IntBuffer i = slice(block, off, 4 * nnz).asIntBuffer();
         off = align(off + 4 * nnz);
         FloatBuffer v = valued ? slice(block, off, 4 * nnz).asFloatBuffer() : null;
-        return new Batch(p, i, v, pinned);
+        return new Batch(p, i, v, mem);
     }
 
     /** A batch of rows and nnz valued features (see {@link #allocate(int, int, boolean)}). */
@@ -114,37 +121,66 @@ public final class Batch implements AutoCloseable {
         return rows;
     }
 
-    /** The row offsets (rows + 1 ints). */
+    /** The row offsets (rows + 1 ints). ESTATE once an allocated batch is closed (its memory is gone). */
     public IntBuffer indptr() {
+        checkMemory();
         return indptr;
     }
 
     public IntBuffer indices() {
+        checkMemory();
         return indices;
     }
 
     /** The values, or null for a binary batch. */
     public FloatBuffer values() {
+        checkMemory();
         return values;
     }
 
-    /** Whether the memory is page-locked (an allocated batch on an engine with a usable GPU). */
+    /** Whether the memory is page-locked: an allocated batch the engine pinned (it has a usable GPU). */
     public boolean pinned() {
-        return pinned;
+        return memory != null && memory.pinned;
     }
 
     void checkOpen() {
         if (closed) throw new WispException(WispException.ESTATE, "batch is closed");
     }
 
+    private void checkMemory() {
+        if (memory != null && closed)
+            throw new WispException(WispException.ESTATE, "batch is closed (its memory was given back)");
+    }
+
+    /** Mark a score using the batch (ESTATE if it is closed); pair with {@link #release()}. */
+    synchronized void acquire() {
+        checkOpen();
+        users++;
+    }
+
+    /** A score is done with the batch: free the memory if close() came while it ran. */
+    void release() {
+        boolean free;
+        synchronized (this) {
+            free = --users == 0 && closed;
+        }
+        if (free && memory != null) memory.free();
+    }
+
     /**
-     * Close the batch: sessions refuse it from now on. Its memory (for an
-     * allocated batch) is freed once neither the batch nor its buffers are
-     * reachable, so a buffer kept by the caller never points at freed memory.
-     * Closing twice is harmless.
+     * Close the batch: sessions refuse it from now on. An allocated batch's
+     * memory goes back to the engine (wisp_engine_host_free) now, or when a
+     * score running on it (a pending submit) finishes: do not use its
+     * buffers afterwards. A batch never closed is freed by the Cleaner once
+     * neither it nor its buffers are reachable. Closing twice is harmless.
      */
     @Override
     public void close() {
-        closed = true;
+        synchronized (this) {
+            if (closed) return;
+            closed = true;
+            if (users > 0) return;
+        }
+        if (memory != null) memory.free();
     }
 }

@@ -67,6 +67,12 @@ final class Native {
     static native String[] statNames();
     static native String errName(int status);
 
+    // host memory for Batch.allocate (wisp_engine_host_alloc/free/pinned)
+    static native java.nio.ByteBuffer hostAlloc(long bytes);
+    static native long bufferAddress(Buffer b);
+    static native boolean hostPinned(long address);
+    static native void hostFree(long address);
+
     // models
     static native long modelLoad(String path);
     static native void modelFree(long m);

@@ -191,9 +191,13 @@ public final class Session implements AutoCloseable {
     }
 
     private static String[] scoreBatch(long h, Batch b, float[] out, FloatBuffer outBuf) {
-        b.checkOpen();
-        return Native.scoreDirect(h, b.indptr, b.indptr.position(), b.indices, b.indices.position(), b.values,
-                b.values == null ? 0 : b.values.position(), b.rows, out, outBuf, outBuf == null ? 0 : outBuf.position());
+        b.acquire();       // an allocated batch's memory stays until the call is done, even if closed meanwhile
+        try {
+            return Native.scoreDirect(h, b.indptr, b.indptr.position(), b.indices, b.indices.position(), b.values,
+                    b.values == null ? 0 : b.values.position(), b.rows, out, outBuf, outBuf == null ? 0 : outBuf.position());
+        } finally {
+            b.release();
+        }
     }
 
     /**
