@@ -11,7 +11,7 @@
  * and values, which sit next to each other, with one copy when the gaps
  * between the used parts are small (the device buffer mirrors the same
  * offsets and the kernel finds each array by its offset), then the ids in
- * chunks (engine/cuda.c). Growth of any region lays the whole arena out
+ * chunks (engine/cuda_score.c). Growth of any region lays the whole arena out
  * anew (allocate, copy the used parts, free), geometric (x2) per region, so
  * a failed growth leaves the batch as it was. The val_ptr region exists
  * from the start, but b->val_ptr stays NULL until the first valued row

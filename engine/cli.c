@@ -93,7 +93,8 @@ static const char usage_main[] =
     "  WISP_GPU_ZEROCOPY=1|all             small (or all) batches read from host memory by the kernel\n"
     "  WISP_IN_FLIGHT=1..3                 batches a session keeps on the device (submit/wait)\n"
     "  WISP_GPU_SHARDS, _PARTS, _CHUNKS, _LANES, _GRAPHS, _INLINE, _TIMING, _XF_DIRECT\n"
-    "                                      tuning and A/B switches (engine/cuda.c's first comment)\n"
+    "                                      tuning and A/B switches (engine/cuda_score.c's first comment;\n"
+    "                                      cuda_session.c, cuda_transform.c read them)\n"
     "  WISP_LUA_PATH                       where `wisp run` and `wisp repl` find the Lua modules\n";
 
 static const char usage_score[] =

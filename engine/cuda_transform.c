@@ -6,7 +6,7 @@
  * compiled description once per session and description. What comes back:
  * the probabilities (score_raw) or the CSR ids (transform).
  *
- * wisp_raw's arrays are owned by columns.c; from 256 KB on they are pinned
+ * wisp_raw's arrays are owned by engine/raw.c; from 256 KB on they are pinned
  * (wisp_host_alloc) while the GPU backend is live. score_raw copies a pinned
  * array's slice to the device straight from where it is (one copy per array
  * and chunk, no host pass over the bytes); the other arrays are packed into a
@@ -331,7 +331,7 @@ static int raw_layout(xf *x, const wisp_raw *r, shipper *sh, struct rawlay *L, s
         t->sparse = in->sparse;
         t->need_fp = in->need_fp && in->dtype == WISP_INPUT_STRING;
         size_t n = in->sparse ? ri->n : rows;
-        /* (never for a raw batch built by columns.c; EDEVICE sends such a batch to the CPU path) */
+        /* (never for a raw batch built by raw.c; EDEVICE sends such a batch to the CPU path) */
         if (in->sparse ? (!ri->row_ptr || ri->row_ptr[rows] != ri->n || ri->row_ptr[0] != 0) : ri->n < rows)
             return wisp_fail(WISP_EDEVICE, "cuda transform: input '%s': %zu values do not match %zu rows", in->name, ri->n, rows);
         if (n > 0xFFFFFFF0u || (in->dtype == WISP_INPUT_STRING && n && (!ri->str_off || ri->str_off[0] != 0)))

@@ -4,7 +4,7 @@
 // over up to 16 lanes) serves three kernels through a visitor: counting a row's features, writing them (CSR, as
 // wisp_transform lays a row out: numeric columns' valued features first, then
 // the others in column order), and summing their weights straight into a
-// probability (no ids in memory at all). It follows engine/columns.c's
+// probability (no ids in memory at all). It follows engine/transform_cpu.c's
 // row-wise reference (wisp_transform__rowwise) step by step, including the
 // order in which a crossed column's keys are judged (a key with no value ends
 // the cross before later keys can make the row bad), so a row is bad here
@@ -51,7 +51,7 @@ __device__ __forceinline__ uint64_t mix64(uint64_t x)
     return x;
 }
 
-// h % buckets by multiplication (columns.c's fastmod_buckets, Lemire et al.)
+// h % buckets by multiplication (engine/columns_impl.h's fastmod_buckets, used by transform_cpu.c; Lemire et al.)
 __device__ __forceinline__ uint64_t fastmod(uint64_t h, const wisp_tnode &nd)
 {
     if (nd.pow2_mask) return h & nd.pow2_mask;

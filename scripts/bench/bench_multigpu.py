@@ -114,7 +114,7 @@ def fmt_rows(n):
 class Wisp:
     def __init__(self, path):
         L = wisp_ctypes.load(path)
-        # the per-unit hook (engine/cuda.c, not in wisp.h); absent from a build without CUDA
+        # the per-unit hook (engine/cuda_hooks.c, not in wisp.h); absent from a build without CUDA
         self.units_read = L.wisp_cuda_units_read if wisp_ctypes.has(L, "wisp_cuda_units_read") else None
         self.L = L
 

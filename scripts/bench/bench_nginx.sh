@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # bench_nginx.sh — load benchmark of the nginx service (wrk on loopback, 2 workers): 1-row and 100-row requests, modes, the in-process peer, optionally 1M requests.
 #
 #   scripts/bench/bench_nginx.sh [--label NAME] [--device cpu|gpu] [--duration S] [--quick] [--million] [--workers N]

@@ -8,7 +8,7 @@
 Every function the scripts call gets its argument and result types here, once (the
 declarations are in engine/include/wisp.h). Data pointers are c_void_p, which takes a
 numpy array's .ctypes.data, a ctypes pointer or None alike. The benchmark hooks of
-engine/cuda.c (not in wisp.h; see TEST_HOOKS in the Makefile) are bound when the library
+engine/cuda_hooks.c (declared in wisp_test.h, not wisp.h; see TEST_HOOKS in the Makefile) are bound when the library
 has them: a build without CUDA lacks most of them.
 """
 import ctypes as C

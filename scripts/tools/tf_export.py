@@ -356,7 +356,7 @@ def weights_from_keras(path, spec):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--columns", required=True, help="wisp-columns description (JSON)")
+    ap.add_argument("--columns", required=True, help="column description (JSON)")
     ap.add_argument("--checkpoint", help="checkpoint directory or prefix")
     ap.add_argument("--keras", help="a tf_keras model (SavedModel dir, .keras, .h5): DenseFeatures -> Dense(1)")
     ap.add_argument("--prefix", help="variable scope of the linear model (default: found)")

@@ -1,6 +1,6 @@
 /* test_limits.c — the documented WISP_MAX_* limits reached for real where memory allows, each refused with WISP_ELIMIT (or WISP_EINVAL) and a message naming it. */
 /*
- * Complements the faked-count limit checks of test_batch.c and test_model.c:
+ * Complements the faked-count limit checks of test_batch.c, test_batch_parse.c and test_model.c:
  *   WISP_MAX_ROWS          a batch really filled with 2^26 rows (add_row),
  *                          then add_row, add_row_mixed and parse_libsvm refuse
  *                          the next row and leave the batch as it was
