@@ -1,4 +1,4 @@
-/* engine.c — the engine object: thread pool, lazy GPU discovery, logging, host memory for batches. */
+/* engine.c — the engine object: thread pool, lazy GPU discovery, logging (host memory for batches: engine/hostmem.c). */
 #include "internal.h"
 
 #include <stdio.h>
