@@ -21,6 +21,8 @@ mkdir -p "$out" scripts/results
 export CPATH=/opt/devdeps/usr/include:/opt/devdeps/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}
 export LUA_PATH="/opt/devdeps/usr/share/luajit2-2.1/?.lua;/opt/devdeps/usr/share/luajit-2.1/?.lua;${LUA_PATH:-;}"
 export WISP_SKIP_DEPS=1 PYTHONUNBUFFERED=1
+# no JDK and no PyPI there: the Java and Python specs run in CI and on this machine, not on the device
+export WISP_JAVA=0 WISP_PYTHON=0
 stages=${*:-test bench_gpu bench_cpu seed sanitize batcher demo}
 want() { case " $stages " in *" $1 "*) return 0 ;; esac; return 1; }
 # the device tool brings back at most 8 files: one archive, refreshed after every step
@@ -52,9 +54,9 @@ if want seed; then
     tail -45 "$out/seed.log"
 fi
 if want sanitize; then
-    step "compute-sanitizer memcheck + racecheck on the GPU specs (quick mode): test_gpu, test_transform_gpu"
-    make BUILD=build build/test/test_gpu build/test/test_transform_gpu > /dev/null 2>&1
-    for t in test_gpu test_transform_gpu; do
+    step "compute-sanitizer memcheck + racecheck on the GPU specs (quick mode): test_gpu, test_gpu_stream, test_transform_gpu"
+    make BUILD=build build/test/test_gpu build/test/test_gpu_stream build/test/test_transform_gpu > /dev/null 2>&1
+    for t in test_gpu test_gpu_stream test_transform_gpu; do
         for tool in memcheck racecheck; do
             WISP_TEST_GPU=1 WISP_TEST_GPU_QUICK=1 WISP_TEST_NO_STICKY=1 timeout 70 \
                 compute-sanitizer --tool $tool --error-exitcode 99 build/test/$t > "$out/${t}_$tool.log" 2>&1
