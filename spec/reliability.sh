@@ -153,7 +153,7 @@ fi
 
 # ---- ASan + UBSan -------------------------------------------------------------------------
 if has asan; then
-    export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
+    export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
     for t in "$build"/asan/test/test_*; do
         [ -x "$t" ] || continue
@@ -199,7 +199,7 @@ if has tsan; then
         name=$(basename "$t")
         start=$(now)
         # die_after_fork=0: test_score forks a child to check the pool after fork()
-        TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:die_after_fork=0" WISP_TEST_NO_BENCH=1 \
+        TSAN_OPTIONS="halt_on_error=1:allocator_may_return_null=1:second_deadlock_stack=1:die_after_fork=0" WISP_TEST_NO_BENCH=1 \
             WISP_TEST_QUICK=1 "$t" >"$log" 2>&1
         rc=$?
         record tsan "$name" $(( $(now) - start )) $rc
