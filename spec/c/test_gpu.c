@@ -222,21 +222,6 @@ static int arena_ok(const wisp_batch *b)
     return ok && b->rows <= b->row_cap && b->nnz <= b->id_cap && b->nvals <= b->val_cap;
 }
 
-/* append d's rows to b as value mode vm (VM_MIXED: valued then binary features of each row) */
-static void append_rows(wisp_batch *b, const struct data *d, int vm)
-{
-    int st = WISP_OK;
-    for (size_t r = 0; r < d->rows && st == WISP_OK; r++) {
-        const uint64_t *ids = d->ids64 + d->row_ptr[r];
-        size_t n = d->row_ptr[r + 1] - d->row_ptr[r], nv = d->val_ptr[r + 1] - d->val_ptr[r];
-        const float *v = d->vals + d->val_ptr[r];
-        if (vm == VM_NONE) st = wisp_batch_add_row(b, ids, NULL, n);
-        else if (vm == VM_ALL) st = wisp_batch_add_row(b, ids, v, n);
-        else st = wisp_batch_add_row_mixed(b, ids, v, nv, ids + nv, n - nv);
-    }
-    CHECK_OK(st);
-}
-
 /* score b on s and on the CPU; rows [0, n1) against d1's reference, the rest against d2's */
 static void check_parts(const char *what, wisp_session *s, wisp_session *cpu, wisp_batch *b,
                         const struct data *d1, const struct data *d2)

@@ -119,6 +119,21 @@ static inline void gen(struct data *d, const struct spec *sp, const wisp_model *
     }
 }
 
+/* append d's rows to b as value mode vm (VM_MIXED: valued then binary features of each row) */
+static inline void append_rows(wisp_batch *b, const struct data *d, int vm)
+{
+    int st = WISP_OK;
+    for (size_t r = 0; r < d->rows && st == WISP_OK; r++) {
+        const uint64_t *ids = d->ids64 + d->row_ptr[r];
+        size_t n = d->row_ptr[r + 1] - d->row_ptr[r], nv = d->val_ptr[r + 1] - d->val_ptr[r];
+        const float *v = d->vals + d->val_ptr[r];
+        if (vm == VM_NONE) st = wisp_batch_add_row(b, ids, NULL, n);
+        else if (vm == VM_ALL) st = wisp_batch_add_row(b, ids, v, n);
+        else st = wisp_batch_add_row_mixed(b, ids, v, nv, ids + nv, n - nv);
+    }
+    CHECK_OK(st);
+}
+
 /* the batch of d: appended row by row to a builder (pinned when a GPU is live) or wrapped */
 static inline wisp_batch *make_batch(wisp_engine *eng, const struct data *d, int vm, int wrap)
 {
@@ -130,16 +145,7 @@ static inline wisp_batch *make_batch(wisp_engine *eng, const struct data *d, int
     }
     CHECK_OK(wisp_batch_new(eng, &b));
     if (!b) return NULL;
-    int st = WISP_OK;
-    for (size_t r = 0; r < d->rows && st == WISP_OK; r++) {
-        const uint64_t *ids = d->ids64 + d->row_ptr[r];
-        size_t n = d->row_ptr[r + 1] - d->row_ptr[r], nv = d->val_ptr[r + 1] - d->val_ptr[r];
-        const float *v = d->vals + d->val_ptr[r];
-        if (vm == VM_NONE) st = wisp_batch_add_row(b, ids, NULL, n);
-        else if (vm == VM_ALL) st = wisp_batch_add_row(b, ids, v, n);
-        else st = wisp_batch_add_row_mixed(b, ids, v, nv, ids + nv, n - nv);
-    }
-    CHECK_OK(st);
+    append_rows(b, d, vm);
     return b;
 }
 
