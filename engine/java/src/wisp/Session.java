@@ -193,11 +193,16 @@ public final class Session implements AutoCloseable {
     private static String[] scoreBatch(long h, Batch b, float[] out, FloatBuffer outBuf) {
         b.acquire();       // an allocated batch's memory stays until the call is done, even if closed meanwhile
         try {
-            return Native.scoreDirect(h, b.indptr, b.indptr.position(), b.indices, b.indices.position(), b.values,
-                    b.values == null ? 0 : b.values.position(), b.rows, out, outBuf, outBuf == null ? 0 : outBuf.position());
+            return scoreAcquired(h, b, out, outBuf);
         } finally {
             b.release();
         }
+    }
+
+    /** Score a batch the caller has acquired (and releases). */
+    private static String[] scoreAcquired(long h, Batch b, float[] out, FloatBuffer outBuf) {
+        return Native.scoreDirect(h, b.indptr, b.indptr.position(), b.indices, b.indices.position(), b.values,
+                b.values == null ? 0 : b.values.position(), b.rows, out, outBuf, outBuf == null ? 0 : outBuf.position());
     }
 
     /**
@@ -298,9 +303,20 @@ public final class Session implements AutoCloseable {
      */
     public CompletableFuture<float[]> submit(Batch b) {
         Objects.requireNonNull(b, "batch");
-        b.checkOpen();
+        // acquired now, not when the worker reaches it: a close() after submit() returns keeps the
+        // memory until this batch is scored (ESTATE here if it is closed already)
+        b.acquire();
         float[] out = new float[Math.max(b.rows, 0)];
-        return submitTask(h -> scoreBatch(h, b, out, null), out);
+        CompletableFuture<float[]> f;
+        try {
+            f = submitTask(h -> scoreAcquired(h, b, out, null), out);
+        } catch (RuntimeException e) {
+            b.release();
+            throw e;
+        }
+        // released once the future is done, scored or failed (whenComplete runs even on failure)
+        f.whenComplete((r, e) -> b.release());
+        return f;
     }
 
     /** As {@link #submit(Batch)} for CSR arrays (not copied: do not change them until the future completes). */
