@@ -745,24 +745,31 @@ int    wisp_session_bad_row(const wisp_session *s, size_t i, size_t *row, uint64
 
 /* A CSR batch whose arrays are already CUDA device memory (CuPy, PyTorch, a
  * cuDF pipeline), scored with the session's model: out[i] for row i.
- *   row_ptr   rows + 1 offsets, int32 (row_ptr_bits 32) or int64 (64), row_ptr[0] == 0
+ *   row_ptr   rows + 1 offsets, int32 (row_ptr_bits 32) or int64 (64); row r's features
+ *             are [row_ptr[r], row_ptr[r + 1]) (row_ptr[0] may be > 0: a slice of a CSR)
  *   ids       row_ptr[rows] int32 feature ids
  *   vals      row_ptr[rows] float32 values (one per feature), or NULL: binary features
- *   stream    the caller's cudaStream_t (NULL: the legacy default stream); wisp reads
- *             the arrays in stream order, after the work queued on it before the call
- *   out       rows floats: device memory when out_on_device, else host memory
+ *   stream    the caller's cudaStream_t (NULL: the legacy default stream); every read and
+ *             write is enqueued on it, after the work queued on it before the call
+ *   out       rows floats: device memory when out_on_device is 1, host memory when 0
  * The arrays (and a device out) live on one GPU, found from row_ptr; they stay the
  * caller's: wisp reads them during the call only and keeps no pointer. The call is
  * blocking: when it returns, the answers are in out and the stream is synchronized.
- * Same checks and answers as wisp_batch_wrap + wisp_session_score on the same arrays
- * in host memory: row_ptr is checked before any id is read (WISP_EINVAL for row_ptr[0]
- * != 0 or a decrease, WISP_ELIMIT past WISP_MAX_NNZ / WISP_MAX_ROW_FEATURES, nothing
- * scored); an id beyond the model's table (a negative one included) is ignored and
- * counted (out_of_range), never read; a value that is not finite makes its row bad:
- * NaN, and listed by wisp_session_bad_row. Statistics as wisp_session_score.
- * Today the arrays cross to pinned host memory and are scored on the session's
- * device (a "gpu" session scores on the GPU, "cpu" on the CPU); a device-side
- * path with the same contract replaces the round trip (engine/cuda_device_batch.c).
+ * Checks, row by row, with nothing read outside [0, row_ptr[rows]): a row whose range
+ * is not ordered inside [0, row_ptr[rows]] (a negative offset, a decrease), that holds
+ * more than WISP_MAX_ROW_FEATURES features, a negative id, or a value that is not
+ * finite is a bad row: NaN, counted (bad_rows) and listed by wisp_session_bad_row with
+ * the reason; the other rows are scored. An id at or beyond the model's table is
+ * ignored and counted (out_of_range) as in wisp_session_score. row_ptr[rows] negative
+ * or beyond WISP_MAX_NNZ: WISP_EINVAL / WISP_ELIMIT, nothing scored.
+ * Where: a session placed on a GPU that holds the arrays scores them there, on the
+ * caller's stream (kernels/score_device.cu: the checks above run in the kernel; only
+ * row_ptr[rows] and the answers, for a host out, cross PCIe). Elsewhere (a "cpu"
+ * session, a session on another GPU, batches submitted and not waited for, a device
+ * failure: logged and counted as a fallback) the arrays are copied to pinned host
+ * memory on the caller's stream, checked by the same rules and scored on the
+ * session's device. Both give the same answers, bad rows and messages.
+ * Statistics as wisp_session_score (nnz: the good rows' features).
  * WISP_ENODEV without a usable GPU or in a build without CUDA; WISP_EINVAL for
  * a NULL s/row_ptr/out, row_ptr_bits not 32 or 64, or an array that is not device
  * memory; WISP_EDEVICE for a CUDA failure. A session is used by one thread at a time. */
