@@ -81,6 +81,11 @@ fi
 # prints "python: N passed, N failed[, N skipped]" last; WISP_PYTHON=0 skips it)
 [ -f spec/python/run.sh ] && [ "${WISP_PYTHON:-1}" != 0 ] && run_suite "python (spec/python)" python sh spec/python/run.sh
 
+# the Open Inference Protocol (KServe v2) endpoints against a real nginx (spec/oip/run.sh: its own venv under
+# $WISP_BUILD/oip-venv with tritonclient, kserve, schemathesis; prints "oip: N passed, N failed[, N skipped]" last;
+# WISP_OIP=0 skips it, as does WISP_NGINX=0)
+[ -f spec/oip/run.sh ] && [ "${WISP_NGINX:-1}" != 0 ] && [ "${WISP_OIP:-1}" != 0 ] && run_suite "oip (spec/oip)" oip sh spec/oip/run.sh
+
 # the Java binding (spec/java/run.sh: JUnit 5 against $build/wisp.jar; prints "java: N passed, N failed" last;
 # WISP_JAVA=0 skips it; a build without the jar, e.g. no JDK, counts as one failure with the reason)
 [ -f spec/java/run.sh ] && [ "${WISP_JAVA:-1}" != 0 ] && run_suite "java (spec/java)" java sh spec/java/run.sh

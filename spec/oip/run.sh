@@ -1,0 +1,68 @@
+#!/bin/sh
+# spec/oip/run.sh — the Open Inference Protocol (KServe v2) specs: pytest on spec/oip against a real nginx with wisp.
+#
+#   WISP_BUILD=build sh spec/oip/run.sh [pytest args, e.g. -k binary]
+#
+# - The virtual environment is $WISP_BUILD/oip-venv (WISP_OIP_VENV overrides), created when
+#   missing and reused after; tritonclient[http], pytest, numpy, requests and schemathesis are
+#   installed into it, and kserve + scikit-learn (KServe's reference server, the protocol's
+#   reference for the shapes of metadata and error answers): when kserve does not install,
+#   this says so and the specs that need it skip with that message.
+# - The specs start nginx themselves (spec/oip/conftest.py: wisp_service), on free loopback
+#   ports, with $WISP_BUILD/libwisp.so; the CLI $WISP_BUILD/wisp is the reference for every
+#   probability (build it first: make BUILD=$WISP_BUILD NVCC=).
+# The last line printed is "oip: N passed, N failed" (", N skipped" may follow).
+set -u
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${WISP_BUILD:-build}
+case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+VENV=${WISP_OIP_VENV:-$BUILD/oip-venv}
+case $VENV in /*) ;; *) VENV=$ROOT/$VENV ;; esac
+PY=${PYTHON:-python3}
+LOG=$BUILD/oip-spec.log
+
+fail() {
+    echo "spec/oip: $*" >&2
+    echo "oip: 0 passed, 1 failed"
+    exit 1
+}
+
+[ -x "$BUILD/wisp" ] || fail "$BUILD/wisp is missing: build it first (make BUILD=$BUILD NVCC=)"
+[ -f "$BUILD/libwisp.so" ] || fail "$BUILD/libwisp.so is missing: build it first (make BUILD=$BUILD NVCC=)"
+mkdir -p "$BUILD" || fail "cannot create $BUILD"
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PY" -m venv "$VENV" || fail "cannot create a virtual environment in $VENV with $PY (Debian: apt-get install python3-venv)"
+fi
+VPY=$VENV/bin/python
+: >"$LOG"
+if ! "$VPY" -c "import tritonclient.http, pytest, numpy, requests, schemathesis" 2>/dev/null; then
+    "$VPY" -m pip install -q --disable-pip-version-check "tritonclient[http]" pytest numpy requests schemathesis >>"$LOG" 2>&1 ||
+        { cat "$LOG" >&2; fail "pip could not install tritonclient[http], pytest, numpy, requests, schemathesis into $VENV"; }
+fi
+# KServe's reference server: optional (a failed install is reported; its specs skip)
+if ! "$VPY" -c "import kserve, sklearn" 2>/dev/null; then
+    if ! "$VPY" -m pip install -q --disable-pip-version-check kserve scikit-learn >>"$LOG" 2>&1; then
+        echo "spec/oip: pip could not install kserve + scikit-learn (log: $LOG): the KServe reference specs skip" >&2
+        export WISP_OIP_NO_KSERVE="pip could not install kserve (see $LOG)"
+    fi
+fi
+
+OUT=$BUILD/oip-pytest.out
+(cd "$BUILD" && WISP_BUILD=$BUILD WISP_ROOT=$ROOT "$VPY" -m pytest -p no:cacheprovider -q -rfEs "$ROOT/spec/oip" "$@") >"$OUT" 2>&1
+rc=$?
+cat "$OUT"
+"$VPY" - "$OUT" "$rc" <<'PYEOF'
+import re, sys
+text = open(sys.argv[1]).read().strip().splitlines()
+last = text[-1] if text else ""
+counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?)", last)}
+passed = counts.get("passed", 0)
+failed = counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0)
+if sys.argv[2] not in ("0", "5") and failed == 0:
+    failed = 1            # pytest failed without a summary (a collection or usage error)
+line = "oip: %d passed, %d failed" % (passed, failed)
+if counts.get("skipped"):
+    line += ", %d skipped" % counts["skipped"]
+print(line)
+PYEOF
+[ "$rc" = 0 ]
