@@ -30,8 +30,7 @@ For a model with feature columns, raw rows (a pandas DataFrame, a pyarrow
 Table/RecordBatch, a dict of columns) are transformed as TensorFlow does
 and scored (Session.score's docstring says how each is read).
 
-Not yet: GPU-resident inputs (DLPack, CUDA array interface), the
-TensorFlow importer.
+Not yet: GPU-resident inputs (DLPack, CUDA array interface).
 """
 import asyncio
 import concurrent.futures
@@ -42,7 +41,7 @@ import numpy as np
 
 from . import _profile, _raw, _wisp
 
-__all__ = ["load", "devices", "version", "set_threads", "write_model", "from_sklearn", "from_onnx", "profile", "Model", "Session", "WispError", "BadRowError",
+__all__ = ["load", "devices", "version", "set_threads", "write_model", "from_sklearn", "from_onnx", "from_tensorflow", "profile", "Model", "Session", "WispError", "BadRowError",
            "InvalidArgumentError", "OutOfMemoryError", "WispIOError", "FormatError", "ChecksumError",
            "VersionError", "ParseError", "LimitError", "NoDeviceError", "DeviceError", "StateError"]
 
@@ -260,6 +259,54 @@ def from_sklearn(estimator, path, dtype="f32"):
             "score_class": "1", "n_features_in": str(coef.shape[1])}
     write_model(path, coef[0], intercept, dtype, meta)
     return load(path)
+
+
+def from_tensorflow(feature_columns, checkpoint_or_saved_model, path, dtype="f32", inputs=None, normalizers=None,
+                    prefix=None, sparse_combiner="sum"):
+    """Write a TensorFlow binary linear model over tf.feature_column objects
+    as a .wisp model at path, its column description (engine/COLUMNS.md)
+    written from the columns, and return it loaded (a Model): raw rows
+    (DataFrame, Arrow, dict; `wisp score --format tsv/csv/jsonl`) then
+    score as TensorFlow does (spec/interop/tf_parity.py: 1e-6).
+
+    feature_columns: the user's own columns (tf.feature_column or
+    tf.compat.v1.feature_column): numeric_column (float32 or integer,
+    shape (1,)), bucketized_column, categorical_column_with_hash_bucket,
+    _with_vocabulary_list, _with_identity, crossed_column, and
+    indicator_column of one of them (what DenseFeatures needs).
+    checkpoint_or_saved_model: the weights, as
+      - a checkpoint (directory or prefix) or SavedModel directory of
+        tf.compat.v1.feature_column.linear_model / tf.estimator's
+        LinearClassifier (variables "<scope>/<column name>/weights",
+        "<scope>/bias_weights"; the scope is found, or prefix= names it;
+        partitioned variables are joined);
+      - a Keras 2 (tf_keras) model, live or saved (SavedModel directory,
+        .keras, .h5), inputs -> DenseFeatures -> Dense(1, sigmoid or linear):
+        feature_columns may then be None (the layer's own columns) and the
+        inputs' types and sparseness are the model's Inputs';
+      - a mapping of those variable names to arrays.
+    inputs: {name: {"dtype": "string"|"int64"|"float32", "sparse": bool,
+    "default": value}} for what the columns do not say: every input is
+    dense (one value a row: a DataFrame column, a CSV field; a missing
+    string is "", a missing integer -1, TensorFlow's markers) unless
+    "sparse" (a SparseTensor, any number of values); a numeric column's
+    default_value is its input's default; a raw crossed key no other
+    column reads needs its "dtype".
+    normalizers: {key: {"type": "standard", "mean": m, "std": s}} ((x - m) / s)
+    or {"type": "affine", "scale": a, "shift": b} (x * a + b) for each
+    numeric column with a normalizer_fn (Python code wisp cannot read); the
+    function is run on 500 float32 values and must agree bit for bit.
+    sparse_combiner: linear_model's (only "sum", the default, is a sum of
+    weights). dtype: "f32", "f16", "i8" as write_model.
+
+    Refused with the reason (ValueError), never approximated: embedding,
+    shared-embedding, weighted, sequence and vocabulary-file columns,
+    normalizer_fns without a declaration or that disagree with it,
+    float64 inputs, boundaries that repeat, several logits, hidden
+    layers, non-float32 weights, columns missing from the checkpoint."""
+    from . import _tf
+    return _tf.from_tensorflow(feature_columns, checkpoint_or_saved_model, path, dtype, inputs, normalizers, prefix,
+                               sparse_combiner, write_model, load)
 
 
 def from_onnx(path_or_model, path, dtype="f32"):
