@@ -6,7 +6,10 @@
 #   examples/openresty/serve.sh --render-only --prefix /tmp/p ...   # write PREFIX/conf/nginx.conf, print the nginx command
 #
 # Options: --prefix DIR (default build/openresty), --port N (8080), --models name=path[,...]
-# (default demo=build/demo/model.wisp), --workers N (2), --device auto|cpu|gpu|gpu:N (auto),
+# (default demo=build/demo/model.wisp unless --model-repository is given; each file is version 1
+# of its name), --model-repository DIR (MODELS/name/N/model.wisp: every model directory served,
+# new versions and models picked up while running), --version-policy latest[:N]|all|specific:V,...
+# (latest:1; a model's MODELS/name/config.json "version_policy" overrides it), --workers N (2), --device auto|cpu|gpu|gpu:N (auto),
 # --mode device|inline|thread|async|auto (device: inline on a CPU, auto on a GPU),
 # --batching off|on|auto (off), --threads N (thread pool, 2),
 # --max-body SIZE (8m), --max-rows N (10000), --build DIR ($WISP_BUILD or build),
@@ -17,17 +20,18 @@
 # --user NAME|auto (the workers' user: started as root, nginx runs them as nobody, who must
 # read lua/, libwisp.so and the models; auto, the default, says root when started as root
 # and a directory above the checkout or the build is closed to others).
-# --admin-port N (a second listener on 127.0.0.1:N for the admin endpoints: :reload and
-# /metrics are then served there only, and answer 403 on --port; without it, the default,
-# every endpoint is on --port).
+# --admin-port N (a second listener on 127.0.0.1:N for the admin endpoints: :reload,
+# /metrics and the v2 repository extension (/v2/repository/...) are then served there only,
+# and answer 403 on --port; without it, the default, every endpoint is on --port).
 # Works with Debian's nginx and with the same packages unpacked under /opt/devdeps.
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
-prefix="$root/build/openresty"; port=8080; models=""; workers=2; device=auto; mode=device
+prefix="$root/build/openresty"; port=8080; models=""; repository=""; policy="latest:1"; workers=2; device=auto; mode=device
 batching=off; threads=2; user=auto; max_body=8m; max_rows=10000; header_buffer=64k; affinity=off; admin_port=""; build="${WISP_BUILD:-build}"; render_only=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --prefix) prefix=$2; shift 2;; --port) port=$2; shift 2;; --models) models=$2; shift 2;;
+        --model-repository) repository=$2; shift 2;; --version-policy) policy=$2; shift 2;;
         --workers) workers=$2; shift 2;; --device) device=$2; shift 2;; --mode) mode=$2; shift 2;;
         --batching) batching=$2; shift 2;; --threads) threads=$2; shift 2;; --max-body) max_body=$2; shift 2;;
         --max-rows) max_rows=$2; shift 2;; --build) build=$2; shift 2;; --render-only) render_only=1; shift;;
@@ -62,7 +66,15 @@ for d in /usr/lib/x86_64-linux-gnu/lua/5.1 $dd/usr/lib/x86_64-linux-gnu/lua/5.1;
 done
 lua_cpath="$lua_cpath;"
 
-if [ -z "$models" ]; then
+if [ -n "$repository" ]; then
+    case "$repository" in /*) ;; *) repository="$(pwd)/$repository";; esac
+    [ -d "$repository" ] || { echo "serve.sh: --model-repository: $repository is not a directory" >&2; exit 2; }
+fi
+case "$policy" in
+    latest|latest:[1-9]*|all|specific:[1-9]*) ;;
+    *) echo "serve.sh: --version-policy: latest[:N], all or specific:V,V,... expected, got '$policy'" >&2; exit 2;;
+esac
+if [ -z "$models" ] && [ -z "$repository" ]; then
     if [ ! -f "$build/demo/model.wisp" ]; then
         echo "serve.sh: building the demo model (make demo)" >&2
         (cd "$root" && make -s demo BUILD="$build" >/dev/null)
@@ -100,12 +112,12 @@ mkdir -p "$prefix/conf" "$prefix/logs" "$prefix/temp"
 cp "$root/examples/openresty/errors.conf" "$prefix/conf/errors.conf"
 sed -e "$admin_sed" -e "s|@ADMIN_PORT@|$admin_port|g" -e "s|@ADMIN@|$admin|g" -e "s|@MODULE_DIR@|$moddir|g" -e "s|@USER_LINE@|$user_line|g" -e "s|@AFFINITY_LINE@|$affinity_line|g" -e "s|@HEADER_BUFFER@|$header_buffer|g" -e "s|@WORKERS@|$workers|g" -e "s|@WISP_LIB@|$build/libwisp.so|g" \
     -e "s|@THREADS@|$threads|g" -e "s|@MAX_BODY@|$max_body|g" -e "s|@LUA_PATH@|$lua_path|g" \
-    -e "s|@LUA_CPATH@|$lua_cpath|g" -e "s|@MODELS@|$models|g" -e "s|@DEVICE@|$device|g" \
+    -e "s|@LUA_CPATH@|$lua_cpath|g" -e "s|@MODELS@|$models|g" -e "s|@MODEL_REPOSITORY@|$repository|g" -e "s|@VERSION_POLICY@|$policy|g" -e "s|@DEVICE@|$device|g" \
     -e "s|@MODE@|$mode|g" -e "s|@BATCHING@|$batching|g" -e "s|@MAX_ROWS@|$max_rows|g" -e "s|@PORT@|$port|g" \
     "$root/examples/openresty/nginx.conf" > "$prefix/conf/nginx.conf"
 if [ "$render_only" = 1 ]; then
     echo "$nginx_bin -p $prefix -c conf/nginx.conf"
     exit 0
 fi
-echo "serve.sh: http://127.0.0.1:$port  (models $models; logs in $prefix/logs; Ctrl-C stops)" >&2
+echo "serve.sh: http://127.0.0.1:$port  (models $models${repository:+, repository $repository}; logs in $prefix/logs; Ctrl-C stops)" >&2
 exec "$nginx_bin" -p "$prefix" -c conf/nginx.conf -g 'daemon off;'

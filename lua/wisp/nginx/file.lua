@@ -1,5 +1,6 @@
 -- wisp/nginx/file.lua — a model file's identity for hot reload: stat(2) (inode, size, mtime), the
--- header checksum, and the pin (the file held open) that keeps the serving inode's number taken.
+-- header checksum, and the pin (the file held open) that keeps the serving inode's number taken;
+-- and the model repository's directories read (list_dir, is_dir, read_small).
 
 local ffi = require "ffi"
 
@@ -71,6 +72,51 @@ M.file_stamp = file_stamp
 -- close a pin from pin_file
 function M.unpin(fd)
     if fd then ffi.C.wisp_ngx_close_fn(fd) end
+end
+
+-- The model repository (MODELS/name/N/model.wisp): directory listings through opendir(3)
+-- and readdir(3) (glibc's struct dirent on x86_64 Linux: d_name at byte 19), nothing forked.
+local dir_ok = stat_ok and pcall(ffi.cdef, [[
+typedef struct wisp_ngx_dir wisp_ngx_dir;
+wisp_ngx_dir *wisp_ngx_opendir_fn(const char *path) __asm__("opendir");
+const uint8_t *wisp_ngx_readdir_fn(wisp_ngx_dir *d) __asm__("readdir");
+int wisp_ngx_closedir_fn(wisp_ngx_dir *d) __asm__("closedir");
+const char *wisp_ngx_strerror_fn(int errnum) __asm__("strerror");
+]]) and pcall(function() return ffi.C.wisp_ngx_opendir_fn, ffi.C.wisp_ngx_readdir_fn, ffi.C.wisp_ngx_closedir_fn end)
+M.dir_ok = dir_ok
+
+-- the names in directory path (without . and ..), sorted; or nil, err
+function M.list_dir(path)
+    if not dir_ok then return nil, "listing directories needs x86_64 Linux (opendir/readdir through the FFI)" end
+    local d = ffi.C.wisp_ngx_opendir_fn(path)
+    if d == nil then return nil, path .. ": cannot open the directory (" .. ffi.string(ffi.C.wisp_ngx_strerror_fn(ffi.errno())) .. ")" end
+    local names = {}
+    while true do
+        local ent = ffi.C.wisp_ngx_readdir_fn(d)
+        if ent == nil then break end
+        local name = ffi.string(ent + 19)
+        if name ~= "." and name ~= ".." then names[#names + 1] = name end
+    end
+    ffi.C.wisp_ngx_closedir_fn(d)
+    table.sort(names)
+    return names
+end
+
+-- is path a directory (stat(2), following links)?
+function M.is_dir(path)
+    if not stat_ok then return false end
+    if ffi.C.wisp_ngx_stat_fn(path, stbuf) ~= 0 then return false end
+    return bit.band(tonumber(stbuf.mode), 0xF000) == 0x4000
+end
+
+-- the bytes of a small file (at most max bytes, default 1 MB), or nil, err
+function M.read_small(path, max)
+    local f, err = io.open(path, "rb")
+    if not f then return nil, err end
+    local s = f:read((max or 1048576) + 1)
+    f:close()
+    if s and #s > (max or 1048576) then return nil, path .. ": larger than " .. (max or 1048576) .. " bytes" end
+    return s or ""
 end
 
 return M

@@ -41,6 +41,7 @@ local COUNTER_HELP = {
     wisp_model_reloads_total = "model (re)loads by result (ok; failed: the file did not load; refused: changed in place)",
     wisp_fallbacks_total = "batches moved from a GPU to the CPU",
     wisp_batcher_rejected_total = "single rows refused because the batcher queue was full",
+    wisp_model_requests_total = "scoring requests (v1 predict, v2 infer) answered by each model version",
 }
 
 local inc_keys = {}
@@ -130,18 +131,24 @@ function M.flush()
         end
         if sr.sum ~= 0 then dict:incr(sr.sumkey, sr.sum, 0); sr.sum = 0 end
     end
-    for k, v in pairs(gauges) do dict:set(k, v); gauges[k] = nil end
+    for k, v in pairs(gauges) do
+        if v == false then dict:delete(k) else dict:set(k, v) end
+        gauges[k] = nil
+    end
 end
 
--- label text 'model="m"[,extra]', memoised (the hot path builds no strings for metrics)
+-- label text 'model="m"[,version="v"][,extra]', memoised (the hot path builds no strings
+-- for metrics); version: a model version's name, for the series labelled by version
 local lbl_cache = {}
-local function lbl(model, extra)
+local function lbl(model, extra, version)
     local byx = lbl_cache[model]
     if not byx then byx = {}; lbl_cache[model] = byx end
-    local k = extra or ""
+    local k = version and (version .. "\t" .. (extra or "")) or (extra or "")
     local l = byx[k]
     if not l then
-        l = extra and fmt('model="%s",%s', model, extra) or fmt('model="%s"', model)
+        l = fmt('model="%s"', model)
+        if version then l = l .. fmt(',version="%s"', version) end
+        if extra then l = l .. "," .. extra end
         byx[k] = l
     end
     return l
@@ -209,11 +216,17 @@ function M.metrics_text()
     -- gauges: per model, set by the workers (the last writer wins; workers agree)
     add("# HELP wisp_device_info the device each model scores on (value 1)\n# TYPE wisp_device_info gauge\n")
     add("# HELP wisp_model_ready 1 when the model is loaded and its device usable\n# TYPE wisp_model_ready gauge\n")
+    add("# HELP wisp_model_version_ready 1 for each version served (ready), by model and version\n# TYPE wisp_model_version_ready gauge\n")
+    add("# HELP wisp_model_warmup_seconds the warm-up of each version served (a batch on each device it scores on)\n"
+        .. "# TYPE wisp_model_warmup_seconds gauge\n")
     for _, g in ipairs(gaugev) do
         local kind, labels = g[1], g[2]
         if kind == "device" then add(fmt('wisp_device_info{%s,device="%s"} 1\n', labels, esc(g[3])))
         elseif kind == "ready" then add(fmt("wisp_model_ready{%s} %s\n", labels, tostring(g[3])))
-        elseif kind == "version" then add(fmt('wisp_model_version_info{%s,version="%s"} 1\n', labels, esc(g[3]))) end
+        elseif kind == "version" then add(fmt('wisp_model_version_info{%s,version="%s"} 1\n', labels, esc(g[3])))
+        elseif kind == "vready" then add(fmt("wisp_model_version_ready{%s} %s\n", labels, tostring(g[3])))
+        elseif kind == "warmup" then add(fmt("wisp_model_warmup_seconds{%s} %.6g\n", labels, g[3]))
+        elseif kind == "vid" then add(fmt('wisp_model_version_id_info{%s,id="%s"} 1\n', labels, esc(g[3]))) end
     end
     return concat(out)
 end
@@ -226,6 +239,23 @@ local function set_gauges(slot)
         gauges["g\tdevice\t" .. l] = e.session and e.session:last_device() ~= "" and e.session:last_device() or e.device or "?"
         gauges["g\tversion\t" .. l] = e.version
     end
+    -- by version: each version slot's (a single-file model: its one version "1")
+    for v, vs in pairs(slot.versions or {}) do
+        local vl = lbl(slot.name, nil, v)
+        local ve = vs.cur
+        local ok = ve ~= nil and not ve.retired and not slot.unloaded
+        gauges["g\tvready\t" .. vl] = ok and 1 or 0
+        if ok and ve.warmup_ms then gauges["g\twarmup\t" .. vl] = ve.warmup_ms / 1e3 else gauges["g\twarmup\t" .. vl] = false end
+        if ok then gauges["g\tvid\t" .. vl] = ve.version_id else gauges["g\tvid\t" .. vl] = false end
+    end
+end
+
+-- a version no longer served: its gauges leave the shared dict
+local function drop_version_gauges(name, v)
+    local vl = lbl(name, nil, v)
+    gauges["g\tvready\t" .. vl] = false
+    gauges["g\twarmup\t" .. vl] = false
+    gauges["g\tvid\t" .. vl] = false
 end
 
 M.STAGES = STAGES
@@ -239,5 +269,6 @@ M.observe = observe
 M.record = record
 M.lbl = lbl
 M.set_gauges = set_gauges
+M.drop_version_gauges = drop_version_gauges
 
 return M

@@ -1,5 +1,6 @@
--- wisp/nginx/worker.lua — init_worker: this worker's engine, its models loaded, the mode chosen
--- from the devices they landed on, and the timers (reload checks, metrics flush, loop lag).
+-- wisp/nginx/worker.lua — init_worker: this worker's engine, its models (files and the model
+-- repository's versions) loaded, the mode chosen from the devices they landed on, and the
+-- timers (reload and repository checks, metrics flush, loop lag).
 
 local S = require "wisp.nginx.state"
 local H = require "wisp.nginx.http"
@@ -7,7 +8,7 @@ local MT = require "wisp.nginx.metrics"
 local MD = require "wisp.nginx.models"
 
 local type, ipairs, error = type, ipairs, error
-local reload_slot, check_all = MD.reload_slot, MD.check_all
+local check_all = MD.check_all
 local series, hobserve, set_gauges = MT.series, MT.hobserve, MT.set_gauges
 local log = S.log
 local models, model_names = S.models, S.model_names
@@ -25,13 +26,9 @@ function M.init_worker()
     if not engine then log(ngx.ERR, "engine: ", err) end
     local dict = ngx.shared[cfg.shm]
     if not dict then log(ngx.ERR, "lua_shared_dict '", cfg.shm, "' is not declared: no metrics, no :reload") end
-    for _, m in ipairs(cfg.models) do
-        local slot = { name = m.name, path = m.path, device = m.device or cfg.device,
-                       gen = dict and dict:get("gen\t" .. m.name) or 0 }
-        models[m.name] = slot
-        model_names[#model_names + 1] = m.name
-        if engine then reload_slot(slot, true, "start") end
-    end
+    -- the models' slots (the configured files, the repository's directories), each loaded
+    -- and warmed up before it serves (lua/wisp/nginx/models.lua)
+    MD.start_models()
     if cfg.mode == "device" then
         -- the default: the faster mode measured on the device the models landed on
         -- (scripts/results/bench_nginx-*.json): cpu_mode = inline on a CPU (scoring in the
