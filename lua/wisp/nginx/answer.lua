@@ -95,6 +95,24 @@ function M.format_values(out, n, bad)
     return ffi.string(buf, pos)
 end
 
+-- n values of out as JSON list items "p,p,..." (null for the rows in bad, for NaN and
+-- infinities), written into a reused buffer: the v2 answer's "data" of a JSON output
+local lbuf, lbuf_cap = nil, 0
+function M.float_items(out, n, bad)
+    local need = n * 24 + 16
+    if need > lbuf_cap then
+        lbuf_cap = need > 2 * lbuf_cap and need or 2 * lbuf_cap
+        lbuf = u8arr(lbuf_cap)
+    end
+    local buf, pos = lbuf, 0
+    for i = 0, n - 1 do
+        if i > 0 then buf[pos] = 44; pos = pos + 1 end
+        if bad and bad[i] then ffi.copy(buf + pos, "null", 4); pos = pos + 4
+        else pos = put_num(buf, pos, out[i]) end
+    end
+    return ffi.string(buf, pos)
+end
+
 -- s as valid UTF-8: each byte that starts no valid sequence becomes U+FFFD. Messages
 -- quote what clients sent (a URI, a model name, a body's bytes); cjson copies string bytes
 -- as they are, and an answer with invalid UTF-8 is not JSON (found by spec/nginx/svcfuzz.sh)

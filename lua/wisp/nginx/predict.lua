@@ -291,5 +291,8 @@ predict_entry = function(e, slot, name, kind, body, blen, mode)
 end
 
 M.predict = predict
+M.score_async = score_async        -- the v2 infer path (wisp.nginx.v2) shares the batch pool and async scoring
+M.get_batch = get_batch
+M.put_batch = put_batch
 
 return M

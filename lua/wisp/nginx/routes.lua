@@ -1,11 +1,12 @@
 -- wisp/nginx/routes.lua — the service's endpoints: /v1/models[/NAME][:predict|:reload], /healthz,
--- /readyz, /metrics, the admin rule, and the metadata answers.
+-- /readyz, /metrics, the admin rule, and the metadata answers; /v2/... goes to wisp.nginx.v2.
 
 local S = require "wisp.nginx.state"
 local H = require "wisp.nginx.http"
 local MT = require "wisp.nginx.metrics"
 local MD = require "wisp.nginx.models"
 local P = require "wisp.nginx.predict"
+local V2 = require "wisp.nginx.v2"
 
 local tostring, ipairs = tostring, ipairs
 local fmt = string.format
@@ -99,7 +100,9 @@ function M.handle(admin)
     local method = ngx.req.get_method()
     local cfg = S.cfg
     local closed = cfg.admin == "separate" and not admin
-    if uri == "/healthz" then
+    if uri:sub(1, 3) == "/v2" and (#uri == 3 or uri:byte(4) == 47) then
+        return V2.handle(uri, method, closed)           -- the Open Inference Protocol (wisp.nginx.v2)
+    elseif uri == "/healthz" then
         if method ~= "GET" and method ~= "HEAD" then return method_not_allowed("GET, HEAD") end
         return send_json(200, { status = "ok", worker = ngx.worker.id(), pid = ngx.worker.pid() })
     elseif uri == "/readyz" then
@@ -127,7 +130,9 @@ function M.handle(admin)
     if not name then
         inc("wisp_errors_total", 'kind="not_found"')
         return fail(404, "no such endpoint: " .. (#uri > 200 and uri:sub(1, 200) .. "..." or uri), { endpoints = { "POST /v1/models/NAME:predict",
-            "GET /v1/models/NAME", "POST /v1/models/NAME:reload", "GET /healthz", "GET /readyz", "GET /metrics" } })
+            "GET /v1/models/NAME", "POST /v1/models/NAME:reload", "GET /healthz", "GET /readyz", "GET /metrics",
+            "GET /v2", "GET /v2/health/live", "GET /v2/health/ready", "GET /v2/models/NAME[/versions/V][/ready]",
+            "POST /v2/models/NAME[/versions/V]/infer" } })
     end
     local slot = models[name]
     if not slot then
