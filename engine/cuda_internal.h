@@ -141,6 +141,9 @@ typedef struct sess {
     cudaEvent_t epoch;
     float *tl; size_t tl_n, tl_cap;
     void *xf[WISP_MAX_GPUS];               /* root only: the GPU transform's state per device (engine/cuda_transform.c) */
+    /* root only: wisp_session_score_device's scratch per device (engine/cuda_device_batch.c):
+     * device memory for the answers and the bad-row list, a pinned header for the counters */
+    struct dvscratch { void *d; size_t cap; void *h; } dvs[WISP_MAX_GPUS];
 } sess;
 
 /* One batch in flight. */
@@ -206,6 +209,8 @@ int wisp__cuda_job_finish(struct job *j, uint64_t *stats, int async);
 int  wisp__cuda_xf_transform(void *sctx, const wisp_raw *r, wisp_batch *b, uint64_t *stats);
 int  wisp__cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float *out, uint64_t *stats);
 void wisp__cuda_xf_free(void *xf);
+/* wisp_session_score_device's scratch of a session (engine/cuda_device_batch.c) */
+void wisp__cuda_dv_free(sess *s);
 /* what it uses of a session: the model's weights on the session's k-th device, and the failure
  * path on that device (a message; a sticky error marks the device unusable) */
 int  wisp__cuda_weights(void *sctx, int k, wisp_model *m, const void **w, uint64_t *stats);

@@ -75,6 +75,7 @@ void wisp__cuda_session_close(void *vs)
     }
     wisp_free(s->tl);
     for (int k = 0; k < WISP_MAX_GPUS; k++) wisp__cuda_xf_free(s->xf[k]);
+    wisp__cuda_dv_free(s);
     sess_free_one(s);
 }
 

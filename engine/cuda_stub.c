@@ -31,6 +31,16 @@ int wisp_session_score_device(wisp_session *s, size_t rows, const void *row_ptr,
                      "at build time)");
 }
 
+int wisp_device_alloc(int dev, size_t n, void **out)
+{
+    (void)dev; (void)n;
+    if (out) *out = NULL;
+    return wisp_fail(WISP_ENODEV, "wisp_device_alloc: this build of wisp has no CUDA backend (nvcc was not found at "
+                     "build time)");
+}
+
+void wisp_device_free(int dev, void *p) { (void)dev; (void)p; }
+
 int wisp_cuda_units_read(wisp_session *ws, double *v, size_t cap)
 {
     (void)ws; (void)v; (void)cap;

@@ -776,6 +776,16 @@ int    wisp_session_bad_row(const wisp_session *s, size_t i, size_t *row, uint64
 int    wisp_session_score_device(wisp_session *s, size_t rows, const void *row_ptr, int row_ptr_bits,
                                  const int32_t *ids, const float *vals, void *stream, float *out, int out_on_device);
 
+/* Device memory for answers that stay on the GPU (wisp_session_score_device's out with
+ * out_on_device; the Python package's out="device" arrays), for callers with no CUDA
+ * headers of their own: n bytes (at least 1) of CUDA device dev's memory, 256-byte aligned,
+ * in *out; wisp_device_free(dev, p) gives it back (p NULL: nothing). Not ordered with any
+ * stream: the memory is usable at once, and freed only after the device's queued work is
+ * done. WISP_EINVAL for a NULL out or a device that does not exist, WISP_EDEVICE when the
+ * device has no memory left, WISP_ENODEV in a build without CUDA. Thread-safe. */
+int    wisp_device_alloc(int dev, size_t n, void **out);
+void   wisp_device_free(int dev, void *p);
+
 /* ---------------------------------------------------------------------------
  * 7. Vowpal Wabbit: its hashing, its text format, its models
  *

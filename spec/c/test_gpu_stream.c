@@ -1,6 +1,6 @@
 /* test_gpu_stream.c — the CUDA backend's streams and device memory: submit/wait streams of batches (on every
- * placement, and without a GPU on the CPU), a device out of memory at submit, wisp_session_score_device (a CSR batch
- * in device memory; refused without a GPU), and last the sticky error that ruins the process's CUDA context. With
+ * placement, and without a GPU on the CPU), a device out of memory at submit, wisp_session_score_device refused
+ * without a GPU (its GPU cases: test_device_batch.c), and last the sticky error that ruins the process's CUDA context. With
  * WISP_TEST_GPU=1 the GPU cases must run on the GPU. Scoring of host batches: test_gpu.c; shared: testgpu.h. */
 #include "testgpu.h"
 #include "wisp_test.h"
@@ -230,106 +230,6 @@ static void test_sticky(wisp_engine *eng)
     wisp_model_free(m);                      /* frees device copies on a failed device: no crash */
 }
 
-/* ---- wisp_session_score_device: a CSR batch in device memory ---------------------------
- * Against the same arrays wrapped in host memory and scored on the CPU: the same answers
- * (out on the device and on the host, int32 and int64 row_ptr, with and without values),
- * the same bad rows (a NaN value), ids beyond the table and negative ones ignored and
- * counted, row_ptr checked before an id is read. */
-static void test_device_batch(wisp_engine *eng, const char *dev)
-{
-    enum { ROWS = 300, NF = 1000 };
-    wisp_model *m = make_model(eng, NF, WISP_F32, 0.1);
-    wisp_session *sg = NULL, *sc = NULL;
-    CHECK_OK(wisp_session_new(eng, m, dev, &sg));
-    CHECK_OK(wisp_session_new(eng, m, "cpu", &sc));
-    uint32_t rp[ROWS + 1];
-    int64_t rp64[ROWS + 1];
-    int32_t ids[ROWS * 8];
-    float vals[ROWS * 8], ref[ROWS], ref_bin[ROWS], got[ROWS];
-    rp[0] = 0;
-    for (int r = 0; r < ROWS; r++) {
-        int k = (int)rnd_below(8);
-        for (int j = 0; j < k; j++) {
-            ids[rp[r] + j] = (int32_t)rnd_below(NF + NF / 10);          /* some beyond the table */
-            vals[rp[r] + j] = (float)(rnd01() * 2 - 1);
-        }
-        rp[r + 1] = rp[r] + (uint32_t)k;
-    }
-    if (rp[6] > rp[5]) ids[rp[5]] = -3;                                  /* a negative id: out of range */
-    if (rp[8] > rp[7]) vals[rp[7]] = NAN;                                /* row 7 bad (when it has a feature) */
-    for (int r = 0; r <= ROWS; r++) rp64[r] = rp[r];
-    const size_t nnz = rp[ROWS];
-    wisp_batch *hb = NULL, *hbin = NULL;
-    CHECK_OK(wisp_batch_wrap(eng, ROWS, rp, (const uint32_t *)ids, rp, vals, &hb));
-    CHECK_OK(wisp_batch_wrap(eng, ROWS, rp, (const uint32_t *)ids, NULL, NULL, &hbin));
-    CHECK_OK(wisp_session_score(sc, hb, ref));
-    CHECK_OK(wisp_session_score(sc, hbin, ref_bin));
-    void *drp = NULL, *drp64 = NULL, *dids = NULL, *dvals = NULL, *dout = NULL;
-    CHECK_OK(wisp_cuda_test_alloc(0, sizeof rp, &drp));
-    CHECK_OK(wisp_cuda_test_alloc(0, sizeof rp64, &drp64));
-    CHECK_OK(wisp_cuda_test_alloc(0, nnz * 4, &dids));
-    CHECK_OK(wisp_cuda_test_alloc(0, nnz * 4, &dvals));
-    CHECK_OK(wisp_cuda_test_alloc(0, sizeof got, &dout));
-    if (!drp || !drp64 || !dids || !dvals || !dout || !sg || !sc || !hb || !hbin) goto done;
-    CHECK_OK(wisp_cuda_test_copy(drp, rp, sizeof rp));
-    CHECK_OK(wisp_cuda_test_copy(drp64, rp64, sizeof rp64));
-    CHECK_OK(wisp_cuda_test_copy(dids, ids, nnz * 4));
-    CHECK_OK(wisp_cuda_test_copy(dvals, vals, nnz * 4));
-    for (int pass = 0; pass < 4; pass++) {
-        const int bits = pass & 1 ? 64 : 32, on_dev = pass >= 2;
-        for (int r = 0; r < ROWS; r++) got[r] = -7.0f;
-        uint64_t oor0 = wisp_session_stat(sg, WISP_STAT_OUT_OF_RANGE);
-        CHECK_OK(wisp_session_score_device(sg, ROWS, bits == 64 ? drp64 : drp, bits, dids, dvals, NULL, on_dev ? dout : got, on_dev));
-        if (on_dev) CHECK_OK(wisp_cuda_test_copy(got, dout, sizeof got));
-        CHECK(wisp_session_stat(sg, WISP_STAT_OUT_OF_RANGE) > oor0);
-        double worst = 0;
-        int nan_differ = 0;
-        for (int r = 0; r < ROWS; r++) {
-            if (isnan(ref[r]) || isnan(got[r])) { nan_differ += isnan(ref[r]) != isnan(got[r]); continue; }
-            worst = fmax(worst, fabs((double)ref[r] - got[r]));
-        }
-        CHECK_MSG(nan_differ == 0 && worst <= TOL, "%s pass %d: %d NaN rows differ, worst %.3g", dev, pass, nan_differ, worst);
-        CHECK(wisp_session_bad_count(sg) == wisp_batch_bad_count(hb));
-        size_t brow = 99;
-        if (wisp_batch_bad_count(hb)) {
-            CHECK_OK(wisp_session_bad_row(sg, 0, &brow, NULL, NULL));
-            CHECK(brow == 7);
-        }
-    }
-    /* binary features (no values) */
-    CHECK_OK(wisp_session_score_device(sg, ROWS, drp, 32, dids, NULL, NULL, got, 0));
-    int bin_ok = 1;
-    for (int r = 0; r < ROWS; r++) bin_ok &= fabs((double)got[r] - ref_bin[r]) <= TOL;
-    CHECK_MSG(bin_ok, "%s: binary device batch differs from the host one", dev);
-    CHECK(wisp_session_bad_count(sg) == 0);
-    /* misuse: checked before any id is read */
-    CHECK_FAILS(wisp_session_score_device(sg, ROWS, drp, 16, dids, dvals, NULL, got, 0), WISP_EINVAL, "row_ptr_bits");
-    CHECK_FAILS(wisp_session_score_device(sg, ROWS, rp, 32, dids, dvals, NULL, got, 0), WISP_EINVAL, "not CUDA device memory");
-    CHECK_FAILS(wisp_session_score_device(sg, ROWS, drp, 32, dids, dvals, NULL, got, 1), WISP_EINVAL, "out is not CUDA");
-    CHECK_FAILS(wisp_session_score_device(NULL, ROWS, drp, 32, dids, dvals, NULL, got, 0), WISP_EINVAL, "session is NULL");
-    CHECK_OK(wisp_session_score_device(sg, 0, NULL, 32, NULL, NULL, NULL, NULL, 0));      /* no rows: nothing to do */
-    uint32_t broken[ROWS + 1];
-    memcpy(broken, rp, sizeof broken);
-    broken[ROWS / 2] = broken[ROWS / 2 + 1] + 5;                          /* a decrease, past the ids */
-    CHECK_OK(wisp_cuda_test_copy(drp, broken, sizeof broken));
-    CHECK_FAILS(wisp_session_score_device(sg, ROWS, drp, 32, dids, dvals, NULL, got, 0), WISP_EINVAL, "decreases");
-    CHECK(wisp_session_bad_count(sg) == 0);
-    rp64[0] = -1;
-    CHECK_OK(wisp_cuda_test_copy(drp64, rp64, sizeof rp64));
-    CHECK_FAILS(wisp_session_score_device(sg, ROWS, drp64, 64, dids, dvals, NULL, got, 0), WISP_EINVAL, "negative");
-done:
-    wisp_cuda_test_free(drp);
-    wisp_cuda_test_free(drp64);
-    wisp_cuda_test_free(dids);
-    wisp_cuda_test_free(dvals);
-    wisp_cuda_test_free(dout);
-    wisp_batch_free(hb);
-    wisp_batch_free(hbin);
-    wisp_session_free(sg);
-    wisp_session_free(sc);
-    wisp_model_free(m);
-}
-
 int main(void)
 {
     testrand_seed("test_gpu_stream");
@@ -387,8 +287,6 @@ int main(void)
                 set_env(paths[i][0], NULL);
             }
             test_async_oom(eng);
-            test_device_batch(eng, "gpu");
-            test_device_batch(eng, "cpu");
             if (!getenv("WISP_TEST_NO_STICKY")) test_sticky(eng);
         }
     }
