@@ -138,12 +138,14 @@ static int cmp_rec(const void *x, const void *y)
 }
 
 /* row_ptr[rows] as the batch's feature count: negative or past WISP_MAX_NNZ refuses the call */
-static int check_nnz(int64_t nnz, uint64_t *out)
+static int check_nnz(int64_t nnz, size_t cap, uint64_t *out)
 {
     if (nnz < 0) return wisp_fail(WISP_EINVAL, "%s: row_ptr[rows] = %lld is negative", FN, (long long)nnz);
     if ((uint64_t)nnz > WISP_MAX_NNZ)
         return wisp_fail(WISP_ELIMIT, "%s: row_ptr[rows] = %lld, more than WISP_MAX_NNZ (%u) features", FN,
                          (long long)nnz, WISP_MAX_NNZ);
+    if ((uint64_t)nnz > cap)
+        return wisp_fail(WISP_EINVAL, "%s: row_ptr[rows] = %lld but ids has %zu entries", FN, (long long)nnz, cap);
     *out = (uint64_t)nnz;
     return WISP_OK;
 }
@@ -151,7 +153,7 @@ static int check_nnz(int64_t nnz, uint64_t *out)
 /* ---- the copy path ---------------------------------------------------------------------------- */
 
 static int copy_path(wisp_session *s, int dev, size_t rows, const void *row_ptr, int rp64, const int32_t *ids,
-                     const float *vals, cudaStream_t st, float *out, int out_on_device)
+                     const float *vals, size_t cap, cudaStream_t st, float *out, int out_on_device)
 {
     const size_t esz = rp64 ? 8 : 4;
     int status = WISP_OK;
@@ -169,7 +171,7 @@ static int copy_path(wisp_session *s, int dev, size_t rows, const void *row_ptr,
     if (e == cudaSuccess) e = cudaMemcpyAsync(hrp, row_ptr, (rows + 1) * esz, cudaMemcpyDeviceToHost, st);
     if (e == cudaSuccess) e = cudaStreamSynchronize(st);
     if (e != cudaSuccess) { status = cuda_fail(e, "reading row_ptr"); goto done; }
-    if ((status = check_nnz(rp_at(hrp, rp64, rows), &nnz)) != WISP_OK) goto done;
+    if ((status = check_nnz(rp_at(hrp, rp64, rows), cap, &nnz)) != WISP_OK) goto done;
     if (nnz && !ids) { status = wisp_fail(WISP_EINVAL, "%s: ids is NULL for %llu features", FN, (unsigned long long)nnz); goto done; }
     if (nnz) {
         hids = wisp_host_alloc(s->eng, nnz * 4);
@@ -292,7 +294,7 @@ static sess *backend_of(wisp_session *ws)
 #define DV_ALIGN(n) (((n) + 255) & ~(size_t)255)
 
 static int device_path(wisp_session *ws, sess *bs, int k, size_t rows, const void *row_ptr, int rp64,
-                       const int32_t *ids, const float *vals, cudaStream_t st, float *out, int out_on_device)
+                       const int32_t *ids, const float *vals, size_t cap, cudaStream_t st, float *out, int out_on_device)
 {
     const int dev = bs->devs[k];
     const size_t esz = rp64 ? 8 : 4;
@@ -331,7 +333,7 @@ static int device_path(wisp_session *ws, sess *bs, int k, size_t rows, const voi
     if (e != cudaSuccess) return wisp__cuda_failed(bs, k, e, "reading row_ptr[rows]");
     const int64_t last = rp64 ? (int64_t)h[0] : (int64_t)(int32_t)(uint32_t)h[0];
     uint64_t nnz = 0;
-    if ((status = check_nnz(last, &nnz)) != WISP_OK) return status;
+    if ((status = check_nnz(last, cap, &nnz)) != WISP_OK) return status;
     if (nnz && !ids) return wisp_fail(WISP_EINVAL, "%s: ids is NULL for %llu features", FN, (unsigned long long)nnz);
     uint64_t t1 = wisp_now_ns();
     wisp_kdev p = {
@@ -392,6 +394,12 @@ static int device_path(wisp_session *ws, sess *bs, int k, size_t rows, const voi
 int wisp_session_score_device(wisp_session *s, size_t rows, const void *row_ptr, int row_ptr_bits, const int32_t *ids,
                               const float *vals, void *stream, float *out, int out_on_device)
 {
+    return wisp_session_score_device_n(s, rows, row_ptr, row_ptr_bits, ids, vals, SIZE_MAX, stream, out, out_on_device);
+}
+
+int wisp_session_score_device_n(wisp_session *s, size_t rows, const void *row_ptr, int row_ptr_bits, const int32_t *ids,
+                                const float *vals, size_t cap, void *stream, float *out, int out_on_device)
+{
     if (s) s->nbad = 0;
     if (!s) return wisp_fail(WISP_EINVAL, "%s: session is NULL", FN);
     if (row_ptr_bits != 32 && row_ptr_bits != 64)
@@ -419,7 +427,7 @@ int wisp_session_score_device(wisp_session *s, size_t rows, const void *row_ptr,
     for (int i = 0; bs && i < bs->ndev; i++)
         if (bs->devs[i] == dev) k = i;
     if (bs && k >= 0) {
-        status = device_path(s, bs, k, rows, row_ptr, rp64, ids, vals, st, out, out_on_device);
+        status = device_path(s, bs, k, rows, row_ptr, rp64, ids, vals, cap, st, out, out_on_device);
         if (status == WISP_EDEVICE) {
             wisp_log(s->eng, WISP_LOG_WARN, "device '%s' failed on %zu device-resident rows (%s); they take the copy path",
                      s->device, rows, wisp_errmsg());
@@ -435,7 +443,7 @@ int wisp_session_score_device(wisp_session *s, size_t rows, const void *row_ptr,
             }
         }
     }
-    if (status == WISP_EDEVICE) status = copy_path(s, dev, rows, row_ptr, rp64, ids, vals, st, out, out_on_device);
+    if (status == WISP_EDEVICE) status = copy_path(s, dev, rows, row_ptr, rp64, ids, vals, cap, st, out, out_on_device);
     if (status != WISP_OK) s->nbad = 0;
     if (cur >= 0 && cudaSetDevice(cur) != cudaSuccess) cudaGetLastError();
     return status == WISP_OK ? WISP_OK : wisp_fail_context(status, "%s", FN);

@@ -31,6 +31,13 @@ int wisp_session_score_device(wisp_session *s, size_t rows, const void *row_ptr,
                      "at build time)");
 }
 
+int wisp_session_score_device_n(wisp_session *s, size_t rows, const void *row_ptr, int row_ptr_bits, const int32_t *ids,
+                                const float *vals, size_t nnz, void *stream, float *out, int out_on_device)
+{
+    (void)nnz;
+    return wisp_session_score_device(s, rows, row_ptr, row_ptr_bits, ids, vals, stream, out, out_on_device);
+}
+
 int wisp_device_alloc(int dev, size_t n, void **out)
 {
     (void)dev; (void)n;

@@ -775,6 +775,12 @@ int    wisp_session_bad_row(const wisp_session *s, size_t i, size_t *row, uint64
  * memory; WISP_EDEVICE for a CUDA failure. A session is used by one thread at a time. */
 int    wisp_session_score_device(wisp_session *s, size_t rows, const void *row_ptr, int row_ptr_bits,
                                  const int32_t *ids, const float *vals, void *stream, float *out, int out_on_device);
+/* As wisp_session_score_device, for a caller who knows how long ids (and vals) are:
+ * row_ptr[rows] beyond nnz refuses the call (WISP_EINVAL, nothing scored), so arrays that
+ * disagree are never read past their end (the Python package passes len(indices)). */
+int    wisp_session_score_device_n(wisp_session *s, size_t rows, const void *row_ptr, int row_ptr_bits,
+                                   const int32_t *ids, const float *vals, size_t nnz, void *stream, float *out,
+                                   int out_on_device);
 
 /* Device memory for answers that stay on the GPU (wisp_session_score_device's out with
  * out_on_device; the Python package's out="device" arrays), for callers with no CUDA

@@ -160,6 +160,9 @@ size_t wisp_session_bad_count(const wisp_session *s);
 int    wisp_session_bad_row(const wisp_session *s, size_t i, size_t *row, uint64_t *line, const char **msg);
 int    wisp_session_score_device(wisp_session *s, size_t rows, const void *row_ptr, int row_ptr_bits,
                                  const int32_t *ids, const float *vals, void *stream, float *out, int out_on_device);
+int    wisp_session_score_device_n(wisp_session *s, size_t rows, const void *row_ptr, int row_ptr_bits,
+                                   const int32_t *ids, const float *vals, size_t nnz, void *stream, float *out,
+                                   int out_on_device);
 int    wisp_device_alloc(int dev, size_t n, void **out);
 void   wisp_device_free(int dev, void *p);
 /* 7. Vowpal Wabbit */

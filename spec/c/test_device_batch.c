@@ -255,9 +255,13 @@ static void test_refusals(wisp_engine *eng, wisp_session *s)
     CHECK_FAILS(wisp_session_score_device(s, 3, NULL, 32, dids, NULL, NULL, got, 0), WISP_EINVAL, "row_ptr is NULL");
     CHECK_OK(wisp_session_score_device(s, 0, NULL, 32, NULL, NULL, NULL, NULL, 0));      /* no rows: nothing to do */
     CHECK(wisp_session_bad_count(s) == 0);
+    /* the _n form: row_ptr[rows] past the ids' length is refused before an id is read */
+    CHECK_FAILS(wisp_session_score_device_n(s, 3, drp, 32, dids, NULL, 2, NULL, got, 0), WISP_EINVAL, "but ids has 2 entries");
+    CHECK_OK(wisp_session_score_device_n(s, 3, drp, 32, dids, NULL, 3, NULL, got, 0));
     rp[3] = -1;                                                                       /* row_ptr[rows] negative */
     CHECK_OK(wisp_cuda_test_copy(drp, rp, sizeof rp));
     CHECK_FAILS(wisp_session_score_device(s, 3, drp, 32, dids, NULL, NULL, got, 0), WISP_EINVAL, "negative");
+    CHECK(wisp_session_bad_count(s) == 0);
     int64_t rp64[2] = { 0, (int64_t)WISP_MAX_NNZ + 1 };
     void *drp64 = NULL;
     CHECK_OK(wisp_cuda_test_alloc(0, sizeof rp64, &drp64));
