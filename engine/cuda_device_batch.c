@@ -314,9 +314,9 @@ static int device_path(wisp_session *ws, sess *bs, int k, size_t rows, const voi
         if (d->d && cudaFree(d->d) != cudaSuccess) cudaGetLastError();
         d->d = NULL;
         d->cap = 0;
-        size_t cap = need + need / 4;
-        if ((e = cudaMalloc(&d->d, cap)) != cudaSuccess) { d->d = NULL; return wisp__cuda_failed(bs, k, e, "allocating scratch for the answers"); }
-        d->cap = cap;
+        const size_t grow = need + need / 4;
+        if ((e = cudaMalloc(&d->d, grow)) != cudaSuccess) { d->d = NULL; return wisp__cuda_failed(bs, k, e, "allocating scratch for the answers"); }
+        d->cap = grow;
     }
     if (!d->h && !(d->h = wisp__cuda_pin_alloc(bs->ctx, 64)))
         return wisp_fail(WISP_EDEVICE, "%s: no pinned host memory for the counters", FN);
