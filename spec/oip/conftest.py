@@ -33,9 +33,13 @@ wisp_service factory (function scope; every service it started is stopped at tea
     svc.stop()        QUIT, up to 5 s, then KILL (idempotent)
 
     serve.sh's defaults otherwise: 1 worker here (extra=["--workers", "N"] for more), device cpu,
-    --max-rows 10000, --max-body 8m.
+    --max-rows 10000, --max-body 8m; started as root, the workers run as root (--user root: they
+    read models under pytest's tmp_path, mode 700).
 
 The first positional argument may also be the models (wisp_service("plain=/p/plain.wisp")).
+
+oip_service  one service for a test module (module scope), 2 workers: the models plain, tiny and ctr
+             of oip_models (version "1" each); stopped after the module.
 A failed start raises RuntimeError with the error log's tail.
 """
 import math
@@ -121,6 +125,10 @@ class Service:
                 while self.admin_port == self.port:
                     self.admin_port = _free_port()
                 args += ["--admin-port", str(self.admin_port)]
+            if os.getuid() == 0:
+                # started as root, nginx runs its workers as nobody, who cannot read pytest's
+                # tmp_path (mode 700): the workers run as root here (extra may say otherwise)
+                args += ["--user", "root"]
             args += list(extra)
             r = subprocess.run(args, capture_output=True, text=True)
             if r.returncode != 0:
@@ -308,3 +316,11 @@ def wisp_service():
     yield start
     for s in started:
         s.stop()
+
+
+@pytest.fixture(scope="module")
+def oip_service(oip_models):
+    s = Service({"plain": oip_models / "plain.wisp", "tiny": oip_models / "tiny.wisp", "ctr": oip_models / "ctr.wisp"},
+                extra=["--workers", "2"])
+    yield s
+    s.stop()
