@@ -457,6 +457,7 @@ int wisp_device_alloc(int dev, size_t n, void **out)
     *out = NULL;
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess) { cudaGetLastError(); ndev = 0; }
+    if (ndev == 0) return wisp_fail(WISP_ENODEV, "wisp_device_alloc: no CUDA device");
     if (dev < 0 || dev >= ndev) return wisp_fail(WISP_EINVAL, "wisp_device_alloc: gpu:%d does not exist (%d CUDA devices)", dev, ndev);
     int cur = -1;
     if (cudaGetDevice(&cur) != cudaSuccess) cudaGetLastError();

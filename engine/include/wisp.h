@@ -788,7 +788,8 @@ int    wisp_session_score_device_n(wisp_session *s, size_t rows, const void *row
  * in *out; wisp_device_free(dev, p) gives it back (p NULL: nothing). Not ordered with any
  * stream: the memory is usable at once, and freed only after the device's queued work is
  * done. WISP_EINVAL for a NULL out or a device that does not exist, WISP_EDEVICE when the
- * device has no memory left, WISP_ENODEV in a build without CUDA. Thread-safe. */
+ * device has no memory left, WISP_ENODEV with no CUDA device or in a build without CUDA.
+ * Thread-safe. */
 int    wisp_device_alloc(int dev, size_t n, void **out);
 void   wisp_device_free(int dev, void *p);
 
