@@ -1,7 +1,7 @@
 #!/bin/sh
 # spec/oip/run.sh — the Open Inference Protocol (KServe v2) specs: pytest on spec/oip against a real nginx with wisp.
 #
-#   WISP_BUILD=build sh spec/oip/run.sh [pytest args, e.g. -k binary]
+#   WISP_BUILD=build sh spec/oip/run.sh [pytest args: spec/oip/test_infer.py, -k binary, ...]
 #
 # - The virtual environment is $WISP_BUILD/oip-venv (WISP_OIP_VENV overrides), created when
 #   missing and reused after; tritonclient[http], pytest, numpy, requests and schemathesis are
@@ -48,7 +48,12 @@ if ! "$VPY" -c "import kserve, sklearn" 2>/dev/null; then
 fi
 
 OUT=$BUILD/oip-pytest.out
-(cd "$BUILD" && WISP_BUILD=$BUILD WISP_ROOT=$ROOT "$VPY" -m pytest -p no:cacheprovider -q -rfEs "$ROOT/spec/oip" "$@") >"$OUT" 2>&1
+# from the checkout's root (paths like spec/oip/test_infer.py::test_x work as arguments); no pytest
+# cache written into the tree; without a path argument: every spec of spec/oip
+has_path=0
+for a in "$@"; do case $a in spec/*|/*|./*) has_path=1 ;; esac; done
+[ "$has_path" = 0 ] && set -- "$@" spec/oip
+(cd "$ROOT" && WISP_BUILD=$BUILD WISP_ROOT=$ROOT "$VPY" -m pytest -p no:cacheprovider -q -rfEs "$@") >"$OUT" 2>&1
 rc=$?
 cat "$OUT"
 "$VPY" - "$OUT" "$rc" <<'PYEOF'
