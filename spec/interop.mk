@@ -1,8 +1,9 @@
 # spec/interop.mk — parity with other trainers' libraries; included by the Makefile.
 #
 #   make test-interop     TensorFlow parity (spec/interop/tf_parity.py: train a linear_model layer and, with
-#                         tf_keras installed, a Keras DenseFeatures -> Dense(1) model; export with
-#                         scripts/tools/tf_export.py, score held-out raw rows, |p_wisp - p_tf| <= 1e-5)
+#                         tf_keras installed, a Keras DenseFeatures -> Dense(1) model; import them with
+#                         wisp.from_tensorflow (the package, pip-installed into the venv below) and
+#                         scripts/tools/tf_export.py, score held-out raw rows, |p_wisp - p_tf| <= 1e-6)
 #                         when `import tensorflow` works, and Fingerprint64 against Debian's
 #                         libfarmhash (spec/interop/farmhash_check.cc) when libfarmhash-dev is
 #                         installed; each is skipped with a message otherwise. Neither is part
@@ -31,9 +32,22 @@ INTEROP_OWN := $(filter $(INTEROP_VENV)/bin/python,$(INTEROP_PY))
 test-interop: interop-farmhash interop-tf interop-vw
 interop-tf interop-vw tf-golden vw-golden: $(if $(INTEROP_OWN),interop-venv-base)
 
+# The package goes into the venv with pip (CPU build, under $(BUILD)/interop-py-build; the CLI
+# checks the GPUs): tf_parity.py and scripts/tools/tf_export.py `import wisp`.
+INTEROP_PKG_LOG := $(BUILD)/interop-pip.log
 interop-tf: all
 	@if $(INTEROP_PY) -c "import tensorflow" >/dev/null 2>&1; then \
-	  out=$$(WISP_LIB=$(abspath $(BUILD))/libwisp.so TF_CPP_MIN_LOG_LEVEL=3 $(INTEROP_PY) spec/interop/tf_parity.py 2>&1); st=$$?; \
+	  if [ -n "$(INTEROP_OWN)" ]; then \
+	    $(INTEROP_PY) -c "import wheel, setuptools; assert int(setuptools.__version__.split('.')[0]) >= 61" 2>/dev/null || \
+	      $(INTEROP_PY) -m pip install -q --disable-pip-version-check wheel "setuptools>=61" >$(INTEROP_PKG_LOG) 2>&1; \
+	    WISP_PY_BUILD=$(abspath $(BUILD))/interop-py-build WISP_NVCC= $(INTEROP_PY) -m pip install -q --disable-pip-version-check \
+	      --no-build-isolation --no-deps --force-reinstall . >>$(INTEROP_PKG_LOG) 2>&1 || \
+	      { tail -n 30 $(INTEROP_PKG_LOG); echo "test-interop: pip install . into $(INTEROP_VENV) failed (log: $(INTEROP_PKG_LOG))"; exit 1; }; \
+	  fi; \
+	  if ! (cd /tmp && $(INTEROP_PY) -c "import wisp") >/dev/null 2>&1; then \
+	    echo "test-interop: TensorFlow parity SKIPPED: '$(INTEROP_PY) -c \"import wisp\"' fails (pip install . into that interpreter's environment)"; exit 0; \
+	  fi; \
+	  out=$$(cd /tmp && TF_CPP_MIN_LOG_LEVEL=3 $(INTEROP_PY) $(abspath spec/interop/tf_parity.py) --wisp $(abspath $(BUILD))/wisp 2>&1); st=$$?; \
 	  if [ $$st -eq 0 ]; then echo "$$out" | tail -n 1; else echo "$$out" | tail -n 30; fi; exit $$st; \
 	else \
 	  echo "test-interop: TensorFlow parity SKIPPED: '$(INTEROP_PY) -c \"import tensorflow\"' fails (make interop-venv installs it into $(INTEROP_VENV))"; \

@@ -1,34 +1,45 @@
 #!/usr/bin/env python3
-"""tf_parity.py — TensorFlow parity: train a linear model in TensorFlow on generated raw rows, export it with scripts/tools/tf_export.py, score held-out rows with wisp, compare.
+"""tf_parity.py — TensorFlow parity of wisp.from_tensorflow: train linear models in TensorFlow on generated raw rows, import them with the package, score held-out raw rows with wisp, compare with TensorFlow's own predictions.
 
-Usage: spec/interop/tf_parity.py [--train 20000] [--test 3000] [--steps 400] [--tol 1e-5] [--keep DIR]
-       spec/interop/tf_parity.py --replay DIR     (no TensorFlow, no numpy: compare wisp on every
-                                                   device with the predictions kept in DIR by --keep;
-                                                   for a GPU machine where TensorFlow is not installed)
-Needs TensorFlow (tensorflow-cpu) and a built libwisp.so ($WISP_LIB or build/libwisp.so).
+Usage: spec/interop/tf_parity.py [--train 20000] [--test 3000] [--steps 400] [--tol 1e-6] [--wisp build/wisp]
+                                 [--keep DIR] [--no-keras]
+       spec/interop/tf_parity.py --replay DIR [--wisp build/wisp]
+           (no TensorFlow, no numpy, no package: `wisp score` on every device against the
+            predictions kept in DIR by --keep; for a GPU machine where TensorFlow is not installed)
+Needs TensorFlow (tensorflow-cpu), the wisp package (`import wisp`: make test-interop installs it
+into $(BUILD)/interop-venv with pip) and the CLI (--wisp, default $WISP_CLI or build/wisp).
 
-The model: tf.compat.v1.feature_column.linear_model (the layer inside
-tf.estimator.LinearClassifier; the same variable names under "linear_model/")
-over numeric (normalized), bucketized, hash_bucket (dense and sparse
-inputs), vocabulary_list (OOV buckets), identity and crossed columns (raw
-keys, a bucketized key, an int64 key), trained with FTRL on a synthetic
-click model. Held-out rows include missing values, out-of-vocabulary
-strings, -1 and "" markers and empty sparse lists. wisp reads the held-out
-rows as TSV (with a header) and as JSON lines, transforms them on the CPU,
-scores them on the CPU and, when a GPU is usable, on "auto" too, and every
-probability must equal TensorFlow's to --tol.
-When the tf_keras package is importable (pip install tf_keras), the same
-columns (categorical ones in indicator_column) also feed a Keras 2 model,
-inputs -> DenseFeatures -> Dense(1, sigmoid), trained with FTRL, saved as a
-SavedModel, exported with tf_export.py --keras and compared the same way
-(--no-keras skips it). Prints one summary line; exit status 0 on success.
+The columns are built here as a user builds them, with tf.feature_column:
+numeric (a standard and an affine normalizer_fn, defaults), bucketized,
+hash_bucket (a dense string input, a sparse one, an int64 one),
+vocabulary_list (strings with OOV buckets; int64 without), identity (with a
+default; inside an indicator_column), crossed (raw string and int64 keys, a
+bucketized key, a vocabulary key, a sparse key, a hash_key). The model:
+tf.compat.v1.feature_column.linear_model (the layer inside
+tf.estimator.LinearClassifier), trained with FTRL on a synthetic click
+model, saved as a checkpoint. wisp.from_tensorflow(columns, checkpoint,
+path, inputs={"tags": sparse}, normalizers=...) writes the .wisp file and
+its description. Held-out rows: missing values, random and non-ASCII
+strings, "" and -1 markers, ages exactly at the bucket boundaries and one
+float32 step either side, out-of-range hours, empty sparse lists. wisp
+scores them as a dict of columns (the package, CPU; "auto" too when its build
+sees a usable GPU), as JSON lines (the CLI, on the CPU and each GPU `wisp
+devices` lists) and as TSV (the CLI, CPU); every probability must equal
+TensorFlow's to --tol. The description written is exported again by
+scripts/tools/tf_export.py (--columns, --checkpoint) and scored (JSON lines, CPU).
+With tf_keras (Keras 2) importable, the same columns (categorical ones in
+indicator_column) feed inputs -> DenseFeatures -> Dense(1, sigmoid), trained
+with FTRL, saved as a SavedModel; it is imported twice: the live model
+(its own columns and Inputs) and the saved directory (with the columns
+given, since saving loses the normalizer functions), and compared the same
+way (--no-keras skips it). Prints one summary line; exit status 0 on success.
 """
 import argparse
-import ctypes
 import json
 import math
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -37,50 +48,55 @@ import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "scripts", "tools"))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-try:
-    import numpy as np  # noqa: E402
-except ImportError:        # --replay works without numpy
-    np = None
-
-import tf_export  # noqa: E402
 
 CITIES = ["c%05d" % i for i in range(3000)]
 DEVICES = ["ios", "android", "web", "tv", "car"]          # tv and car are out of the vocabulary
 TAGS = ["t%d" % i for i in range(40)]
+AGE_BOUNDS = [18, 25, 30, 35, 40, 45, 50, 55, 60, 65]
+ODD = ["", " ", "Zürich", "東京", "новый", "a\tb", "\"q\"", "x" * 300, "\u00e9\u0301", "0", "-1", "🙂"]
+INPUT_TYPES = {"age": "float32", "income": "float32", "city": "string", "device": "string", "hour": "int64",
+               "tags": "string", "zip": "int64", "slot": "int64", "dow": "int64"}
+DEFAULTS = {"age": 35.0, "income": 0.0, "city": "", "device": "", "hour": -1, "zip": -1, "slot": -1, "dow": -1}
+NORMALIZERS = {"age": {"type": "standard", "mean": 40.0, "std": 12.5},
+               "income": {"type": "affine", "scale": 0.001, "shift": -0.5}}
 
 
-def description():
-    age = {"type": "numeric", "key": "age", "normalizer": {"type": "standard", "mean": 40.0, "std": 12.5}}
-    age_b = {"type": "bucketized", "source": {"type": "numeric", "key": "age"},
-             "boundaries": [18, 25, 30, 35, 40, 45, 50, 55, 60, 65]}
-    spec = {"format": "wisp-columns", "version": 1,
-            "inputs": [{"name": "age", "dtype": "float32", "default": 35.0},
-                       {"name": "income", "dtype": "float32", "default": 0.0},
-                       {"name": "city", "dtype": "string"},
-                       {"name": "device", "dtype": "string"},
-                       {"name": "hour", "dtype": "int64"},
-                       {"name": "tags", "dtype": "string", "sparse": True}],
-            "columns": [dict(age, name="age"),
-                        {"name": "income", "type": "numeric", "key": "income",
-                         "normalizer": {"type": "affine", "scale": 0.001, "shift": -0.5}},
-                        dict(age_b, name="age_bucketized"),
-                        {"name": "city", "type": "hash_bucket", "key": "city", "buckets": 5000},
-                        {"name": "device", "type": "vocabulary_list", "key": "device",
-                         "vocabulary": ["ios", "android", "web"], "num_oov_buckets": 2},
-                        {"name": "hour", "type": "identity", "key": "hour", "buckets": 24, "default_value": 0},
-                        {"name": "tags", "type": "hash_bucket", "key": "tags", "buckets": 64},
-                        {"name": "age_bucketized_X_city", "type": "crossed", "keys": ["city", age_b], "buckets": 20000},
-                        {"name": "device_X_hour", "type": "crossed", "keys": ["device", "hour"], "buckets": 500},
-                        {"name": "city_X_tags", "type": "crossed", "keys": ["tags", "city"], "buckets": 30000}]}
-    tf_export.assign_offsets(spec)
-    return spec
+def feature_columns(tf):
+    """The model's columns, as a user writes them (for linear_model; keras_columns wraps categoricals)."""
+    fc = tf.feature_column
+    age = fc.numeric_column("age", default_value=35.0, normalizer_fn=lambda x: (x - 40.0) / 12.5)
+    income = fc.numeric_column("income", default_value=0.0, normalizer_fn=lambda x: x * 0.001 + -0.5)
+    age_b = fc.bucketized_column(fc.numeric_column("age", default_value=35.0), AGE_BOUNDS)
+    city = fc.categorical_column_with_hash_bucket("city", 5000)
+    device = fc.categorical_column_with_vocabulary_list("device", ["ios", "android", "web"], num_oov_buckets=2)
+    hour = fc.categorical_column_with_identity("hour", 24, default_value=0)
+    tags = fc.categorical_column_with_hash_bucket("tags", 64)
+    zipc = fc.categorical_column_with_hash_bucket("zip", 1000, dtype=tf.int64)
+    slot = fc.categorical_column_with_vocabulary_list("slot", [3, 7, 11, 42], dtype=tf.int64)
+    dow = fc.indicator_column(fc.categorical_column_with_identity("dow", 7))
+    return [age, income, age_b, city, device, hour, tags, zipc, slot, dow,
+            fc.crossed_column(["city", age_b], 20000),
+            fc.crossed_column([device, "hour"], 500),
+            fc.crossed_column(["tags", "city"], 30000),
+            fc.crossed_column([slot, age_b], 300, hash_key=0x1234567)]
+
+
+def keras_columns(tf, cols):
+    fc = tf.feature_column
+    return [c if type(c).__name__ in ("NumericColumn", "BucketizedColumn", "IndicatorColumn")
+            else fc.indicator_column(c) for c in cols]
 
 
 def f32(x):
+    import numpy as np
     return float(np.float32(x))
+
+
+def edge_age(rng):
+    import numpy as np
+    b = np.float32(rng.choice(AGE_BOUNDS))
+    return float(rng.choice([b, np.nextafter(b, np.float32(-np.inf)), np.nextafter(b, np.float32(np.inf))]))
 
 
 def gen_rows(n, rng, holdout):
@@ -89,80 +105,87 @@ def gen_rows(n, rng, holdout):
     for _ in range(n):
         r = {}
         if rng.random() > miss:
-            r["age"] = f32(min(90, max(16, rng.gauss(40, 13))))
+            r["age"] = edge_age(rng) if holdout and rng.random() < 0.3 else f32(min(90, max(16, rng.gauss(40, 13))))
         if rng.random() > miss:
-            r["income"] = f32(rng.lognormvariate(7, 1))
+            r["income"] = f32(rng.lognormvariate(7, 1.5)) if rng.random() < 0.95 else f32(-rng.lognormvariate(3, 2))
         if rng.random() > miss:
-            r["city"] = CITIES[min(len(CITIES) - 1, int(rng.paretovariate(1.1)) - 1)] if rng.random() < 0.9 \
-                else "new%d" % rng.randrange(10**6)
-        elif holdout and rng.random() < 0.5:
-            r["city"] = ""
+            u = rng.random()
+            r["city"] = CITIES[min(len(CITIES) - 1, int(rng.paretovariate(1.1)) - 1)] if u < 0.85 \
+                else "new%d" % rng.randrange(10**6) if u < 0.93 or not holdout else rng.choice(ODD)
         if rng.random() > miss:
             r["device"] = rng.choice(DEVICES) if holdout else rng.choice(DEVICES[:3] + ["tv"])
         if rng.random() > miss:
-            r["hour"] = rng.randrange(24) if rng.random() < 0.97 else rng.choice([-1, 30, 99])
+            r["hour"] = rng.randrange(24) if rng.random() < 0.95 else rng.choice([-1, 24, 30, 99])
+        if rng.random() > miss:
+            r["zip"] = rng.randrange(10000, 10200) if rng.random() < 0.9 else rng.choice([-1, 0, -77, 2**62, -2**63])
+        if rng.random() > miss:
+            r["slot"] = rng.choice([3, 7, 11, 42, 42, 5, -1])
+        if rng.random() > miss:
+            r["dow"] = rng.randrange(7)
         k = rng.choice([0, 0, 1, 2, 3])
         if k:
             r["tags"] = rng.sample(TAGS, k)
+            if holdout and rng.random() < 0.1:
+                r["tags"].append(rng.choice(ODD + ["t1"]))     # a new tag, "" (kept: a sparse input drops nothing), a repeat
         # a synthetic click model
         z = -1.0 + 0.03 * (r.get("age", 35) - 40) + (0.4 if r.get("device") == "ios" else 0)
         z += 0.6 * math.sin(zlib.crc32(r.get("city", "").encode()) % 7) + 0.2 * len(r.get("tags", []))
+        z += 0.3 * (r.get("slot") == 42) - 0.2 * (r.get("dow", 0) in (5, 6)) + 0.1 * math.cos(r.get("hour", 0))
         labels.append(1.0 if rng.random() < 1 / (1 + math.exp(-z)) else 0.0)
         rows.append(r)
     return rows, labels
 
 
-def feed_arrays(spec, rows):
-    """numpy arrays per input (dense: defaults filled) and sparse triples."""
-    out = {}
-    n = len(rows)
-    for inp in spec["inputs"]:
-        name = inp["name"]
-        if inp.get("sparse"):
+def feed_arrays(rows):
+    """numpy arrays per input: dense ones [n, 1] with the defaults filled, tags as a sparse triple."""
+    import numpy as np
+    out, n = {}, len(rows)
+    for name, t in INPUT_TYPES.items():
+        if name == "tags":
             idx, vals = [], []
             for r, row in enumerate(rows):
                 for k, v in enumerate(row.get(name, [])):
                     idx.append([r, k])
                     vals.append(v.encode())
-            out[name] = (np.array(idx, dtype=np.int64).reshape(-1, 2), np.array(vals, dtype=object), [n, 3])
+            width = max([len(row.get(name, [])) for row in rows] + [1])
+            out[name] = (np.array(idx, dtype=np.int64).reshape(-1, 2), np.array(vals, dtype=object), [n, width])
+            continue
+        col = [row.get(name, DEFAULTS[name]) for row in rows]
+        if t == "string":
+            out[name] = np.array([v.encode() for v in col], dtype=object).reshape(n, 1)
         else:
-            d = tf_export.input_default(inp)
-            col = [row.get(name, d) for row in rows]
-            if inp["dtype"] == "string":
-                out[name] = np.array([v.encode() for v in col], dtype=object).reshape(n, 1)
-            elif inp["dtype"] == "int64":
-                out[name] = np.array(col, dtype=np.int64).reshape(n, 1)
-            else:
-                out[name] = np.array(col, dtype=np.float32).reshape(n, 1)
+            out[name] = np.array(col, dtype=np.int64 if t == "int64" else np.float32).reshape(n, 1)
     return out
 
 
-def train_and_predict(spec, train, labels, test, steps, ckpt_dir, rng):
-    import tensorflow as tf
+def tf_tensors(tf, rows):
+    arr = feed_arrays(rows)
+    return {k: tf.SparseTensor(*v) if isinstance(v, tuple) else tf.constant(v) for k, v in arr.items()}
+
+
+def train_linear_model(tf, train, labels, test, steps, ckpt_dir):
+    import numpy as np
     tf.compat.v1.disable_eager_execution()
     g = tf.Graph()
     with g.as_default():
         tf.compat.v1.set_random_seed(7)
         ph = {}
-        for inp in spec["inputs"]:
-            dt = {"float32": tf.float32, "int64": tf.int64, "string": tf.string}[inp["dtype"]]
-            ph[inp["name"]] = tf.compat.v1.sparse_placeholder(dt, name=inp["name"]) if inp.get("sparse") \
-                else tf.compat.v1.placeholder(dt, [None, 1], name=inp["name"])
+        for name, t in INPUT_TYPES.items():
+            dt = {"float32": tf.float32, "int64": tf.int64, "string": tf.string}[t]
+            ph[name] = tf.compat.v1.sparse_placeholder(dt, name=name) if name == "tags" \
+                else tf.compat.v1.placeholder(dt, [None, 1], name=name)
         y = tf.compat.v1.placeholder(tf.float32, [None, 1])
-        logits = tf.compat.v1.feature_column.linear_model(ph, tf_export.tf_columns(spec))
+        cols = feature_columns(tf)
+        logits = tf.compat.v1.feature_column.linear_model(ph, cols)
         prob = tf.sigmoid(logits)
         loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=y, logits=logits))
         train_op = tf.compat.v1.train.FtrlOptimizer(0.2, l1_regularization_strength=0.001).minimize(loss)
         saver = tf.compat.v1.train.Saver()
 
         def feed(rows, lab=None):
-            arr = feed_arrays(spec, rows)
-            fd = {}
-            for name, p in ph.items():
-                if isinstance(arr[name], tuple):
-                    fd[p] = tf.compat.v1.SparseTensorValue(*arr[name])
-                else:
-                    fd[p] = arr[name]
+            arr = feed_arrays(rows)
+            fd = {p: tf.compat.v1.SparseTensorValue(*arr[k]) if isinstance(arr[k], tuple) else arr[k]
+                  for k, p in ph.items()}
             if lab is not None:
                 fd[y] = np.array(lab, dtype=np.float32).reshape(-1, 1)
             return fd
@@ -175,111 +198,44 @@ def train_and_predict(spec, train, labels, test, steps, ckpt_dir, rng):
                 sess.run(train_op, feed(train[i:i + bs], labels[i:i + bs]))
             final_loss = sess.run(loss, feed(train[:4000], labels[:4000]))
             path = saver.save(sess, os.path.join(ckpt_dir, "model.ckpt"))
-            p = sess.run(prob, feed(test)).reshape(-1)
-    return path, p, float(final_loss)
+            p = sess.run(prob, feed(test)).reshape(-1).astype(np.float64)
+    return cols, path, p, float(final_loss)
 
 
-def train_keras(spec, train, labels, test, work):
-    """A tf_keras model over the description's columns; returns (SavedModel dir, predictions) or (None, why)."""
+def train_keras(tf, train, labels, test, work):
+    """(live model, SavedModel dir, predictions, columns) or (None, why, None, None)."""
+    import numpy as np
     try:
         import tf_keras as keras
     except ImportError:
-        return None, "tf_keras not importable (pip install tf_keras)"
-    import tensorflow as tf
+        return None, "tf_keras not importable (pip install tf_keras)", None, None
     tf.random.set_seed(7)
     inputs = {}
-    for inp in spec["inputs"]:
-        dt = {"float32": tf.float32, "int64": tf.int64, "string": tf.string}[inp["dtype"]]
-        sparse = bool(inp.get("sparse"))
-        inputs[inp["name"]] = keras.Input(shape=(None,) if sparse else (1,), sparse=sparse, dtype=dt, name=inp["name"])
-    x = keras.layers.DenseFeatures(tf_export.keras_wrap(spec), name="features")(inputs)
+    for name, t in INPUT_TYPES.items():
+        dt = {"float32": tf.float32, "int64": tf.int64, "string": tf.string}[t]
+        sparse = name == "tags"
+        inputs[name] = keras.Input(shape=(None,) if sparse else (1,), sparse=sparse, dtype=dt, name=name)
+    cols = keras_columns(tf, feature_columns(tf))
+    x = keras.layers.DenseFeatures(cols, name="features")(inputs)
     out = keras.layers.Dense(1, activation="sigmoid", name="logit")(x)
     model = keras.Model(inputs, out)
     model.compile(optimizer=keras.optimizers.Ftrl(0.2, l1_regularization_strength=0.001), loss="binary_crossentropy")
-    model.fit(tf_export.tf_features(spec, train), np.array(labels, np.float32).reshape(-1, 1),
-              batch_size=512, epochs=2, verbose=0)
+    model.fit(tf_tensors(tf, train), np.array(labels, np.float32).reshape(-1, 1), batch_size=512, epochs=2, verbose=0)
     path = os.path.join(work, "keras_model")
     model.save(path)
-    p = model.predict(tf_export.tf_features(spec, test), batch_size=4096, verbose=0).reshape(-1).astype(np.float64)
-    return path, p
+    p = model.predict(tf_tensors(tf, test), batch_size=4096, verbose=0).reshape(-1).astype(np.float64)
+    return model, path, p, cols
 
 
-# ---- wisp through ctypes ----------------------------------------------------------------
+# ---- wisp ---------------------------------------------------------------------------------------
 
-def wisp_lib():
-    lib = tf_export.load_lib()
-    vp, sz, u64, c_int = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_int
-    P = ctypes.POINTER
-    sigs = {
-        "wisp_engine_new": ([c_int, P(vp)], c_int), "wisp_engine_free": ([vp], None),
-        "wisp_engine_gpu_count": ([vp], c_int),
-        "wisp_model_load": ([vp, ctypes.c_char_p, P(vp)], c_int), "wisp_model_free": ([vp], None),
-        "wisp_columns_from_model": ([vp, P(vp)], c_int), "wisp_columns_free": ([vp], None),
-        "wisp_raw_new": ([vp, vp, P(vp)], c_int), "wisp_raw_free": ([vp], None),
-        "wisp_raw_set_schema": ([vp, ctypes.c_char_p, c_int], c_int),
-        "wisp_raw_parse_tsv": ([vp, ctypes.c_char_p, sz, c_int, sz, P(u64), P(sz)], c_int),
-        "wisp_raw_parse_jsonl": ([vp, ctypes.c_char_p, sz, c_int, sz, P(u64), P(sz)], c_int),
-        "wisp_raw_bad_count": ([vp], sz),
-        "wisp_batch_new": ([vp, P(vp)], c_int), "wisp_batch_free": ([vp], None),
-        "wisp_batch_rows": ([vp], sz), "wisp_batch_bad_count": ([vp], sz),
-        "wisp_transform": ([vp, vp], c_int),
-        "wisp_session_new": ([vp, vp, ctypes.c_char_p, P(vp)], c_int), "wisp_session_free": ([vp], None),
-        "wisp_session_score": ([vp, vp, P(ctypes.c_float)], c_int),
-        "wisp_session_score_raw": ([vp, vp, P(ctypes.c_float)], c_int),
-        "wisp_session_last_device": ([vp], ctypes.c_char_p),
-    }
-    for name, (args, res) in sigs.items():
-        f = getattr(lib, name)
-        f.argtypes, f.restype = args, res
-    return lib
+def as_columns(rows):
+    """The held-out rows as a dict of columns for the package (None: missing; tags: a list per row)."""
+    return {name: [r.get(name, [] if name == "tags" else None) for r in rows] for name in INPUT_TYPES}
 
 
-def check(lib, rc, what):
-    if rc != 0:
-        raise SystemExit("tf_parity: %s failed: %s" % (what, lib.wisp_errmsg().decode()))
-
-
-def wisp_scores(lib, model_path, text, fmt, devices):
-    eng, m, cols, raw, b = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
-    check(lib, lib.wisp_engine_new(1, ctypes.byref(eng)), "engine")
-    check(lib, lib.wisp_model_load(eng, model_path.encode(), ctypes.byref(m)), "load")
-    check(lib, lib.wisp_columns_from_model(m, ctypes.byref(cols)), "columns")
-    check(lib, lib.wisp_raw_new(eng, cols, ctypes.byref(raw)), "raw")
-    data = text.encode()
-    line, used = ctypes.c_uint64(0), ctypes.c_size_t(0)
-    t0 = time.perf_counter()
-    if fmt == "tsv":
-        check(lib, lib.wisp_raw_set_schema(raw, b"header", ord("\t")), "schema")
-        check(lib, lib.wisp_raw_parse_tsv(raw, data, len(data), 1, 0, ctypes.byref(line), ctypes.byref(used)), "parse")
-    else:
-        check(lib, lib.wisp_raw_parse_jsonl(raw, data, len(data), 1, 0, ctypes.byref(line), ctypes.byref(used)), "parse")
-    if lib.wisp_raw_bad_count(raw):
-        raise SystemExit("tf_parity: %d bad rows in the %s text" % (lib.wisp_raw_bad_count(raw), fmt))
-    check(lib, lib.wisp_batch_new(eng, ctypes.byref(b)), "batch")
-    check(lib, lib.wisp_transform(raw, b), "transform")
-    t1 = time.perf_counter()
-    n = lib.wisp_batch_rows(b)
-    results = {}
-    for dev in devices:
-        s = ctypes.c_void_p()
-        check(lib, lib.wisp_session_new(eng, m, dev.encode(), ctypes.byref(s)), "session")
-        out = (ctypes.c_float * n)()
-        check(lib, lib.wisp_session_score(s, b, out), "score")
-        results[lib.wisp_session_last_device(s).decode()] = list(out)
-        # the fused path: raw columns -> probabilities (on a GPU, the transform runs there too)
-        out2 = (ctypes.c_float * n)()
-        check(lib, lib.wisp_session_score_raw(s, raw, out2), "score_raw")
-        results["raw@" + lib.wisp_session_last_device(s).decode()] = list(out2)
-        lib.wisp_session_free(s)
-    gpus = lib.wisp_engine_gpu_count(eng)
-    for f, h in (("wisp_batch_free", b), ("wisp_raw_free", raw), ("wisp_columns_free", cols), ("wisp_model_free", m),
-                 ("wisp_engine_free", eng)):
-        getattr(lib, f)(h)
-    return results, t1 - t0, gpus
-
-
-def to_tsv(spec, rows):
-    names = [i["name"] for i in spec["inputs"] if not i.get("sparse")]
+def to_tsv(rows):
+    names = [n for n in INPUT_TYPES if n != "tags"]
     lines = ["label\t" + "\t".join(names)]
     for r in rows:
         f = ["0"]
@@ -290,30 +246,63 @@ def to_tsv(spec, rows):
     return "\n".join(lines) + "\n"
 
 
+def tsv_safe(r):
+    return not r.get("tags") and all("\t" not in v and "\n" not in v for v in (r.get("city"), r.get("device")) if v)
+
+
+def cli_scores(cli, model, text, fmt, device):
+    p = subprocess.run([cli, "score", "-m", model, "-f", fmt, "-d", device], input=text.encode(),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if p.returncode != 0:
+        raise SystemExit("tf_parity: wisp score -f %s -d %s failed (%d): %s" % (fmt, device, p.returncode,
+                                                                             p.stderr.decode()[-2000:]))
+    return [float(x) for x in p.stdout.split()]
+
+
+def cli_devices(cli):
+    out = subprocess.run([cli, "devices"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT).stdout.decode()
+    gpus = sorted(set(int(m) for m in re.findall(r"^gpu:(\d+)", out, re.M)))
+    return ["cpu"] + ["gpu:%d" % i for i in gpus] + (["gpus"] if len(gpus) > 1 else [])
+
+
+def worst(p, ref, idx=None):
+    ref = [ref[i] for i in idx] if idx is not None else ref
+    if len(p) != len(ref):
+        return float("inf")
+    return max([abs(float(a) - float(b)) for a, b in zip(p, ref)] + [0.0])
+
+
+def wisp_compare(wisp, cli, model_path, test, jsonl, p_ref, devices, tag, res):
+    """The package on `devices` (a dict of columns), the CLI on each of its devices (JSON lines) and on the CPU (TSV)."""
+    m = wisp.load(model_path)
+    cols = as_columns(test)
+    for dev in devices:
+        res["%s/dict@%s" % (tag, dev)] = worst(m.score(cols, device=dev, errors="raise"), p_ref)
+    for dev in cli_devices(cli):
+        res["%s/jsonl@%s" % (tag, dev)] = worst(cli_scores(cli, model_path, jsonl, "jsonl", dev), p_ref)
+    safe = [i for i, r in enumerate(test) if tsv_safe(r)]
+    res["%s/tsv@cpu" % tag] = worst(cli_scores(cli, model_path, to_tsv([test[i] for i in safe]), "tsv", "cpu"),
+                                    p_ref, safe)
+    return m, len(safe)
+
+
 def replay(a):
-    """Score the kept held-out rows on every device and compare with the kept TensorFlow predictions."""
+    """Score the kept held-out rows on every device with the CLI and compare with the kept predictions."""
     with open(os.path.join(a.replay, "p_tf.json")) as f:
         kept = json.load(f)
     with open(os.path.join(a.replay, "test.jsonl")) as f:
         jsonl = f.read()
-    model_path = os.path.join(a.replay, "model.wisp")
-    lib = wisp_lib()
-    probe = wisp_scores(lib, model_path, "", "jsonl", ["cpu"])
-    ngpu = probe[2]
-    devices = ["cpu"] + (["gpu:%d" % i for i in range(ngpu)] + (["gpus"] if ngpu > 1 else []) if ngpu else [])
-    res, _, _ = wisp_scores(lib, model_path, jsonl, "jsonl", devices)
-    worst = {dev: max(abs(float(x) - y) for x, y in zip(p, kept["p_tf"])) for dev, p in res.items()}
-    ok = len(res) == 2 * len(devices)           # score and score_raw on each
-    kmodel = os.path.join(a.replay, "keras.wisp")
-    if "p_keras" in kept and os.path.exists(kmodel):
-        res_k, _, _ = wisp_scores(lib, kmodel, jsonl, "jsonl", devices)
-        ok = ok and len(res_k) == 2 * len(devices)
-        for dev, p in res_k.items():
-            worst["keras/" + dev] = max(abs(float(x) - y) for x, y in zip(p, kept["p_keras"]))
-    ok = ok and all(v <= a.tol for v in worst.values())
-    print("tf_parity --replay: %s: %d rows, TensorFlow %s, max |p_wisp - p_tf| by device: %s (tol %g); %d GPU(s)" % (
+    devices = cli_devices(a.wisp)
+    res = {}
+    for fname, key in (("model.wisp", "p_tf"), ("keras.wisp", "p_keras")):
+        path = os.path.join(a.replay, fname)
+        if key in kept and os.path.exists(path):
+            for dev in devices:
+                res["%s@%s" % (fname, dev)] = worst(cli_scores(a.wisp, path, jsonl, "jsonl", dev), kept[key])
+    ok = bool(res) and all(v <= a.tol for v in res.values())
+    print("tf_parity --replay: %s: %d rows, TensorFlow %s, max |p_wisp - p_tf|: %s (tol %g); devices %s" % (
         "ok" if ok else "FAILED", len(kept["p_tf"]), kept["tensorflow"],
-        ", ".join("%s %.2e" % kv for kv in sorted(worst.items())), a.tol, ngpu))
+        ", ".join("%s %.2e" % kv for kv in sorted(res.items())), a.tol, ", ".join(devices)))
     return 0 if ok else 1
 
 
@@ -322,74 +311,77 @@ def main():
     ap.add_argument("--train", type=int, default=20000)
     ap.add_argument("--test", type=int, default=3000)
     ap.add_argument("--steps", type=int, default=400)
-    ap.add_argument("--tol", type=float, default=1e-5)
+    ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--wisp", default=os.environ.get("WISP_CLI") or os.path.join(ROOT, "build", "wisp"),
+                    help="the wisp CLI (default $WISP_CLI, else build/wisp)")
     ap.add_argument("--no-keras", action="store_true", help="skip the Keras (tf_keras) model")
-    ap.add_argument("--keep", help="keep the checkpoint, model, held-out rows and predictions in this directory")
-    ap.add_argument("--replay", help="compare wisp with the predictions kept in this directory (no TensorFlow)")
+    ap.add_argument("--keep", help="keep the checkpoint, models, held-out rows and predictions in this directory")
+    ap.add_argument("--replay", help="compare `wisp score` with the predictions kept in this directory (no TensorFlow)")
     a = ap.parse_args()
+    if not os.access(a.wisp, os.X_OK):
+        raise SystemExit("tf_parity: the wisp CLI %s is missing (make, or --wisp)" % a.wisp)
     if a.replay:
         return replay(a)
+    import numpy as np  # noqa: F401
+    import tensorflow as tf
+    try:
+        import wisp
+    except ImportError as e:
+        raise SystemExit("tf_parity: `import wisp` fails (%s): install the package into this interpreter's venv "
+                         "(make test-interop does: pip install . into $(BUILD)/interop-venv)" % e)
     rng = random.Random(a.seed)
-    spec = description()
     train, labels = gen_rows(a.train, rng, False)
     test, _ = gen_rows(a.test, rng, True)
     work = a.keep or tempfile.mkdtemp(prefix="wisp_tf_parity_")
     os.makedirs(work, exist_ok=True)
-    kpath, p_k, t_keras = None, "--no-keras", 0.0
-    if not a.no_keras:       # first: train_and_predict turns eager execution off for good
+    devices = ["cpu"] + (["auto"] if any(d.get("usable") for d in wisp.devices()[1:]) else [])
+    jsonl = "\n".join(json.dumps(r, ensure_ascii=False) for r in test) + "\n"
+    res, notes = {}, []
+    sparse = {"tags": {"sparse": True}}
+
+    kmodel, kpath, p_k, kcols = None, "--no-keras", None, None
+    if not a.no_keras:       # first: train_linear_model turns eager execution off for good
         t0 = time.perf_counter()
-        kpath, p_k = train_keras(spec, train, labels, test, work)
-        t_keras = time.perf_counter() - t0
+        kmodel, kpath, p_k, kcols = train_keras(tf, train, labels, test, work)
+        if kmodel is None:
+            notes.append("Keras SKIPPED: " + kpath)
+        else:
+            live = os.path.join(work, "keras_live.wisp")
+            wisp.from_tensorflow(None, kmodel, live, normalizers=NORMALIZERS)           # its own columns, Inputs
+            wisp_compare(wisp, a.wisp, live, test, jsonl, p_k, devices, "keras-live", res)
+            saved = os.path.join(work, "keras.wisp")
+            wisp.from_tensorflow(kcols, kpath, saved, normalizers=NORMALIZERS)          # the SavedModel directory
+            wisp_compare(wisp, a.wisp, saved, test, jsonl, p_k, devices, "keras-saved", res)
+            notes.append("Keras: mean p %.4f, training %.1fs" % (float(np.mean(p_k)), time.perf_counter() - t0))
     t0 = time.perf_counter()
-    ckpt, p_tf, loss = train_and_predict(spec, train, labels, test, a.steps, work, rng)
+    cols, ckpt, p_tf, loss = train_linear_model(tf, train, labels, test, a.steps, work)
     t_train = time.perf_counter() - t0
+    model_path = os.path.join(work, "model.wisp")
+    m = wisp.from_tensorflow(cols, ckpt, model_path, inputs=sparse, normalizers=NORMALIZERS)
+    _, n_tsv = wisp_compare(wisp, a.wisp, model_path, test, jsonl, p_tf, devices, "linear", res)
     spec_path = os.path.join(work, "columns.json")
     with open(spec_path, "w") as f:
-        json.dump(spec, f, indent=1)
-    model_path = os.path.join(work, "model.wisp")
-    env = dict(os.environ)
+        json.dump(m.columns, f, indent=1)
+    # scripts/tools/tf_export.py, the wrapper for a hand-written description: the one just written, the same checkpoint
+    exported = os.path.join(work, "tf_export.wisp")
     subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "tools", "tf_export.py"), "--columns", spec_path,
-                    "--checkpoint", ckpt, "--out", model_path], check=True, env=env, stdout=subprocess.DEVNULL)
-    lib = wisp_lib()
-    # held-out rows: the dense inputs as TSV would lose the sparse tags, so TSV covers a
-    # description without them... instead: JSON lines carry everything, TSV the rows without tags
-    jsonl = "\n".join(json.dumps(r) for r in test) + "\n"
-    probe = wisp_scores(lib, model_path, "", "jsonl", ["cpu"])
-    devices = ["cpu"] + (["auto"] if probe[2] > 0 else [])
-    res_j, t_j, _ = wisp_scores(lib, model_path, jsonl, "jsonl", devices)
-    no_tags = [i for i, r in enumerate(test) if not r.get("tags")]
-    res_t, t_t, _ = wisp_scores(lib, model_path, to_tsv(spec, [test[i] for i in no_tags]), "tsv", ["cpu"])
-    worst = {}
-    for dev, p in res_j.items():
-        worst["jsonl/" + dev] = float(np.max(np.abs(np.array(p, dtype=np.float64) - p_tf)))
-    worst["tsv/cpu"] = float(np.max(np.abs(np.array(res_t["cpu"], dtype=np.float64) - p_tf[no_tags])))
-    keras_note = ""
-    if not a.no_keras:
-        if kpath is None:
-            keras_note = "; Keras SKIPPED: " + p_k
-        else:
-            kmodel = os.path.join(work, "keras.wisp")
-            subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "tools", "tf_export.py"), "--columns", spec_path,
-                            "--keras", kpath, "--out", kmodel], check=True, env=env, stdout=subprocess.DEVNULL)
-            res_k, _, _ = wisp_scores(lib, kmodel, jsonl, "jsonl", devices)
-            for dev, p in res_k.items():
-                worst["keras-jsonl/" + dev] = float(np.max(np.abs(np.array(p, dtype=np.float64) - p_k)))
-            keras_note = "; Keras model: mean p %.4f, training %.1fs" % (float(np.mean(p_k)), t_keras)
+                    "--checkpoint", ckpt, "--out", exported], check=True, stdout=subprocess.DEVNULL)
+    res["tf_export/jsonl@cpu"] = worst(cli_scores(a.wisp, exported, jsonl, "jsonl", "cpu"), p_tf)
     if a.keep:
-        import tensorflow as tf
         with open(os.path.join(work, "test.jsonl"), "w") as f:
             f.write(jsonl)
         with open(os.path.join(work, "p_tf.json"), "w") as f:
             kept = {"tensorflow": tf.__version__, "p_tf": [float(x) for x in p_tf]}
-            if kpath is not None:
+            if p_k is not None:
                 kept["p_keras"] = [float(x) for x in p_k]      # for keras.wisp, kept next to model.wisp
             json.dump(kept, f)
-    ok = all(v <= a.tol for v in worst.values())
-    print("tf_parity: %s: %d held-out rows (%d via TSV), TensorFlow %s, train loss %.4f, max |p_wisp - p_tf|: %s "
-          "(tol %g); mean p %.4f; training %.1fs, wisp parse+transform %.1f ms%s" % (
-              "ok" if ok else "FAILED", len(test), len(no_tags), __import__("tensorflow").__version__, loss,
-              ", ".join("%s %.2e" % kv for kv in sorted(worst.items())), a.tol, float(np.mean(p_tf)), t_train, 1e3 * t_j, keras_note))
+    ok = all(v <= a.tol for v in res.values())
+    print("tf_parity: %s: %d held-out rows (%d via TSV), TensorFlow %s, %d columns, train loss %.4f, max |p_wisp - "
+          "p_tf|: %s (tol %g); mean p %.4f; training %.1fs%s" % (
+              "ok" if ok else "FAILED", len(test), n_tsv, tf.__version__, len(m.columns["columns"]), loss,
+              ", ".join("%s %.2e" % kv for kv in sorted(res.items())), a.tol, float(np.mean(p_tf)), t_train,
+              "".join("; " + n for n in notes)))
     return 0 if ok else 1
 
 

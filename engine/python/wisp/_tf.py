@@ -137,9 +137,7 @@ def _normalizer(col, key, normalizers):
     fn = getattr(col, "normalizer_fn", None)
     decl = (normalizers or {}).get(key)
     if fn is None:
-        if decl is not None:
-            _fail("normalizers[%r] is given but numeric_column(%r) has no normalizer_fn" % (key, key))
-        return None
+        return None         # (a declaration no column with a normalizer_fn uses is refused at the end)
     if decl is None:
         _fail("numeric_column(%r) has a normalizer_fn, which is Python code wisp cannot read; say what it computes "
               "with normalizers={%r: {'type': 'standard', 'mean': m, 'std': s}} ((x - m) / s) or {'type': 'affine', "
@@ -452,7 +450,11 @@ class _MappingReader:
 
 class _TFReader:
     def __init__(self, path):
-        import tensorflow as tf
+        try:
+            import tensorflow as tf
+        except ImportError:
+            _fail("reading the checkpoint %s needs TensorFlow (pip install tensorflow-cpu); without it, pass the "
+                  "weights as a mapping of variable names to arrays" % path)
         try:
             self.r = tf.train.load_checkpoint(path)
         except Exception as e:  # noqa: BLE001
@@ -615,6 +617,8 @@ def _weights_from_keras(model, feature_columns, inputs, normalizers, where):
     if kernel.ndim != 2 or kernel.shape[1] != 1 or bias.shape != (1,):
         _fail("%s: the Dense kernel has shape %s; wisp scores binary models (one logit)" % (where, kernel.shape))
     model_cols = list(getattr(df, "_feature_columns", None) or [])
+    if not model_cols:          # a revived (loaded) layer: its columns are in its config
+        model_cols = [_from_config(c) for c in (df.get_config().get("feature_columns") or [])]
     if not model_cols:
         _fail("%s: the DenseFeatures layer has no feature columns" % where)
     kin = _keras_inputs(model)
@@ -626,18 +630,18 @@ def _weights_from_keras(model, feature_columns, inputs, normalizers, where):
         theirs = {}
         for c in model_cols:     # the model's columns, their normalizers only present or absent
             _refuse_if_not_dense(c, where)
-            theirs[c.name] = c
+            got = _describe_loose(c, kin)
+            theirs[got["name"]] = got
         if set(mine) != set(theirs):
             _fail("%s: the model's columns are %s, the feature_columns given %s" % (where, sorted(theirs), sorted(mine)))
-        for n, c in theirs.items():
-            got = _describe_loose(c, kin)
+        for n, got in theirs.items():
             if _strip_normalizers(got) != _strip_normalizers(mine[n]) or _has_norm(got) != _has_norm(mine[n]):
                 _fail("%s: column %r differs from the one given: the model has %s, the feature_columns %s"
                       % (where, n, json.dumps(got)[:300], json.dumps(mine[n])[:300]))
     for c in cols:
         _refuse_if_not_dense(c, where)
     spec, slices = describe(cols, inputs, normalizers, kin)
-    byname = {c.name: c for c in cols}
+    byname = {sl[0]: c for sl, c in zip(slices, cols)}
     w = np.zeros(spec["num_features"], dtype=np.float32)
     row = 0
     for name, off, size in sorted(slices):          # DenseFeatures concatenates its columns sorted by name
@@ -651,6 +655,19 @@ def _weights_from_keras(model, feature_columns, inputs, normalizers, where):
     if row != kernel.shape[0]:
         _fail("%s: the Dense kernel has %d rows, the columns %d values" % (where, kernel.shape[0], row))
     return spec, w, float(bias[0])
+
+
+def _from_config(cfg):
+    """A serialized feature column ({"class_name", "config"}, as DenseFeatures' get_config writes it) as an
+    object describe() reads: the class name and the fields; a normalizer_fn is its name, not the function."""
+    if isinstance(cfg, dict) and set(cfg) >= {"class_name", "config"} and isinstance(cfg["config"], dict):
+        o = type(str(cfg["class_name"]), (), {})()
+        for k, v in cfg["config"].items():
+            setattr(o, k, _from_config(v))
+        return o
+    if isinstance(cfg, (list, tuple)):
+        return tuple(_from_config(v) for v in cfg)
+    return cfg
 
 
 def _refuse_if_not_dense(c, where):
