@@ -711,7 +711,8 @@ local function repository_load(name)
     slot.unloaded = nil
     if not S.engine then return nil, 503, "this worker has no engine" end
     local ok, err = sync_slot(slot, true, "repository load")
-    if not ok then return nil, 500, "failed to load '" .. name .. "': " .. tostring(err or "no version ready") end
+    -- 400 as Triton answers a failed load: what failed is the repository's content
+    if not ok then return nil, 400, "failed to load '" .. name .. "': " .. tostring(err or "no version ready") end
     return true
 end
 
