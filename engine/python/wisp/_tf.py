@@ -217,15 +217,15 @@ class _Describer:
             _fail("numeric_column(%r%s) has dtype %s; wisp reads float32 (or integer) inputs and would round a %s "
                   "value before bucketizing, where TensorFlow compares it as is" % (key, where, dt, dt))
         self.use(key, itype, "numeric_column(%r)" % key)
+        if itype != "float32" and getattr(col, "normalizer_fn", None) is not None:
+            _fail("numeric_column(%r) reads a %s input and has a normalizer; wisp normalizes float32 inputs only"
+                  % (key, dt))
         if self.loose:
             norm = None if getattr(col, "normalizer_fn", None) is None else {"type": "present"}
         else:
             norm = _normalizer(col, key, self.normalizers)
         if norm is not None:
             self.used_norm.add(key)
-            if itype != "float32":
-                _fail("numeric_column(%r) reads a %s input and has a normalizer; wisp normalizes float32 inputs only"
-                      % (key, dt))
         dv = getattr(col, "default_value", None)
         if dv is not None:
             vals = np.asarray(dv).reshape(-1)
