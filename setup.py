@@ -85,7 +85,7 @@ class build_wisp_ext(build_ext):
 
 ext = Extension(
     "wisp._wisp",
-    sources=["engine/python/wisp/_wisp.c", "engine/python/wisp/_wisp_raw.c"],
+    sources=["engine/python/wisp/_wisp.c", "engine/python/wisp/_wisp_raw.c", "engine/python/wisp/_wisp_dlpack.c"],
     depends=["engine/python/wisp/_wisp.h"],
     include_dirs=["engine/include"],                  # wisp.h only: never engine/internal.h
     define_macros=[] if LIMITED else [("WISP_NO_LIMITED_API", "1")],

@@ -17,6 +17,18 @@ hits every contender alike (best of --repeats rounds each):
     and nothing proportional to the input means no copy).
 Writes build/results/bench_python.json, or scripts/results/bench_python.json with --record
 (scripts/lib/record.py: the machine, commit, date and command around the figures).
+
+    python scripts/bench/bench_python.py --gpu [--build build] [--record] [--rows 1000000]
+
+On a CUDA machine (a CUDA build of the package, CuPy and/or PyTorch): 1M rows x 39
+features already in GPU memory, a 2^20-weight model, interleaved rounds: the
+device-resident C figure (bench_python_c --device: wisp_session_score_device on the
+arrays put on gpu:0 from C, answers to device and to host memory), Session.score of the
+same arrays as CuPy arrays and as PyTorch CUDA tensors (out="device" and host out), and
+PyTorch's EmbeddingBag(mode="sum", per_sample_weights) + sigmoid on the same tensors
+(the framework peer; no id is beyond the table: EmbeddingBag has no such rule). Parity:
+every GPU answer against the CPU session on the host arrays. Writes
+bench_python_gpu.json (build/results/, or scripts/results/ with --record).
 """
 import argparse
 import json
@@ -60,7 +72,7 @@ def best_per_call(f, iters, rounds=1):
 
 def c_timer(build, tmp):
     exe = os.path.join(tmp, "bench_python_c")
-    subprocess.run(["cc", "-O2", "-I" + os.path.join(ROOT, "engine/include"),
+    subprocess.run(["cc", "-O2", "-I" + os.path.join(ROOT, "engine/include"), "-I" + os.path.join(ROOT, "engine"),
                     os.path.join(ROOT, "scripts/bench/bench_python_c.c"), os.path.join(build, "libwisp.a"),
                     "-lxxhash", "-lm", "-lpthread", "-ldl", "-lrt", "-o", exe], check=True)
 
@@ -75,13 +87,122 @@ def c_timer(build, tmp):
     return run
 
 
+def gpu_main(args, command, rec):
+    """1M device-resident rows: C, CuPy, PyTorch, and PyTorch's EmbeddingBag, interleaved."""
+    build = os.path.abspath(args.build)
+    gpus = [d for d in wisp.devices() if d["device"] != "cpu" and d["usable"]]
+    if not gpus:
+        sys.exit("bench_python --gpu: no usable GPU (%s); is the package built with nvcc?" % wisp.devices()[0]["gpu_status"])
+    tmp = tempfile.mkdtemp(prefix="bench_python_gpu.")
+    nf, n = 1 << 20, args.rows
+    rng = np.random.default_rng(0)
+    w = rng.normal(0, 0.3, nf).astype(np.float32)
+    model_path = os.path.join(tmp, "m.wisp")
+    wisp.write_model(model_path, w, 0.1)
+    model = wisp.load(model_path)
+    sg, sc = model.session("gpu"), model.session("cpu")
+    ids = rng.integers(0, nf, size=(n, K), dtype=np.int32)
+    indptr = np.arange(0, n * K + 1, K, dtype=np.int32)
+    indices = ids.reshape(-1)
+    values = (rng.random(n * K, dtype=np.float32) + 0.5).astype(np.float32)
+    want = sc.score((indptr, indices, values))
+    exe = os.path.join(tmp, "bench_python_c")
+    subprocess.run(["cc", "-O2", "-I" + os.path.join(ROOT, "engine/include"), "-I" + os.path.join(ROOT, "engine"),
+                    os.path.join(ROOT, "scripts/bench/bench_python_c.c"), "-L" + build, "-lwisp",
+                    "-Wl,-rpath," + build, "-o", exe], check=True)
+    base = os.path.join(tmp, "x")
+    indptr.astype(np.uint32).tofile(base + ".rp")
+    indices.astype(np.uint32).tofile(base + ".id")
+    values.tofile(base + ".v")
+
+    def c_run():
+        r = subprocess.run([exe, "--device", model_path, base + ".rp", base + ".id", base + ".v", str(args.iters), "3", "0"],
+                           check=True, capture_output=True, text=True)
+        return json.loads(r.stdout)
+
+    contenders, parity, notes = {}, {}, []
+
+    def timed(f, sync):
+        f()
+        sync()
+        t0 = time.perf_counter_ns()
+        for _ in range(args.iters):
+            f()
+        sync()
+        return (time.perf_counter_ns() - t0) / args.iters
+
+    try:
+        import cupy as cp
+        X = (cp.asarray(indptr), cp.asarray(indices), cp.asarray(values))
+        got_host = sg.score(X)
+        got_dev = cp.asnumpy(cp.from_dlpack(sg.score(X, out="device")))
+        parity["cupy_host_out_max_abs_diff"] = float(np.max(np.abs(got_host - want)))
+        parity["cupy_device_out_max_abs_diff"] = float(np.max(np.abs(got_dev - want)))
+        assert sg.last_device.startswith("gpu"), sg.last_device
+        sync = cp.cuda.runtime.deviceSynchronize
+        contenders["python_cupy_device_out"] = (lambda: sg.score(X, out="device"), sync)
+        contenders["python_cupy_host_out"] = (lambda: sg.score(X), sync)
+    except ImportError:
+        notes.append("cupy not installed: no CuPy contender")
+    try:
+        import torch
+        T = (torch.from_numpy(indptr).cuda(), torch.from_numpy(indices).cuda(), torch.from_numpy(values).cuda())
+        got = torch.from_dlpack(sg.score(T, out="device")).cpu().numpy()
+        parity["torch_device_out_max_abs_diff"] = float(np.max(np.abs(got - want)))
+        sync = torch.cuda.synchronize
+        contenders["python_torch_device_out"] = (lambda: sg.score(T, out="device"), sync)
+        contenders["python_torch_host_out"] = (lambda: sg.score(T), sync)
+        W = torch.from_numpy(w).cuda().reshape(-1, 1)
+        off = T[0][:-1]
+
+        def embag():
+            z = torch.nn.functional.embedding_bag(T[1], W, off, mode="sum", per_sample_weights=T[2])
+            return torch.sigmoid(z.reshape(-1) + 0.1)
+        parity["torch_embedding_bag_max_abs_diff"] = float(np.max(np.abs(embag().cpu().numpy() - want)))
+        contenders["torch_embedding_bag_sum_sigmoid"] = (embag, sync)
+    except ImportError:
+        notes.append("torch not installed: no PyTorch contender and no EmbeddingBag peer")
+    rounds = {k: [] for k in contenders}
+    rounds["c_device_out_ns"], rounds["c_host_out_ns"] = [], []
+    for _ in range(args.repeats):
+        c = c_run()
+        rounds["c_device_out_ns"].append(c["device_out_best_ns"])
+        rounds["c_host_out_ns"].append(c["host_out_best_ns"])
+        for k, (f, sync) in contenders.items():
+            rounds[k].append(timed(f, sync))
+    best = {k: min(v) for k, v in rounds.items() if v}
+    ratios = {}
+    for k in best:
+        if k.startswith("python_"):
+            ref = best["c_device_out_ns"] if k.endswith("device_out") else best["c_host_out_ns"]
+            ratios[k + "_over_c"] = best[k] / ref
+    out = {
+        "script": "scripts/bench/bench_python.py", "command": command, "issue": 15, "wisp_version": wisp.version(),
+        "commit": record.commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "peers": "in results.best_ns_per_call: the device-resident C call (bench_python_c --device), and PyTorch's "
+                 "EmbeddingBag + sigmoid on the same tensors, interleaved in the same run",
+        "model": {"num_features": nf, "dtype": "f32"}, "device": gpus[0]["name"],
+        "rows": n, "features_per_row": K, "iters_per_round": args.iters,
+        "best_ns_per_call": best, "python_over_c": ratios, "target": "python within 1.1x of the device-resident C figure",
+        "parity_vs_cpu_session": parity, "rounds": rounds, "notes": notes,
+    }
+    path = record.out_path("bench_python_gpu.json", rec)
+    record.write(path, out, indent=1)
+    print(json.dumps({"best_ns_per_call": best, "python_over_c": ratios, "parity": parity}, indent=1))
+
+
 def main():
     command = " ".join(["python"] + sys.argv)
     rec = record.take_record_flag(sys.argv)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.environ.get("WISP_BUILD", os.path.join(ROOT, "build")))
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--gpu", action="store_true", help="the GPU benchmark (1M device-resident rows) instead")
+    ap.add_argument("--rows", type=int, default=1_000_000, help="--gpu: rows")
+    ap.add_argument("--iters", type=int, default=20, help="--gpu: calls per round")
     args = ap.parse_args()
+    if args.gpu:
+        return gpu_main(args, command, rec)
     build = os.path.abspath(args.build)
     tmp = tempfile.mkdtemp(prefix="bench_python.")
     rng = np.random.default_rng(0)

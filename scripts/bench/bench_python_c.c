@@ -1,6 +1,11 @@
-/* bench_python_c.c — the C side of scripts/bench/bench_python.py: times wisp_batch_wrap + wisp_session_score over CSR arrays read from files, in a C loop.
+/* bench_python_c.c — the C side of scripts/bench/bench_python.py: times wisp_batch_wrap + wisp_session_score over CSR arrays read from files, in a C loop; with --device, wisp_session_score_device over the same arrays copied to GPU memory first (the device-resident C figure).
  *
  *   bench_python_c MODEL ROWPTR.u32 IDS.u32 VALS.f32 ITERS REPEATS THREADS
+ *   bench_python_c --device MODEL ROWPTR.u32 IDS.u32 VALS.f32 ITERS REPEATS THREADS
+ *
+ * --device (linked against libwisp.so, whose test hooks wisp_cuda_test_alloc/copy put
+ * the arrays on gpu:0): a "gpu" session scores them in place, the answers to device
+ * memory ("device_out") and to host memory ("host_out"), each timed as the host path is.
  *
  * The arrays are the ones the Python side scores (written raw by bench_python.py).
  * Prints one JSON object: {"rows", "nnz", "best_ns_per_call", "median_ns_per_call"} over REPEATS
@@ -12,6 +17,7 @@
 #include <string.h>
 
 #include "wisp.h"
+#include "wisp_test.h"
 
 static void *slurp(const char *path, size_t *len)
 {
@@ -33,8 +39,58 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static uint64_t best_of(uint64_t *t, long repeats, uint64_t *median)
+{
+    qsort(t, (size_t)repeats, sizeof *t, cmp_u64);
+    *median = t[repeats / 2];
+    return t[0];
+}
+
+static int device_main(int argc, char **argv)
+{
+    size_t lp, li, lv;
+    uint32_t *row_ptr = slurp(argv[2], &lp), *ids = slurp(argv[3], &li);
+    float *vals = slurp(argv[4], &lv);
+    size_t rows = lp / 4 - 1, nnz = row_ptr[rows];
+    long iters = atol(argv[5]), repeats = atol(argv[6]);
+    wisp_engine *eng; wisp_model *m; wisp_session *s;
+    void *drp, *dids, *dvals, *dout;
+    if (wisp_engine_new(atoi(argv[7]), &eng) || wisp_model_load(eng, argv[1], &m) || wisp_session_new(eng, m, "gpu", &s) ||
+        wisp_cuda_test_alloc(0, lp, &drp) || wisp_cuda_test_alloc(0, nnz * 4, &dids) ||
+        wisp_cuda_test_alloc(0, nnz * 4, &dvals) || wisp_cuda_test_alloc(0, rows * 4, &dout) ||
+        wisp_cuda_test_copy(drp, row_ptr, lp) || wisp_cuda_test_copy(dids, ids, nnz * 4) ||
+        wisp_cuda_test_copy(dvals, vals, nnz * 4)) {
+        fprintf(stderr, "%s\n", wisp_errmsg());
+        return 1;
+    }
+    float *out = malloc(rows * sizeof *out);
+    uint64_t *t = malloc((size_t)repeats * sizeof *t), best[2], med[2];
+    for (int mode = 0; mode < 2; mode++) {                 /* 0: out on the device, 1: out in host memory */
+        for (long rep = -1; rep < repeats; rep++) {
+            uint64_t t0 = wisp_clock_ns();
+            for (long i = 0; i < iters; i++)
+                if (wisp_session_score_device(s, rows, drp, 32, (const int32_t *)dids, dvals, NULL, mode ? out : dout, !mode)) {
+                    fprintf(stderr, "%s\n", wisp_errmsg());
+                    return 1;
+                }
+            if (rep >= 0) t[rep] = (wisp_clock_ns() - t0) / (uint64_t)iters;
+        }
+        best[mode] = best_of(t, repeats, &med[mode]);
+    }
+    printf("{\"rows\": %zu, \"nnz\": %zu, \"device_out_best_ns\": %llu, \"device_out_median_ns\": %llu, "
+           "\"host_out_best_ns\": %llu, \"host_out_median_ns\": %llu, \"last_device\": \"%s\", \"checksum\": %.9g}\n",
+           rows, nnz, (unsigned long long)best[0], (unsigned long long)med[0], (unsigned long long)best[1],
+           (unsigned long long)med[1], wisp_session_last_device(s), (double)out[0]);
+    wisp_cuda_test_free(drp); wisp_cuda_test_free(dids); wisp_cuda_test_free(dvals); wisp_cuda_test_free(dout);
+    wisp_session_free(s);
+    wisp_model_free(m);
+    wisp_engine_free(eng);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 9 && !strcmp(argv[1], "--device")) return device_main(argc - 1, argv + 1);
     if (argc != 8) {
         fprintf(stderr, "usage: %s MODEL ROWPTR.u32 IDS.u32 VALS.f32 ITERS REPEATS THREADS\n", argv[0]);
         return 2;

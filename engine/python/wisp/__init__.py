@@ -30,7 +30,10 @@ For a model with feature columns, raw rows (a pandas DataFrame, a pyarrow
 Table/RecordBatch, a dict of columns) are transformed as TensorFlow does
 and scored (Session.score's docstring says how each is read).
 
-Not yet: GPU-resident inputs (DLPack, CUDA array interface).
+GPU-resident inputs (CuPy arrays, PyTorch CUDA tensors, CuPy/PyTorch sparse
+CSR: DLPack or the CUDA array interface) are scored on their GPU without a
+round trip through host memory, the answers to host memory or, with
+out="device", left on the GPU as a wisp.DeviceArray (Session.score).
 """
 import asyncio
 import concurrent.futures
@@ -41,11 +44,12 @@ import numpy as np
 
 from . import _profile, _raw, _wisp
 
-__all__ = ["load", "devices", "version", "set_threads", "write_model", "from_sklearn", "from_onnx", "from_tensorflow", "profile", "Model", "Session", "WispError", "BadRowError",
+__all__ = ["DeviceArray", "load", "devices", "version", "set_threads", "write_model", "from_sklearn", "from_onnx", "from_tensorflow", "profile", "Model", "Session", "WispError", "BadRowError",
            "InvalidArgumentError", "OutOfMemoryError", "WispIOError", "FormatError", "ChecksumError",
            "VersionError", "ParseError", "LimitError", "NoDeviceError", "DeviceError", "StateError"]
 
 __version__ = _wisp.version()
+DeviceArray = _wisp.DeviceArray
 
 
 # ---- errors ------------------------------------------------------------------------
@@ -383,6 +387,7 @@ _sparse_types = {}       # type -> whether it is a scipy.sparse matrix/array (as
 _csr_types = {}          # type -> whether it is a scipy.sparse CSR matrix/array (asked once per type)
 _empty = np.empty
 _f32 = np.float32
+_ndarray = np.ndarray
 
 
 def _is_scipy_csr(X):
@@ -400,6 +405,82 @@ def _is_scipy_sparse(X):
         mod = t.__module__ or ""
         known = _sparse_types[t] = mod.startswith("scipy.sparse") and hasattr(X, "tocsr") and hasattr(X, "format")
     return known
+
+
+# ---- GPU-resident inputs (DLPack, __cuda_array_interface__; _wisp_dlpack.c) -----------------
+
+def _dl_like(a):
+    """An array that comes through DLPack or the CUDA array interface (not numpy's own path)."""
+    return not isinstance(a, np.ndarray) and (hasattr(a, "__dlpack__") or hasattr(a, "__cuda_array_interface__"))
+
+
+def _device_csr(X):
+    """(indptr, indices, data) of a CuPy (cupyx.scipy.sparse) or PyTorch sparse CSR matrix, else None."""
+    mod = type(X).__module__ or ""
+    if mod.startswith("cupyx.scipy.sparse"):
+        if getattr(X, "format", None) != "csr":
+            X = X.tocsr()
+        return X.indptr, X.indices, X.data
+    if mod.startswith("torch") and str(getattr(X, "layout", "")) == "torch.sparse_csr":
+        return X.crow_indices(), X.col_indices(), X.values()
+    return None
+
+
+def _stream_handle(stream):
+    """A cudaStream_t as an int: an int, a CuPy Stream (.ptr) or a torch.cuda.Stream (.cuda_stream)."""
+    if stream is None or isinstance(stream, int):
+        return stream
+    for attr in ("cuda_stream", "ptr"):
+        h = getattr(stream, attr, None)
+        if isinstance(h, int):
+            return h
+    raise TypeError("stream must be an int (a cudaStream_t), a cupy.cuda.Stream or a torch.cuda.Stream, not %r"
+                    % type(stream).__name__)
+
+
+def _device_index(a):
+    d = getattr(a, "device", None)
+    for attr in ("id", "index"):            # cupy.cuda.Device.id, torch.device.index
+        v = getattr(d, attr, None)
+        if isinstance(v, int):
+            return v
+    return d if isinstance(d, int) else None
+
+
+def _length(a):
+    try:
+        return len(a)
+    except TypeError:
+        shape = getattr(a, "shape", None)
+        if shape is None:
+            cai = getattr(a, "__cuda_array_interface__", None)
+            shape = cai.get("shape") if isinstance(cai, dict) else None
+        if not shape:
+            raise TypeError("indptr (a %s) has no len() or shape" % type(a).__name__)
+        return int(shape[0])
+
+
+def _dev_convert(indptr, indices, values):
+    """CuPy/PyTorch arrays in the engine's GPU layout (indptr int32/int64, indices int32, values
+    float32, contiguous), converted on their device by their own library; None for others.
+    Indices beyond int32 are clipped to 2^31 - 1 (beyond any table a device reads: ignored and
+    counted), negative ones stay negative (bad rows)."""
+    mod = type(indices).__module__ or ""
+    big = 2 ** 31 - 1
+    if mod.startswith("cupy"):
+        import cupy
+        ip = indptr if str(indptr.dtype) in ("int32", "int64") else indptr.astype(cupy.int64)
+        ix = indices if str(indices.dtype) == "int32" else indices.clip(-big - 1, big).astype(cupy.int32)
+        vs = None if values is None else values.astype(cupy.float32, copy=False)
+        return (cupy.ascontiguousarray(ip), cupy.ascontiguousarray(ix),
+                None if vs is None else cupy.ascontiguousarray(vs))
+    if mod.startswith("torch"):
+        import torch
+        ip = indptr if indptr.dtype in (torch.int32, torch.int64) else indptr.to(torch.int64)
+        ix = indices if indices.dtype == torch.int32 else indices.clamp(-big - 1, big).to(torch.int32)
+        vs = None if values is None else values.to(torch.float32)
+        return ip.contiguous(), ix.contiguous(), None if vs is None else vs.contiguous()
+    return None
 
 
 # ---- Session ---------------------------------------------------------------------------
@@ -449,8 +530,9 @@ class Session:
         with self._lock:
             self._s.set_device(device)
 
-    def score(self, X, errors="nan"):
-        """Probabilities of the rows of X, a float32 numpy array of shape (n,).
+    def score(self, X, errors="nan", out=None, stream=None):
+        """Probabilities of the rows of X, a float32 numpy array of shape (n,)
+        (out="device": a wisp.DeviceArray on the GPU of X's arrays).
 
         X may be:
           - a scipy.sparse matrix or array (CSR read in place; other formats
@@ -466,11 +548,32 @@ class Session:
         float64 or integer values are converted once in C; other dtypes and
         layouts are converted by numpy first.
 
+        GPU-resident X: a tuple of CuPy arrays or PyTorch CUDA tensors (any
+        object with __dlpack__/__dlpack_device__, else __cuda_array_interface__),
+        a cupyx.scipy.sparse CSR matrix or a torch sparse CSR tensor is
+        scored on its GPU without a copy through host memory
+        (wisp_session_score_device_n: every row checked on the device). The
+        producer's stream is respected: __dlpack__(stream=S) is asked for the
+        stream S the engine works on (stream=: an int cudaStream_t, a
+        cupy.cuda.Stream or a torch.cuda.Stream; default the legacy default
+        stream), a __cuda_array_interface__ "stream" is worked on directly.
+        On the GPU: indptr int32/int64, indices int32, values float32, 1-D
+        contiguous, read in place; other dtypes are converted once on the
+        device by CuPy/PyTorch (indices clipped to int32). out="device"
+        leaves the answers on that GPU (a wisp.DeviceArray: cupy.from_dlpack
+        / torch.from_dlpack take it without a copy). On a "cpu" session (or
+        one on another GPU) the arrays are copied to host memory first;
+        without a usable GPU: NoDeviceError. Host DLPack producers (a torch
+        CPU tensor) are read in place as numpy arrays are. A negative index
+        or a broken indptr range on the GPU makes a bad row (NaN, listed).
+
         errors="nan" (default): bad rows score NaN and are listed in
         self.last_errors as (row, reason); errors="raise": BadRowError for
         the first bad row (self.last_errors still lists them all)."""
         if errors != "nan" and errors != "raise":
             raise ValueError('errors must be "nan" or "raise", not %r' % (errors,))
+        if out is not None or stream is not None:
+            return self._score_dl_call(X, errors, out, stream)
         bad = None
         prof = _profile.active
         if prof is not None:
@@ -482,7 +585,11 @@ class Session:
             csr = (X.indptr, X.indices, X.data)
         else:
             csr = None
-        if csr is not None:
+        if csr is not None and type(csr[0]) is not _ndarray and _dl_like(csr[0]):
+            with self._lock:                                  # GPU arrays, or a DLPack host producer
+                out, bad = self._score_dl(csr, None, None)
+                self.last_errors = bad
+        elif csr is not None:
             # the small-batch fast path: one type lookup, one output array, one C call
             out = _empty(max(len(csr[0]) - 1, 0), _f32)
             with self._lock:
@@ -507,10 +614,54 @@ class Session:
             raise BadRowError(row, reason, bad)
         return out
 
+    def _score_dl_call(self, X, errors, out, stream):
+        if out is not None and out != "device":
+            raise ValueError('out must be None (a numpy array) or "device", not %r' % (out,))
+        if type(X) is tuple and 2 <= len(X) <= 3:
+            csr = (X[0], X[1], X[2] if len(X) == 3 else None)
+        else:
+            csr = _device_csr(X)
+        if csr is None or not _dl_like(csr[0]):
+            raise ValueError("out=\"device\" and stream= take GPU arrays: a tuple of CuPy arrays or PyTorch CUDA "
+                             "tensors, or a CuPy/PyTorch sparse CSR matrix; got %s" % type(X).__name__)
+        prof = _profile.active
+        if prof is not None:
+            prof._begin(self)
+        with self._lock:
+            res, bad = self._score_dl(csr, out, stream)
+            self.last_errors = bad
+        if prof is not None:
+            prof._record(self, "score")
+        if bad and errors == "raise":
+            raise BadRowError(bad[0][0], bad[0][1], bad)
+        return res
+
+    def _score_dl(self, csr, out, stream):
+        s = self._s
+        if s is None:
+            raise StateError("the session is closed")
+        indptr, indices, values = csr
+        handle = _stream_handle(stream)
+        dev = _device_index(indptr)
+        host = None if out == "device" else np.empty(max(_length(indptr) - 1, 0), dtype=np.float32)
+        try:
+            bad, res = s.score_dlpack(indptr, indices, values, host, handle, dev)
+        except TypeError as e:
+            if isinstance(e, WispError):
+                raise
+            conv = _dev_convert(indptr, indices, values)
+            if conv is None:
+                raise
+            bad, res = s.score_dlpack(conv[0], conv[1], conv[2], host, handle, dev)
+        return res, bad
+
     def _score_locked(self, X):
         s = self._s
         if s is None:
             raise StateError("the session is closed")
+        dl = _device_csr(X)
+        if dl is not None:
+            return self._score_dl(dl, None, None)
         if type(X) is tuple:
             if len(X) == 3:
                 return self._csr(X[0], X[1], X[2])

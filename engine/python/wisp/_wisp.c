@@ -509,35 +509,24 @@ void wisp__py_finish_bad(bad_list *bad, float *out, size_t rows)
     }
 }
 
-/* score_csr(indptr, indices, values or None, out) -> [(row, reason)]
- *
- * In place (no copy): indptr int32/uint32 with indptr[0] == 0; indices
- * int32/uint32; values float32. Converted once here: indptr of other
- * integer types (or not starting at 0: a slice of a larger CSR), indices of
- * other integer types (negative: a bad row; >= 2^32: out of range),
- * values of float64 or integer types. */
-static PyObject *Session_score_csr(SessionObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* The CSR core over buffers already taken (score_csr's, and the DLPack host path's in
+ * _wisp_dlpack.c): bp indptr, bi indices, bv values (have_vals) or unused, bo the output
+ * (at least rows floats); checks, converts, scores. The bad-row list, or NULL with an
+ * exception. The buffers stay the caller's to release. */
+PyObject *wisp__py_score_csr_bufs(SessionObject *self, const arg_buf *bp, const arg_buf *bi, const arg_buf *bv,
+                                  int have_vals, const arg_buf *bo)
 {
-    /* METH_FASTCALL: the 10-row path pays no argument tuple */
-    if (nargs != 4) {
-        PyErr_Format(PyExc_TypeError, "score_csr(indptr, indices, values|None, out): 4 arguments, %zd given", nargs);
+    PyObject *result = NULL;
+    if (bp->kind == K_FLOAT || bi->kind == K_FLOAT || bp->kind == K_BOOL || bi->kind == K_BOOL) {
+        PyErr_SetString(PyExc_TypeError, "indptr and indices must be integer arrays");
         return NULL;
     }
-    PyObject *o_ptr = args[0], *o_idx = args[1], *o_val = args[2], *o_out = args[3];
-    arg_buf bp, bi, bv, bo;
-    memset(&bv, 0, sizeof bv); memset(&bi, 0, sizeof bi); memset(&bo, 0, sizeof bo);
-    PyObject *result = NULL;
-    int have_vals = o_val != Py_None;
-    if (wisp__py_get_buf(o_ptr, "indptr", 0, 1, &bp) < 0) goto done;
-    if (wisp__py_get_buf(o_idx, "indices", 0, 1, &bi) < 0) goto done;
-    if (have_vals && wisp__py_get_buf(o_val, "values", 0, 1, &bv) < 0) goto done;
-    if (bp.kind == K_FLOAT || bi.kind == K_FLOAT || bp.kind == K_BOOL || bi.kind == K_BOOL) {
-        PyErr_SetString(PyExc_TypeError, "indptr and indices must be integer arrays");
-        goto done;
+    if (bp->count < 1) { PyErr_SetString(PyExc_ValueError, "indptr is empty (it has rows + 1 entries)"); return NULL; }
+    size_t rows = (size_t)bp->count - 1;
+    if ((size_t)bo->count < rows) {
+        PyErr_Format(PyExc_ValueError, "out: %zd elements for %zu rows", bo->count, rows);
+        return NULL;
     }
-    if (bp.count < 1) { PyErr_SetString(PyExc_ValueError, "indptr is empty (it has rows + 1 entries)"); goto done; }
-    size_t rows = (size_t)bp.count - 1;
-    if (wisp__py_get_out(o_out, rows, &bo) < 0) goto done;
     if (wisp__py_enter(self) < 0) goto done;
 
     int st = WISP_OK, user_err = 0;
@@ -545,17 +534,17 @@ static PyObject *Session_score_csr(SessionObject *self, PyObject *const *args, P
     bad_list bad = { 0 };
     uint32_t *ptr_tmp = NULL, *ids_tmp = NULL;
     float *vals_tmp = NULL;
-    float *out = bo.view.buf;
+    float *out = bo->view.buf;
     uint64_t nf = wisp_model_num_features(((ModelObject *)self->model)->m);
     Py_BEGIN_ALLOW_THREADS
     const uint32_t *row_ptr, *ids;
     const float *vals = NULL;
     int neg;
-    uint64_t base = int_at(&bp, 0, &neg);
+    uint64_t base = int_at(bp, 0, &neg);
     if (neg) { user_err = 1; snprintf(msg, sizeof msg, "indptr[0] is negative"); goto unlocked; }
     /* row_ptr */
-    if (bp.size == 4 && base == 0 && bp.kind != K_BOOL) {
-        row_ptr = bp.view.buf;
+    if (bp->size == 4 && base == 0 && bp->kind != K_BOOL) {
+        row_ptr = bp->view.buf;
         /* an int32 indptr with negative entries reads as huge uint32: the
          * wrap's monotonicity check and the bound below refuse it */
     } else {
@@ -563,7 +552,7 @@ static PyObject *Session_score_csr(SessionObject *self, PyObject *const *args, P
         if (!ptr_tmp) { st = WISP_ENOMEM; snprintf(msg, sizeof msg, "out of memory converting indptr (%zu rows)", rows); goto unlocked; }
         uint64_t prev = base;
         for (size_t r = 0; r <= rows; r++) {
-            uint64_t v = int_at(&bp, r, &neg);
+            uint64_t v = int_at(bp, r, &neg);
             if (neg || v < prev) {
                 user_err = 1;
                 snprintf(msg, sizeof msg, "indptr decreases at row %zu (indptr[%zu] = %lld < indptr[%zu] = %lld)", r - 1,
@@ -584,35 +573,35 @@ static PyObject *Session_score_csr(SessionObject *self, PyObject *const *args, P
     {
         /* bounds: the rows' features lie inside indices (and values) */
         uint64_t nnz = row_ptr[rows];
-        for (size_t r = 0; r < rows && row_ptr == (const uint32_t *)bp.view.buf; r++)
+        for (size_t r = 0; r < rows && row_ptr == (const uint32_t *)bp->view.buf; r++)
             if (row_ptr[r + 1] < row_ptr[r]) {       /* the wrap says it too; say it in indptr's words */
                 user_err = 1;
                 snprintf(msg, sizeof msg, "indptr decreases at row %zu (indptr[%zu] = %u < indptr[%zu] = %u)", r, r + 1,
                          row_ptr[r + 1], r, row_ptr[r]);
                 goto unlocked;
             }
-        if (base + nnz > (uint64_t)bi.count) {
+        if (base + nnz > (uint64_t)bi->count) {
             user_err = 1;
             snprintf(msg, sizeof msg, "indptr[-1] = %llu but indices has %zd entries",
-                     (unsigned long long)(base + nnz), bi.count);
+                     (unsigned long long)(base + nnz), bi->count);
             goto unlocked;
         }
-        if (have_vals && base + nnz > (uint64_t)bv.count) {
+        if (have_vals && base + nnz > (uint64_t)bv->count) {
             user_err = 1;
             snprintf(msg, sizeof msg, "indptr[-1] = %llu but values has %zd entries",
-                     (unsigned long long)(base + nnz), bv.count);
+                     (unsigned long long)(base + nnz), bv->count);
             goto unlocked;
         }
         /* ids */
-        int ids_in_place = bi.size == 4;
+        int ids_in_place = bi->size == 4;
         if (ids_in_place) {
-            ids = (const uint32_t *)bi.view.buf + base;
+            ids = (const uint32_t *)bi->view.buf + base;
         } else {
             ids_tmp = malloc((nnz ? nnz : 1) * sizeof *ids_tmp);
             if (!ids_tmp) { st = WISP_ENOMEM; snprintf(msg, sizeof msg, "out of memory converting indices (%llu)", (unsigned long long)nnz); goto unlocked; }
             for (size_t r = 0; r < rows; r++)
                 for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++) {
-                    uint64_t v = int_at(&bi, base + k, &neg);
+                    uint64_t v = int_at(bi, base + k, &neg);
                     if (neg) { wisp__py_bad_add(&bad, r, BAD_NEG_INDEX, (int64_t)v, NULL); v = UINT32_MAX; }
                     ids_tmp[k] = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
                 }
@@ -620,14 +609,14 @@ static PyObject *Session_score_csr(SessionObject *self, PyObject *const *args, P
         }
         /* values */
         if (have_vals) {
-            if (bv.kind == K_FLOAT && bv.size == 4) {
-                vals = (const float *)bv.view.buf + base;     /* wisp_batch_wrap lists non-finite ones */
+            if (bv->kind == K_FLOAT && bv->size == 4) {
+                vals = (const float *)bv->view.buf + base;     /* wisp_batch_wrap lists non-finite ones */
             } else {
                 vals_tmp = malloc((nnz ? nnz : 1) * sizeof *vals_tmp);
                 if (!vals_tmp) { st = WISP_ENOMEM; snprintf(msg, sizeof msg, "out of memory converting values"); goto unlocked; }
                 for (size_t r = 0; r < rows; r++)
                     for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++) {
-                        double d = float_at(&bv, base + k);
+                        double d = float_at(bv, base + k);
                         vals_tmp[k] = (float)d;       /* 1e39 becomes inf: wrap lists the row */
                     }
                 vals = vals_tmp;
@@ -636,7 +625,7 @@ static PyObject *Session_score_csr(SessionObject *self, PyObject *const *args, P
         uint64_t oor0 = wisp_session_stat(self->s, WISP_STAT_OUT_OF_RANGE);
         st = score_wrapped(self, rows, row_ptr, ids, vals, out, &bad, msg, sizeof msg);
         int any_oor = st == WISP_OK && wisp_session_stat(self->s, WISP_STAT_OUT_OF_RANGE) != oor0;
-        if (st == WISP_OK && ids_in_place && bi.kind == K_INT && (nf > 0x80000000ull || any_oor))
+        if (st == WISP_OK && ids_in_place && bi->kind == K_INT && (nf > 0x80000000ull || any_oor))
             for (size_t r = 0; r < rows; r++)
                 for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++)
                     if ((int32_t)ids[k] < 0) { wisp__py_bad_add(&bad, r, BAD_NEG_INDEX, (int32_t)ids[k], NULL); break; }
@@ -650,6 +639,35 @@ unlocked:
     else if (st != WISP_OK) wisp__py_raise_status(st, msg);
     else result = wisp__py_bad_to_list(&bad);
     wisp__py_bad_free(&bad);
+done:
+    return result;
+}
+
+
+/* score_csr(indptr, indices, values or None, out) -> [(row, reason)]
+ *
+ * In place (no copy): indptr int32/uint32 with indptr[0] == 0; indices
+ * int32/uint32; values float32. Converted once here: indptr of other
+ * integer types (or not starting at 0: a slice of a larger CSR), indices of
+ * other integer types (negative: a bad row; >= 2^32: out of range),
+ * values of float64 or integer types. */
+static PyObject *Session_score_csr(SessionObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* METH_FASTCALL: the 10-row path pays no argument tuple */
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "score_csr(indptr, indices, values|None, out): 4 arguments, %zd given", nargs);
+        return NULL;
+    }
+    PyObject *o_val = args[2];
+    arg_buf bp, bi, bv, bo;
+    bp.held = bi.held = bv.held = bo.held = 0;
+    PyObject *result = NULL;
+    const int have_vals = o_val != Py_None;
+    if (wisp__py_get_buf(args[0], "indptr", 0, 1, &bp) < 0) goto done;
+    if (wisp__py_get_buf(args[1], "indices", 0, 1, &bi) < 0) goto done;
+    if (have_vals && wisp__py_get_buf(o_val, "values", 0, 1, &bv) < 0) goto done;
+    if (wisp__py_get_out(args[3], bp.count > 0 ? (size_t)bp.count - 1 : 0, &bo) < 0) goto done;
+    result = wisp__py_score_csr_bufs(self, &bp, &bi, &bv, have_vals, &bo);
 done:
     wisp__py_rel_buf(&bp); wisp__py_rel_buf(&bi); wisp__py_rel_buf(&bv); wisp__py_rel_buf(&bo);
     return result;
@@ -855,6 +873,8 @@ static PyObject *Session_set_device(SessionObject *self, PyObject *args)
 
 static PyMethodDef Session_methods[] = {
     { "score_csr",    (PyCFunction)(void (*)(void))Session_score_csr, METH_FASTCALL, "score_csr(indptr, indices, values|None, out) -> bad rows" },
+    { "score_dlpack", (PyCFunction)(void (*)(void))wisp__py_score_dlpack, METH_FASTCALL,
+      "score_dlpack(indptr, indices, values|None, out|None, stream|None, device|None) -> (bad rows, out) (_wisp_dlpack.c)" },
     { "score_dense",  (PyCFunction)Session_score_dense,  METH_VARARGS, "score_dense(X, out) -> bad rows" },
     { "score_raw",    (PyCFunction)wisp__py_score_raw,   METH_VARARGS, "score_raw(cols, rows, out) -> bad rows (raw rows; _wisp_raw.c)" },
     { "parse_libsvm", (PyCFunction)Session_parse_libsvm, METH_O,       "parse_libsvm(data) -> rows" },
@@ -909,6 +929,7 @@ PyMODINIT_FUNC PyInit__wisp(void)
     if (PyModule_AddObject(m, "Model", ModelType) < 0) { Py_DECREF(ModelType); goto fail; }
     Py_INCREF(SessionType);
     if (PyModule_AddObject(m, "Session", SessionType) < 0) { Py_DECREF(SessionType); goto fail; }
+    if (wisp__py_dlpack_init(m) < 0) goto fail;
     static const struct { const char *name; int v; } consts[] = {
         { "OK", WISP_OK }, { "EINVAL", WISP_EINVAL }, { "ENOMEM", WISP_ENOMEM }, { "EIO", WISP_EIO },
         { "EFORMAT", WISP_EFORMAT }, { "ECHECKSUM", WISP_ECHECKSUM }, { "EVERSION", WISP_EVERSION },

@@ -112,4 +112,15 @@ int wisp__py_enter(SessionObject *self);
 /* _wisp_raw.c: Session.score_raw(cols, rows, out) -> bad rows. */
 PyObject *wisp__py_score_raw(SessionObject *self, PyObject *args);
 
+/* The CSR core of Session.score_csr over buffers already taken (bv used when have_vals;
+ * bo: at least rows floats): the bad-row list, or NULL with an exception. _wisp.c. */
+PyObject *wisp__py_score_csr_bufs(SessionObject *self, const arg_buf *bp, const arg_buf *bi, const arg_buf *bv,
+                                  int have_vals, const arg_buf *bo);
+
+/* _wisp_dlpack.c: Session.score_dlpack(indptr, indices, values|None, out|None, stream|None,
+ * device|None) -> (bad rows, out): arrays through DLPack or __cuda_array_interface__;
+ * and the DeviceArray type (out=None: the answers on the arrays' GPU). */
+PyObject *wisp__py_score_dlpack(SessionObject *self, PyObject *const *args, Py_ssize_t nargs);
+int       wisp__py_dlpack_init(PyObject *module);
+
 #endif
