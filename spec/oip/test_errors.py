@@ -1,6 +1,6 @@
 """test_errors.py — the v2 endpoints' protocol errors and health/metadata answers against a real nginx: every
 malformed request gets its status and a JSON {"error": "..."} (never a 5xx, never a dead worker), the
-health and readiness endpoints answer as the protocol says (200 true, 4xx false), and tritonclient
+health and readiness endpoints answer 200 true or 503 false (KServe's statuses), and tritonclient
 raises InferenceServerException with the server's message."""
 import json
 import struct
@@ -183,10 +183,11 @@ def test_health_and_server_metadata(oip_service):
 def test_not_ready_model_and_server(wisp_service, oip_models, tmp_path):
     missing = tmp_path / "late.wisp"
     svc = wisp_service(models={"plain": oip_models / "plain.wisp", "late": missing}, wait_ready=False)
+    # not ready: 503 and an "error", as KServe's reference server answers (and v1's /readyz)
     r = svc.get("/v2/health/ready")
-    assert r.status_code == 400 and r.json()["ready"] is False
+    assert r.status_code == 503 and r.json()["ready"] is False and r.json()["error"]
     r = svc.get("/v2/models/late/ready")
-    assert r.status_code == 400 and r.json()["ready"] is False and r.json()["name"] == "late"
+    assert r.status_code == 503 and r.json()["ready"] is False and r.json()["name"] == "late" and r.json()["error"]
     r = svc.post("/v2/models/late/infer", json=ids_body())
     assert r.status_code in (400, 503) and "error" in r.json()
     assert svc.get("/v2/models/plain/ready").status_code == 200

@@ -379,7 +379,7 @@ local function repository(uri, method, closed)
     local fn = verb == "load" and MD.repository_load or MD.repository_unload
     if not fn then return fail(501, "the model repository extension is not available in this build") end
     local ok, st, msg = fn(name)
-    if ok then return send(200, "{}\n") end
+    if ok then return send_json(200, { name = name, [verb] = true }) end     -- KServe's answer: {"name", "load": true}
     return fail(st or 500, msg or (verb .. " failed"))
 end
 
@@ -396,8 +396,10 @@ function M.handle(uri, method, closed)
         return send_json(200, { live = true })
     elseif uri == "/v2/health/ready" then
         if not get_only(method) then return method_not_allowed("GET, HEAD") end
-        local ok = all_ready()
-        return send_json(ok and 200 or 400, { ready = ok })
+        -- not ready: 503 with an "error", as KServe's reference server (and v1's /readyz) answer
+        -- (the protocol's text says "4xx"; Triton answers 400; every client and probe reads "not 200")
+        if all_ready() then return send_json(200, { ready = true }) end
+        return send_json(503, { ready = false, error = "not every model has a version ready (GET /readyz says which)" })
     end
     if uri:sub(1, 15) == "/v2/repository/" then return repository(uri, method, closed) end
     local rest = uri:match("^/v2/models/(.+)$")
@@ -429,7 +431,7 @@ function M.handle(uri, method, closed)
     if verb == "ready" then
         if e then return count(name, "ready", send_json(200, { name = name, ready = true })) end
         if st == 404 then return count(name, "ready", fail(404, msg)) end
-        return count(name, "ready", send_json(400, { name = name, ready = false, error = msg }))
+        return count(name, "ready", send_json(503, { name = name, ready = false, error = msg }))
     end
     if not e then return count(name, "meta", fail(st, msg)) end
     return count(name, "meta", send_json(200, model_metadata(name, e, version)))
