@@ -39,3 +39,95 @@ def test_gpu_bad_rows_as_on_cpu(model_path):
     assert [r for r, _ in gpu.last_errors] == [r for r, _ in cpu.last_errors] == [1, 2]
     np.testing.assert_array_equal(np.isnan(pg), np.isnan(pc))
     np.testing.assert_allclose(pg[[0, 3]], pc[[0, 3]], rtol=0, atol=1e-6)
+
+
+# ---- GPU-resident inputs: CuPy arrays, PyTorch CUDA tensors (issue 15) -----------------------
+
+def _hostile_rows(n, seed):
+    """Random CSR with the device path's bad rows: a negative id, a NaN value, a broken indptr range."""
+    indptr, indices, values = make_rows(n, seed=seed)
+    indptr, indices, values = indptr.copy(), indices.copy(), values.copy()
+    if indptr[4] > indptr[3]:
+        indices[indptr[3]] = -7
+    if indptr[6] > indptr[5]:
+        values[indptr[5]] = np.nan
+    return indptr, indices, values
+
+
+def _cpu_reference(m, indptr, indices, values):
+    s = m.session("cpu")
+    return s.score((indptr, indices, values)), [r for r, _ in s.last_errors]
+
+
+@pytest.mark.parametrize("lib", ["cupy", "torch"])
+@pytest.mark.parametrize("device", ["gpu", "cpu"])
+def test_gpu_arrays_agree_with_host(model_path, lib, device):
+    mod = pytest.importorskip(lib)
+    m = wisp.load(model_path)
+    indptr, indices, values = _hostile_rows(5000, seed=41)
+    want, want_bad = _cpu_reference(m, indptr, indices, values)
+    if lib == "cupy":
+        X = tuple(mod.asarray(a) for a in (indptr, indices, values))
+        to_host = mod.asnumpy
+        from_dl = mod.from_dlpack
+    else:
+        X = tuple(mod.from_numpy(a).cuda() for a in (indptr, indices, values))
+        to_host = lambda t: t.cpu().numpy()          # noqa: E731
+        from_dl = mod.from_dlpack
+    s = m.session(device)
+    got = s.score(X)
+    assert s.last_device.startswith("gpu") == (device == "gpu"), s.last_device
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=0, atol=1e-6)
+    assert [r for r, _ in s.last_errors] == want_bad and want_bad
+    d = s.score(X, out="device")
+    assert isinstance(d, wisp.DeviceArray) and d.shape == (5000,)
+    back = to_host(from_dl(d))
+    np.testing.assert_array_equal(np.isnan(back), np.isnan(want))
+    np.testing.assert_allclose(back[ok], want[ok], rtol=0, atol=1e-6)
+    assert s.stats()["fallbacks"] == 0
+
+
+def test_gpu_cupy_streams_and_dtypes(model_path):
+    cp = pytest.importorskip("cupy")
+    m = wisp.load(model_path)
+    indptr, indices, values = make_rows(20000, seed=42)
+    want, _ = _cpu_reference(m, indptr, indices, values)
+    s = m.session("gpu")
+    st = cp.cuda.Stream(non_blocking=True)
+    with st:                                          # produced on a stream of the caller's
+        X = (cp.asarray(indptr), cp.asarray(indices), cp.asarray(values))
+        got = s.score(X, stream=st)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    # int64 everywhere and float64 values: converted on the device by CuPy
+    X64 = (cp.asarray(indptr, dtype=cp.int64), cp.asarray(indices, dtype=cp.int64), cp.asarray(values, dtype=cp.float64))
+    np.testing.assert_allclose(s.score(X64), want, rtol=0, atol=1e-6)
+    # a cupyx CSR matrix, and its slice (indptr[0] > 0)
+    import cupyx.scipy.sparse as csp
+    M = csp.csr_matrix((X[2], X[1], X[0]), shape=(20000, NUM_FEATURES + 50))
+    np.testing.assert_allclose(s.score(M), want, rtol=0, atol=1e-6)
+    part = (X[0][100:201], X[1], X[2])
+    np.testing.assert_allclose(s.score(part), want[100:200], rtol=0, atol=1e-6)
+    # binary features
+    wb, _ = _cpu_reference(m, indptr, indices, None)
+    np.testing.assert_allclose(s.score((X[0], X[1])), wb, rtol=0, atol=1e-6)
+    # the ids' length bounds the reads: indptr past the end of indices is refused
+    with pytest.raises(ValueError, match="ids has"):
+        s.score((X[0], X[1][:10], X[2]))
+
+
+def test_gpu_torch_sparse_csr_and_lifetime(model_path):
+    torch = pytest.importorskip("torch")
+    m = wisp.load(model_path)
+    indptr, indices, values = make_rows(3000, seed=43)
+    want, _ = _cpu_reference(m, indptr, indices, values)
+    s = m.session("gpu")
+    T = torch.sparse_csr_tensor(torch.from_numpy(indptr.astype(np.int64)), torch.from_numpy(indices.astype(np.int64)),
+                                torch.from_numpy(values), size=(3000, NUM_FEATURES + 50)).cuda()
+    np.testing.assert_allclose(s.score(T), want, rtol=0, atol=1e-6)
+    d = s.score(T, out="device")
+    t = torch.from_dlpack(d)
+    del d                                             # the tensor keeps the memory alive
+    torch.cuda.synchronize()
+    np.testing.assert_allclose(t.cpu().numpy(), want, rtol=0, atol=1e-6)
