@@ -35,6 +35,7 @@ interop-tf interop-vw tf-golden vw-golden: $(if $(INTEROP_OWN),interop-venv-base
 # The package goes into the venv with pip (CPU build, under $(BUILD)/interop-py-build; the CLI
 # checks the GPUs): tf_parity.py and scripts/tools/tf_export.py `import wisp`.
 INTEROP_PKG_LOG := $(BUILD)/interop-pip.log
+INTEROP_PY_RUN = $(if $(findstring /,$(INTEROP_PY)),$(abspath $(INTEROP_PY)),$(INTEROP_PY))
 interop-tf: all
 	@if $(INTEROP_PY) -c "import tensorflow" >/dev/null 2>&1; then \
 	  if [ -n "$(INTEROP_OWN)" ]; then \
@@ -44,10 +45,10 @@ interop-tf: all
 	      --no-build-isolation --no-deps --force-reinstall . >>$(INTEROP_PKG_LOG) 2>&1 || \
 	      { tail -n 30 $(INTEROP_PKG_LOG); echo "test-interop: pip install . into $(INTEROP_VENV) failed (log: $(INTEROP_PKG_LOG))"; exit 1; }; \
 	  fi; \
-	  if ! (cd /tmp && $(INTEROP_PY) -c "import wisp") >/dev/null 2>&1; then \
+	  if ! (cd /tmp && $(INTEROP_PY_RUN) -c "import wisp") >/dev/null 2>&1; then \
 	    echo "test-interop: TensorFlow parity SKIPPED: '$(INTEROP_PY) -c \"import wisp\"' fails (pip install . into that interpreter's environment)"; exit 0; \
 	  fi; \
-	  out=$$(cd /tmp && TF_CPP_MIN_LOG_LEVEL=3 $(INTEROP_PY) $(abspath spec/interop/tf_parity.py) --wisp $(abspath $(BUILD))/wisp 2>&1); st=$$?; \
+	  out=$$(cd /tmp && TF_CPP_MIN_LOG_LEVEL=3 $(INTEROP_PY_RUN) $(abspath spec/interop/tf_parity.py) --wisp $(abspath $(BUILD))/wisp 2>&1); st=$$?; \
 	  if [ $$st -eq 0 ]; then echo "$$out" | tail -n 1; else echo "$$out" | tail -n 30; fi; exit $$st; \
 	else \
 	  echo "test-interop: TensorFlow parity SKIPPED: '$(INTEROP_PY) -c \"import tensorflow\"' fails (make interop-venv installs it into $(INTEROP_VENV))"; \
