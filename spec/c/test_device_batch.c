@@ -298,11 +298,16 @@ int main(void)
             CHECK_OK(wisp_session_new(eng, m, devs[i], &s));
             uint32_t rp1[2] = { 0, 0 };
             float o1;
-            CHECK_FAILS(wisp_session_score_device(s, 1, rp1, 32, NULL, NULL, NULL, &o1, 0), WISP_ENODEV, "no usable GPU");
-            CHECK_FAILS(wisp_session_score_device(s, 1, rp1, 33, NULL, NULL, NULL, &o1, 0), WISP_EINVAL, "row_ptr_bits");
+            /* "no usable GPU" (a CUDA build) or "no CUDA backend" (a build without nvcc) */
+            CHECK_FAILS(wisp_session_score_device(s, 1, rp1, 32, NULL, NULL, NULL, &o1, 0), WISP_ENODEV, "wisp_session_score_device: ");
+            CHECK_FAILS(wisp_session_score_device_n(s, 1, rp1, 32, NULL, NULL, 0, NULL, &o1, 0), WISP_ENODEV, "wisp_session_score_device: ");
             CHECK(wisp_session_bad_count(s) == 0);
             wisp_session_free(s);
         }
+        void *p = (void *)1;
+        CHECK_FAILS(wisp_device_alloc(0, 64, &p), WISP_ENODEV, "wisp_device_alloc");
+        CHECK(p == NULL);
+        wisp_device_free(0, NULL);
         wisp_model_free(m);
         wisp_engine_free(eng);
         return CHECK_DONE("test_device_batch");
