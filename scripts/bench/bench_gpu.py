@@ -37,7 +37,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
 import record  # noqa: E402  scripts/lib/record.py: the commit, the machine, where results go
-import wisp_ctypes  # noqa: E402  scripts/lib/wisp_ctypes.py: the one binding of libwisp.so
+try:
+    import wisp._capi  # noqa: E402  the package (pip install .): wisp._capi binds the library under test from wisp.h
+except ImportError as _e:
+    raise SystemExit("%s: `import wisp` fails (%s): run it with a python whose environment has the package "
+                     "(pip install . from the repository root, e.g. into build/py-venv: "
+                     "WISP_BUILD=build sh spec/python/run.sh makes it)" % (os.path.basename(__file__), _e))
 
 ST = dict(batches=0, rows=1, nnz=2, out_of_range=3, bad_rows=4, fallbacks=5, ns_parse=6, ns_transform=7,
           ns_h2d=8, ns_kernel=9, ns_d2h=10, ns_sync=11, ns_overhead=12, ns_total=13, bytes_h2d=14, bytes_d2h=15)
@@ -51,7 +56,7 @@ def med(xs):
 
 class Wisp:
     def __init__(self, path):
-        L = wisp_ctypes.load(path)
+        L = wisp._capi.load(path, record.ROOT)
         self.L = L
 
     def ok(self, st, what):
@@ -63,7 +68,7 @@ def ptr(a):
     return None if a is None else a.ctypes.data
 
 
-cpu_model = wisp_ctypes.cpu_model
+cpu_model = record.cpu_model
 
 
 def gen_ids(rng, n, nf, dist):
@@ -139,11 +144,16 @@ def main():
     args.out = args.out or record.out_path("bench_gpu.json", rec)
     t_start = time.time()
 
-    import torch
-    import cupy as cp
-    import cupyx.scipy.sparse as cps
-
-    w = Wisp(args.lib)
+    w = Wisp(args.lib)      # first: a missing or stale library is named before the peers are imported
+    try:
+        import torch
+        import cupy as cp
+        import cupyx.scipy.sparse as cps
+    except ImportError as e:
+        raise SystemExit("bench_gpu: the peers need PyTorch and CuPy with CUDA on a GPU machine (pip install torch "
+                         "cupy-cuda12x): %s" % e)
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_gpu: PyTorch sees no CUDA device; this benchmark runs on a GPU machine")
     L = w.L
     dev = torch.device("cuda")
     rng = np.random.default_rng(12345)

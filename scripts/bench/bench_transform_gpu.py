@@ -41,7 +41,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
 import record  # noqa: E402  scripts/lib/record.py: the commit, the machine, where results go
-import wisp_ctypes  # noqa: E402  scripts/lib/wisp_ctypes.py: the one binding of libwisp.so
+try:
+    import wisp._capi  # noqa: E402  the package (pip install .): wisp._capi binds the library under test from wisp.h
+except ImportError as _e:
+    raise SystemExit("%s: `import wisp` fails (%s): run it with a python whose environment has the package "
+                     "(pip install . from the repository root, e.g. into build/py-venv: "
+                     "WISP_BUILD=build sh spec/python/run.sh makes it)" % (os.path.basename(__file__), _e))
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -82,7 +87,7 @@ def gen_tsv(rows, seed):
 
 
 def load(path):
-    lib = wisp_ctypes.load(path)
+    lib = wisp._capi.load(path, ROOT)
     return lib
 
 
@@ -108,6 +113,9 @@ def main():
     ok(L.wisp_engine_new(0, ctypes.byref(eng)), "engine")
     ngpu = L.wisp_engine_gpu_count(eng)
     gpu_status = L.wisp_engine_gpu_status(eng).decode()
+    if ngpu == 0:
+        print("bench_transform_gpu: no usable GPU (%s): every \"GPU\" figure below is the CPU fallback (device cpu "
+              "in the JSON); run it on a GPU machine for the real figures" % gpu_status, file=sys.stderr)
     spec, nf = description()
     text = json.dumps(spec).encode()
     cols = vp()
