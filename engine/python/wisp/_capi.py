@@ -40,6 +40,7 @@ _PROTO = re.compile(r"^(?:extern\s+)?(?:WISP_API\s+)?(?P<ret>[A-Za-z_][\w\s\*]*?
 def _strip(text):
     text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
     text = re.sub(r"//[^\n]*", " ", text)
+    text = re.sub(r'extern\s+"C"\s*\{', " ", text)          # C++ guards: their braces are no declaration's
     return "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("#"))
 
 
