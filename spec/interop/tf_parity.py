@@ -32,7 +32,8 @@ indicator_column) feed inputs -> DenseFeatures -> Dense(1, sigmoid), trained
 with FTRL, saved as a SavedModel; it is imported twice: the live model
 (its own columns and Inputs) and the saved directory (with the columns
 given, since saving loses the normalizer functions), and compared the same
-way (--no-keras skips it). Prints one summary line; exit status 0 on success.
+way; and tf_keras' premade LinearModel in place of the Dense layer (live,
+the package on the CPU). --no-keras skips them. Prints one summary line; exit status 0 on success.
 """
 import argparse
 import json
@@ -354,6 +355,17 @@ def main():
             wisp.from_tensorflow(kcols, kpath, saved, normalizers=NORMALIZERS)          # the SavedModel directory
             wisp_compare(wisp, a.wisp, saved, test, jsonl, p_k, devices, "keras-saved", res)
             notes.append("Keras: mean p %.4f, training %.1fs" % (float(np.mean(p_k)), time.perf_counter() - t0))
+            # the same columns into tf_keras' premade LinearModel (one epoch), live
+            import tf_keras as keras
+            ins = {n: l for n, l in zip(kmodel.input_names, kmodel.inputs)}
+            lm = keras.Model(ins, keras.experimental.LinearModel(units=1, activation="sigmoid")(
+                keras.layers.DenseFeatures(kcols)(ins)))
+            lm.compile(optimizer=keras.optimizers.Ftrl(0.2), loss="binary_crossentropy")
+            lm.fit(tf_tensors(tf, train), np.array(labels, np.float32).reshape(-1, 1), batch_size=512, epochs=1, verbose=0)
+            p_lm = lm.predict(tf_tensors(tf, test), batch_size=4096, verbose=0).reshape(-1).astype(np.float64)
+            lmpath = os.path.join(work, "keras_linearmodel.wisp")
+            wisp.from_tensorflow(None, lm, lmpath, normalizers=NORMALIZERS)
+            res["keras-LinearModel/dict@cpu"] = worst(wisp.load(lmpath).score(as_columns(test), device="cpu"), p_lm)
     t0 = time.perf_counter()
     cols, ckpt, p_tf, loss = train_linear_model(tf, train, labels, test, a.steps, work)
     t_train = time.perf_counter() - t0

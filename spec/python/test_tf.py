@@ -245,6 +245,20 @@ def test_keras_kernel_rows_are_sorted_by_column_name(tmp_path):
     # the same model given as (model, None), and its columns given explicitly
     wisp.from_tensorflow(model, None, str(tmp_path / "k2.wisp"), normalizers={"age": STD})
     wisp.from_tensorflow(keras_columns(), model, str(tmp_path / "k3.wisp"), normalizers={"age": STD})
+    # tf_keras' premade LinearModel in place of Dense: [kernel, bias], its activation serialized
+    lm = type("LinearModel", (Dense,), {"get_config": lambda self: {"activation": {"class_name": "function",
+                                                                                 "config": {"name": "sigmoid"}}}})
+    model.layers[2] = lm(kernel, w["linear_model/bias_weights"])
+    model.layers[2].input = "features"
+    m = wisp.from_tensorflow(None, model, str(tmp_path / "lm.wisp"), normalizers={"age": STD})
+    assert np.max(np.abs(m.score(as_columns(rows), device="cpu") - reference(w, rows))) < 1e-6
+    model.layers[2] = lm(kernel, w["linear_model/bias_weights"])
+    model.layers[2].input = "features"
+    model.layers[2].get_weights = lambda: [kernel, kernel, kernel]
+    with pytest.raises(ValueError, match="3 weight arrays"):
+        wisp.from_tensorflow(None, model, str(tmp_path / "lm3.wisp"), normalizers={"age": STD})
+    model.layers[2] = Dense(kernel, w["linear_model/bias_weights"])
+    model.layers[2].input = "features"
     # a sparse Input makes a sparse input; a ragged one is refused
     model.input["device"] = FakeTensor("device", "string", (None, None), "SparseTensorSpec")
     m = wisp.from_tensorflow(None, model, str(tmp_path / "k4.wisp"), normalizers={"age": STD})

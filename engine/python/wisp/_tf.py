@@ -13,7 +13,7 @@ Two halves:
       tf.estimator.LinearClassifier; a SavedModel's variables/ are one) or a
       mapping of variable names to arrays read like one, and a Keras 2
       (tf_keras) model, live or saved, whose DenseFeatures output feeds one
-      Dense(1) layer: DenseFeatures concatenates its columns sorted by name
+      Dense(1) layer (or tf_keras' premade LinearModel, the same kernel and bias): DenseFeatures concatenates its columns sorted by name
       (numeric: 1 value, bucketized: a one-hot of its buckets, indicator: the
       counts of its ids), so the kernel's rows are the linear weights.
 Everything wisp cannot reproduce exactly is refused (ValueError naming the
@@ -595,10 +595,11 @@ def _weights_from_keras(model, feature_columns, inputs, normalizers, where):
     layers = list(model.layers)
     kinds = [type(l).__name__ for l in layers]
     feats = [l for l in layers if type(l).__name__ == "DenseFeatures"]
-    dense = [l for l in layers if type(l).__name__ == "Dense"]
-    other = [k for k in kinds if k not in ("DenseFeatures", "Dense", "InputLayer")]
+    dense = [l for l in layers if type(l).__name__ in ("Dense", "LinearModel")]
+    other = [k for k in kinds if k not in ("DenseFeatures", "Dense", "LinearModel", "InputLayer")]
     if len(feats) != 1 or len(dense) != 1 or other:
-        _fail("%s: wisp imports Keras models inputs -> DenseFeatures -> Dense(1) (a linear model); its layers are %s"
+        _fail("%s: wisp imports Keras models inputs -> DenseFeatures -> Dense(1) or LinearModel (a linear model); its "
+              "layers are %s"
               % (where, ", ".join(kinds)))
     df, d = feats[0], dense[0]
     try:
@@ -608,12 +609,18 @@ def _weights_from_keras(model, feature_columns, inputs, normalizers, where):
     if not reads:
         _fail("%s: the Dense layer does not read the DenseFeatures output" % where)
     act = d.get_config().get("activation")
+    if isinstance(act, dict):            # a serialized activation (tf_keras' LinearModel keeps it so)
+        act = act.get("config", {}).get("name", act.get("class_name"))
+    act = "linear" if act is None else act
     if act not in ("sigmoid", "linear"):
         _fail("%s: the Dense layer's activation is %r; wisp scores sigmoid(logit): sigmoid, or linear for a model "
               "that outputs the logit" % (where, act))
-    ws = d.get_weights()
+    ws = d.get_weights()                 # Dense: [kernel, bias]; tf_keras' LinearModel over one input the same
+    if len(ws) not in (1, 2):
+        _fail("%s: the %s layer has %d weight arrays; wisp imports one kernel and a bias (a LinearModel over one "
+              "input: the DenseFeatures output)" % (where, type(d).__name__, len(ws)))
     kernel = _float32(ws[0], "the Dense kernel")
-    bias = _float32(ws[1], "the Dense bias") if d.use_bias else np.zeros(1, np.float32)
+    bias = _float32(ws[1], "the Dense bias") if len(ws) == 2 else np.zeros(1, np.float32)
     if kernel.ndim != 2 or kernel.shape[1] != 1 or bias.shape != (1,):
         _fail("%s: the Dense kernel has shape %s; wisp scores binary models (one logit)" % (where, kernel.shape))
     model_cols = list(getattr(df, "_feature_columns", None) or [])
