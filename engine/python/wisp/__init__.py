@@ -407,6 +407,9 @@ def _is_scipy_sparse(X):
     return known
 
 
+_wisp.register_fast(np.empty, np.float32, _is_scipy_csr)   # Session.score's fast path (score_fast) in C
+
+
 # ---- GPU-resident inputs (DLPack, __cuda_array_interface__; _wisp_dlpack.c) -----------------
 
 def _dl_like(a):
@@ -508,9 +511,19 @@ class Session:
             raise TypeError("Session(model, device): model must be a wisp.Model")
         self.model = model
         self._s = _wisp.Session(model._m, device)
-        self._lock = threading.Lock()
+        # the C session's own lock (`with self._lock`), the one score's fast path takes too
+        self._lock = self._s
+        self._fast = self._s.score_fast
         self._executor = None
-        self.last_errors = []
+
+    @property
+    def last_errors(self):
+        """[(row, reason)] of the last score's bad rows (scored NaN), in row order."""
+        return self._lock.errors()
+
+    @last_errors.setter
+    def last_errors(self, bad):
+        self._lock.set_errors(bad)
 
     def __repr__(self):
         return "<wisp.Session %s on %r>" % (self.model.path, self.device)
@@ -570,6 +583,17 @@ class Session:
         errors="nan" (default): bad rows score NaN and are listed in
         self.last_errors as (row, reason); errors="raise": BadRowError for
         the first bad row (self.last_errors still lists them all)."""
+        fast = self._fast
+        if fast is not None and out is None and stream is None and _profile.active is None and \
+                (errors == "nan" or errors == "raise"):
+            # the small-batch path, all in C (_wisp.c score_fast): a CSR tuple or scipy CSR the
+            # C side reads; NotImplemented for anything else (the general path below)
+            res = fast(X)
+            if res is not NotImplemented:
+                if errors == "raise" and self._lock.has_errors():
+                    bad = self._lock.errors()
+                    raise BadRowError(bad[0][0], bad[0][1], bad)
+                return res
         if errors != "nan" and errors != "raise":
             raise ValueError('errors must be "nan" or "raise", not %r' % (errors,))
         if out is not None or stream is not None:
@@ -759,6 +783,7 @@ class Session:
         if ex is not None:
             ex.shutdown(wait=True)
         with self._lock:
+            self._fast = None
             self._s = None
 
     def __enter__(self):

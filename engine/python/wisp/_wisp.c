@@ -425,6 +425,8 @@ static PyObject *Session_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->s = s;
     Py_INCREF(model);
     self->model = model;
+    self->lock = PyThread_allocate_lock();
+    if (!self->lock) { Py_DECREF((PyObject *)self); return PyErr_NoMemory(); }
     return (PyObject *)self;
 }
 
@@ -442,6 +444,9 @@ static void Session_dealloc(PyObject *o)
     wisp_raw_free(raw);
     Py_END_ALLOW_THREADS
     Py_CLEAR(self->model);
+    Py_CLEAR(self->errors);
+    if (self->lock) PyThread_free_lock(self->lock);
+    self->lock = NULL;
     freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     f(o);
     Py_DECREF(tp);
@@ -514,7 +519,7 @@ void wisp__py_finish_bad(bad_list *bad, float *out, size_t rows)
  * (at least rows floats); checks, converts, scores. The bad-row list, or NULL with an
  * exception. The buffers stay the caller's to release. */
 PyObject *wisp__py_score_csr_bufs(SessionObject *self, const arg_buf *bp, const arg_buf *bi, const arg_buf *bv,
-                                  int have_vals, const arg_buf *bo)
+                                  int have_vals, const arg_buf *bo, int none_if_clean)
 {
     PyObject *result = NULL;
     if (bp->kind == K_FLOAT || bi->kind == K_FLOAT || bp->kind == K_BOOL || bi->kind == K_BOOL) {
@@ -637,6 +642,7 @@ unlocked:
     free(ptr_tmp); free(ids_tmp); free(vals_tmp);
     if (user_err) PyErr_SetString(PyExc_ValueError, msg);
     else if (st != WISP_OK) wisp__py_raise_status(st, msg);
+    else if (none_if_clean && bad.n == 0 && !bad.oom) { Py_INCREF(Py_None); result = Py_None; }
     else result = wisp__py_bad_to_list(&bad);
     wisp__py_bad_free(&bad);
 done:
@@ -667,7 +673,7 @@ static PyObject *Session_score_csr(SessionObject *self, PyObject *const *args, P
     if (wisp__py_get_buf(args[1], "indices", 0, 1, &bi) < 0) goto done;
     if (have_vals && wisp__py_get_buf(o_val, "values", 0, 1, &bv) < 0) goto done;
     if (wisp__py_get_out(args[3], bp.count > 0 ? (size_t)bp.count - 1 : 0, &bo) < 0) goto done;
-    result = wisp__py_score_csr_bufs(self, &bp, &bi, &bv, have_vals, &bo);
+    result = wisp__py_score_csr_bufs(self, &bp, &bi, &bv, have_vals, &bo, 0);
 done:
     wisp__py_rel_buf(&bp); wisp__py_rel_buf(&bi); wisp__py_rel_buf(&bv); wisp__py_rel_buf(&bo);
     return result;
@@ -871,7 +877,163 @@ static PyObject *Session_set_device(SessionObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---- the session lock and the small-batch fast path ------------------------------------------- */
+
+/* Take the session's lock: at once when free, else waiting with the GIL released. */
+static void lock_take(SessionObject *self)
+{
+    if (PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) return;
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(self->lock, WAIT_LOCK);
+    Py_END_ALLOW_THREADS
+}
+
+/* `with session._s:` is the Python layer's session lock (wisp/__init__.py's Session._lock):
+ * the same lock score_fast takes, so every call on a session takes turns. Not reentrant. */
+static PyObject *Session_enter(SessionObject *self, PyObject *n)
+{
+    lock_take(self);
+    Py_INCREF((PyObject *)self);
+    return (PyObject *)self;
+}
+
+static PyObject *Session_exit(SessionObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyThread_release_lock(self->lock);
+    Py_RETURN_FALSE;
+}
+
+/* errors() -> [(row, reason)]: score_fast's (or set_errors') last list, a new empty list for none */
+static PyObject *Session_errors(SessionObject *self, PyObject *n)
+{
+    if (!self->errors) return PyList_New(0);
+    Py_INCREF(self->errors);
+    return self->errors;
+}
+
+static PyObject *Session_set_errors(SessionObject *self, PyObject *v)
+{
+    if (v == Py_None || (PyList_Check(v) && PyList_Size(v) == 0)) v = NULL;
+    Py_XINCREF(v);
+    PyObject *old = self->errors;
+    self->errors = v;
+    Py_XDECREF(old);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Session_has_errors(SessionObject *self, PyObject *n) { return PyBool_FromLong(self->errors != NULL); }
+
+/* The fast path's helpers from the Python layer: numpy.empty, numpy.float32, is_scipy_csr(X). */
+static PyObject *fast_empty, *fast_f32, *fast_is_csr;
+static PyObject *s_indptr, *s_indices, *s_data;
+#define CSR_TYPES 8
+static PyTypeObject *csr_yes[CSR_TYPES], *csr_no[CSR_TYPES];    /* borrowed-forever: type objects seen */
+static int csr_yes_n, csr_no_n;
+
+static PyObject *py_register_fast(PyObject *mod, PyObject *args)
+{
+    PyObject *e, *f, *c;
+    if (!PyArg_ParseTuple(args, "OOO", &e, &f, &c)) return NULL;
+    Py_INCREF(e); Py_INCREF(f); Py_INCREF(c);
+    Py_XDECREF(fast_empty); Py_XDECREF(fast_f32); Py_XDECREF(fast_is_csr);
+    fast_empty = e;
+    fast_f32 = f;
+    fast_is_csr = c;
+    if (!s_indptr && !(s_indptr = PyUnicode_InternFromString("indptr"))) return NULL;
+    if (!s_indices && !(s_indices = PyUnicode_InternFromString("indices"))) return NULL;
+    if (!s_data && !(s_data = PyUnicode_InternFromString("data"))) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* 1: X's type is a scipy CSR matrix/array, 0: not, -1: error (asked of the Python layer once per type). */
+static int is_csr_type(PyObject *X)
+{
+    PyTypeObject *t = Py_TYPE(X);
+    for (int i = 0; i < csr_yes_n; i++) if (csr_yes[i] == t) return 1;
+    for (int i = 0; i < csr_no_n; i++) if (csr_no[i] == t) return 0;
+    PyObject *r = PyObject_CallFunctionObjArgs(fast_is_csr, X, NULL);
+    if (!r) return -1;
+    int yes = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    if (yes < 0) return -1;
+    /* type objects stay referenced here, so a pointer never names another type */
+    if (yes && csr_yes_n < CSR_TYPES) { Py_INCREF((PyObject *)t); csr_yes[csr_yes_n++] = t; }
+    if (!yes && csr_no_n < CSR_TYPES) { Py_INCREF((PyObject *)t); csr_no[csr_no_n++] = t; }
+    return yes;
+}
+
+/* score_fast(X) -> float32 array, or NotImplemented: Session.score's path for a
+ * (indptr, indices[, values]) tuple or a scipy CSR whose arrays the CSR core reads (in
+ * place or converting in C). Everything a call needs happens here: the session lock, the
+ * output array, the buffers, the engine (the GIL released), the bad rows kept for
+ * errors(). NotImplemented (nothing scored, no error) for any other X or for arrays the
+ * core cannot read or refuses (a TypeError, BufferError or ValueError): Session.score's
+ * general path then converts them or raises the error. Engine failures raise. */
+static PyObject *Session_score_fast(SessionObject *self, PyObject *X)
+{
+    PyObject *a[3] = { NULL, NULL, NULL };
+    int owned = 0;
+    if (PyTuple_Check(X)) {
+        Py_ssize_t n = PyTuple_Size(X);
+        if (n != 2 && n != 3) Py_RETURN_NOTIMPLEMENTED;
+        for (Py_ssize_t i = 0; i < n; i++) a[i] = PyTuple_GetItem(X, i);       /* borrowed */
+        if (n == 3 && a[2] == Py_None) a[2] = NULL;
+    } else {
+        if (!fast_is_csr) Py_RETURN_NOTIMPLEMENTED;
+        int yes = is_csr_type(X);
+        if (yes < 0) return NULL;
+        if (!yes) Py_RETURN_NOTIMPLEMENTED;
+        owned = 1;
+        a[0] = PyObject_GetAttr(X, s_indptr);
+        a[1] = a[0] ? PyObject_GetAttr(X, s_indices) : NULL;
+        a[2] = a[1] ? PyObject_GetAttr(X, s_data) : NULL;
+        if (!a[2]) { Py_XDECREF(a[0]); Py_XDECREF(a[1]); return NULL; }
+    }
+    PyObject *result = NULL, *out = NULL, *bad = NULL;
+    arg_buf bp, bi, bv, bo;
+    bp.held = bi.held = bv.held = bo.held = 0;
+    if (wisp__py_get_buf(a[0], "indptr", 0, 1, &bp) < 0 || wisp__py_get_buf(a[1], "indices", 0, 1, &bi) < 0 ||
+        (a[2] && wisp__py_get_buf(a[2], "values", 0, 1, &bv) < 0))
+        goto done;
+    {
+        PyObject *n = PyLong_FromSsize_t(bp.count > 0 ? bp.count - 1 : 0);
+        if (!n) goto done;
+        out = PyObject_CallFunctionObjArgs(fast_empty, n, fast_f32, NULL);
+        Py_DECREF(n);
+    }
+    if (!out || wisp__py_get_out(out, bp.count > 0 ? (size_t)bp.count - 1 : 0, &bo) < 0) goto done;
+    if (!self->s) { wisp__py_raise_status(WISP_ESTATE, "the session is closed"); goto done; }
+    lock_take(self);
+    bad = wisp__py_score_csr_bufs(self, &bp, &bi, &bv, a[2] != NULL, &bo, 1);
+    if (bad) {
+        PyObject *old = self->errors;
+        self->errors = bad == Py_None ? NULL : bad;
+        Py_XDECREF(old);
+        if (bad == Py_None) Py_DECREF(bad);
+        bad = NULL;
+        result = out;
+        out = NULL;
+    }
+    PyThread_release_lock(self->lock);
+done:
+    wisp__py_rel_buf(&bp); wisp__py_rel_buf(&bi); wisp__py_rel_buf(&bv); wisp__py_rel_buf(&bo);
+    Py_XDECREF(out);
+    if (owned) { Py_XDECREF(a[0]); Py_XDECREF(a[1]); Py_XDECREF(a[2]); }
+    if (!result && (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_BufferError) ||
+                    PyErr_ExceptionMatches(PyExc_ValueError)) && !(error_base && PyErr_ExceptionMatches(error_base))) {
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    return result;
+}
+
 static PyMethodDef Session_methods[] = {
+    { "score_fast",   (PyCFunction)Session_score_fast,   METH_O,       "score_fast(X) -> float32 array, or NotImplemented (Session.score's small-batch path)" },
+    { "errors",       (PyCFunction)Session_errors,       METH_NOARGS,  "errors() -> the last call's [(row, reason)]" },
+    { "set_errors",   (PyCFunction)Session_set_errors,   METH_O,       "set_errors(list): what errors() returns next" },
+    { "has_errors",   (PyCFunction)Session_has_errors,   METH_NOARGS,  "True when the last call had bad rows" },
+    { "__enter__",    (PyCFunction)Session_enter,        METH_NOARGS,  "Take the session's lock" },
+    { "__exit__",     (PyCFunction)(void (*)(void))Session_exit, METH_FASTCALL, "Release the session's lock" },
     { "score_csr",    (PyCFunction)(void (*)(void))Session_score_csr, METH_FASTCALL, "score_csr(indptr, indices, values|None, out) -> bad rows" },
     { "score_dlpack", (PyCFunction)(void (*)(void))wisp__py_score_dlpack, METH_FASTCALL,
       "score_dlpack(indptr, indices, values|None, out|None, stream|None, device|None) -> (bad rows, out) (_wisp_dlpack.c)" },
@@ -903,6 +1065,7 @@ static PyType_Spec Session_spec = { "wisp._wisp.Session", sizeof(SessionObject),
 
 static PyMethodDef module_methods[] = {
     { "register_errors", py_register_errors, METH_VARARGS, "register_errors(base, {status: class})" },
+    { "register_fast",   py_register_fast,   METH_VARARGS, "register_fast(numpy.empty, numpy.float32, is_scipy_csr)" },
     { "devices",         py_devices,         METH_NOARGS,  "devices() -> ([(name, memory, capability, usable)], gpu_status, threads)" },
     { "set_threads",     py_set_threads,     METH_O,       "set_threads(n): CPU threads of the engine (before first use)" },
     { "version",         py_version,         METH_NOARGS,  "The engine's version string." },

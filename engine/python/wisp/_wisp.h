@@ -7,6 +7,7 @@
 #endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pythread.h>
 
 #include <stdint.h>
 #include <stddef.h>
@@ -82,6 +83,8 @@ typedef struct {
     PyObject *model;       /* the ModelObject, kept alive */
     wisp_raw *raw;         /* raw rows of a model with feature columns (reused; _wisp_raw.c) */
     int busy;              /* a call is running on another thread */
+    PyThread_type_lock lock;   /* the Python layer's session lock (`with session._s:`), also taken by score_fast */
+    PyObject *errors;      /* score_fast's last bad rows (a list), NULL for none */
 } SessionObject;
 
 /* The process's engine, created on first use (NULL and an exception set on failure). */
@@ -113,9 +116,10 @@ int wisp__py_enter(SessionObject *self);
 PyObject *wisp__py_score_raw(SessionObject *self, PyObject *args);
 
 /* The CSR core of Session.score_csr over buffers already taken (bv used when have_vals;
- * bo: at least rows floats): the bad-row list, or NULL with an exception. _wisp.c. */
+ * bo: at least rows floats): the bad-row list (None instead of an empty one when
+ * none_if_clean), or NULL with an exception. _wisp.c. */
 PyObject *wisp__py_score_csr_bufs(SessionObject *self, const arg_buf *bp, const arg_buf *bi, const arg_buf *bv,
-                                  int have_vals, const arg_buf *bo);
+                                  int have_vals, const arg_buf *bo, int none_if_clean);
 
 /* _wisp_dlpack.c: Session.score_dlpack(indptr, indices, values|None, out|None, stream|None,
  * device|None) -> (bad rows, out): arrays through DLPack or __cuda_array_interface__;

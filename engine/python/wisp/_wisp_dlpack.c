@@ -594,7 +594,7 @@ PyObject *wisp__py_score_dlpack(SessionObject *self, PyObject *const *args, Py_s
             if (have_vals) as_buf(&vv, &bv);
             else memset(&bv, 0, sizeof bv);
             if (wisp__py_get_out(o_out, vp.count > 0 ? (size_t)vp.count - 1 : 0, &bo) == 0) {
-                PyObject *l = wisp__py_score_csr_bufs(self, &bp, &bi, &bv, have_vals, &bo);
+                PyObject *l = wisp__py_score_csr_bufs(self, &bp, &bi, &bv, have_vals, &bo, 0);
                 if (l) {
                     result = Py_BuildValue("(NO)", l, o_out);
                     if (!result) Py_DECREF(l);
