@@ -14,10 +14,10 @@ numeric (a standard and an affine normalizer_fn, defaults), bucketized,
 hash_bucket (a dense string input, a sparse one, an int64 one),
 vocabulary_list (strings with OOV buckets; int64 without), identity (with a
 default; inside an indicator_column), crossed (raw string and int64 keys, a
-bucketized key, a vocabulary key, a sparse key, a hash_key). The model:
+bucketized key, a vocabulary key, a sparse key, a hash_key, a raw float key). The model:
 tf.compat.v1.feature_column.linear_model (the layer inside
 tf.estimator.LinearClassifier), trained with FTRL on a synthetic click
-model, saved as a checkpoint. wisp.from_tensorflow(columns, checkpoint,
+model, saved as a checkpoint and as a SavedModel (both imported). wisp.from_tensorflow(columns, checkpoint,
 path, inputs={"tags": sparse}, normalizers=...) writes the .wisp file and
 its description. Held-out rows: missing values, random and non-ASCII
 strings, "" and -1 markers, ages exactly at the bucket boundaries and one
@@ -80,7 +80,8 @@ def feature_columns(tf):
             fc.crossed_column(["city", age_b], 20000),
             fc.crossed_column([device, "hour"], 500),
             fc.crossed_column(["tags", "city"], 30000),
-            fc.crossed_column([slot, age_b], 300, hash_key=0x1234567)]
+            fc.crossed_column([slot, age_b], 300, hash_key=0x1234567),
+            fc.crossed_column(["income", device], 1000)]            # a raw float key: truncated to int64
 
 
 def keras_columns(tf, cols):
@@ -200,7 +201,9 @@ def train_linear_model(tf, train, labels, test, steps, ckpt_dir):
             final_loss = sess.run(loss, feed(train[:4000], labels[:4000]))
             path = saver.save(sess, os.path.join(ckpt_dir, "model.ckpt"))
             p = sess.run(prob, feed(test)).reshape(-1).astype(np.float64)
-    return cols, path, p, float(final_loss)
+            saved = os.path.join(ckpt_dir, "saved_model")      # the same graph as a (v1) SavedModel directory
+            tf.compat.v1.saved_model.simple_save(sess, saved, inputs=dict(ph), outputs={"p": prob})
+    return cols, path, saved, p, float(final_loss)
 
 
 def train_keras(tf, train, labels, test, work):
@@ -367,11 +370,14 @@ def main():
             wisp.from_tensorflow(None, lm, lmpath, normalizers=NORMALIZERS)
             res["keras-LinearModel/dict@cpu"] = worst(wisp.load(lmpath).score(as_columns(test), device="cpu"), p_lm)
     t0 = time.perf_counter()
-    cols, ckpt, p_tf, loss = train_linear_model(tf, train, labels, test, a.steps, work)
+    cols, ckpt, saved_dir, p_tf, loss = train_linear_model(tf, train, labels, test, a.steps, work)
     t_train = time.perf_counter() - t0
     model_path = os.path.join(work, "model.wisp")
     m = wisp.from_tensorflow(cols, ckpt, model_path, inputs=sparse, normalizers=NORMALIZERS)
     _, n_tsv = wisp_compare(wisp, a.wisp, model_path, test, jsonl, p_tf, devices, "linear", res)
+    sm_path = os.path.join(work, "saved_model.wisp")
+    wisp.from_tensorflow(cols, saved_dir, sm_path, inputs=sparse, normalizers=NORMALIZERS)
+    res["linear-SavedModel/dict@cpu"] = worst(wisp.load(sm_path).score(as_columns(test), device="cpu"), p_tf)
     spec_path = os.path.join(work, "columns.json")
     with open(spec_path, "w") as f:
         json.dump(m.columns, f, indent=1)
