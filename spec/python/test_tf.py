@@ -263,6 +263,9 @@ def test_keras_kernel_rows_are_sorted_by_column_name(tmp_path):
     model.input["device"] = FakeTensor("device", "string", (None, None), "SparseTensorSpec")
     m = wisp.from_tensorflow(None, model, str(tmp_path / "k4.wisp"), normalizers={"age": STD})
     assert {"name": "device", "dtype": "string", "sparse": True} in m.columns["inputs"]
+    with pytest.raises(ValueError, match="the Keras model's input is sparse"):
+        wisp.from_tensorflow(None, model, str(tmp_path / "k6.wisp"), normalizers={"age": STD},
+                             inputs={"device": {"sparse": False}})
     model.input["device"] = FakeTensor("device", "string", (None, None), "RaggedTensorSpec")
     with pytest.raises(ValueError, match="ragged"):
         wisp.from_tensorflow(None, model, str(tmp_path / "k5.wisp"), normalizers={"age": STD})

@@ -378,6 +378,10 @@ class _Describer:
                 _fail("input %r is a raw key of a crossed column and no other column reads it, so its type is "
                       "unknown (TensorFlow hashes strings and crosses integers as they are): say it with "
                       "inputs={%r: {'dtype': 'string'}} (or 'int64')" % (name, name))
+            if "sparse" in o and "sparse" in k and bool(o["sparse"]) != bool(k["sparse"]):
+                _fail("inputs says %r is %s; the Keras model's input is %s (crosses of a raw key differ: a dense "
+                      "missing value is crossed, a sparse one is not)" % (
+                          name, "sparse" if o["sparse"] else "dense", "sparse" if k["sparse"] else "dense"))
             sparse = bool(o.get("sparse", k.get("sparse", False)))
             inp = {"name": name, "dtype": itype}
             if sparse:
