@@ -40,7 +40,6 @@ import time
 import tracemalloc
 
 import numpy as np
-import scipy.sparse as sp
 
 import wisp
 
@@ -57,6 +56,7 @@ def rows_csr(n, seed):
     ids.sort(axis=1)
     indptr = np.arange(0, n * K + 1, K, dtype=np.int32)
     data = rng.random(n * K, dtype=np.float32) + 0.5
+    import scipy.sparse as sp           # here: the --gpu run needs no scipy (the GPU machine may lack it)
     return sp.csr_matrix((data, ids.reshape(-1), indptr), shape=(n, NF))
 
 
