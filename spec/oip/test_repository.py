@@ -52,10 +52,10 @@ def test_unload_and_load_reach_every_worker(wisp_service, oip_models, wisp_score
     svc, repo = start(wisp_service, oip_models, tmp_path)
     want2 = wisp_score(oip_models / "plain_v2.wisp", ROWS)
     r = svc.post("/v2/repository/models/a/unload")
-    assert r.status_code == 200 and r.json() == {}, r.text
+    assert r.status_code == 200 and r.json() == {"name": "a", "unload": True}, r.text
     assert wait_for(lambda: set(v1_statuses(svc, "a")) == {503}), v1_statuses(svc, "a")
     r = svc.get("/v2/models/a/ready")
-    assert r.status_code == 400 and r.json()["ready"] is False
+    assert r.status_code == 503 and r.json()["ready"] is False
     ix = index(svc)
     assert ix[("a", "2")]["state"] == "UNAVAILABLE" and "unloaded" in ix[("a", "2")]["reason"], ix
     assert ix[("b", "1")]["state"] == "READY" and ix[("s", "1")]["state"] == "READY"
@@ -66,7 +66,7 @@ def test_unload_and_load_reach_every_worker(wisp_service, oip_models, wisp_score
     assert r.status_code == 503 and "unloaded" in r.json()["error"], r.text
     # load: served again by both workers, the same probabilities as before
     r = svc.post("/v2/repository/models/a/load")
-    assert r.status_code == 200 and r.json() == {}, r.text
+    assert r.status_code == 200 and r.json() == {"name": "a", "load": True}, r.text
     assert wait_for(lambda: set(v1_statuses(svc, "a")) == {200})
     for _ in range(6):
         r = predict_v1(svc, "a", session=requests)
