@@ -90,6 +90,10 @@ fi
 # WISP_JAVA=0 skips it; a build without the jar, e.g. no JDK, counts as one failure with the reason)
 [ -f spec/java/run.sh ] && [ "${WISP_JAVA:-1}" != 0 ] && run_suite "java (spec/java)" java sh spec/java/run.sh
 
+# wisp in Spark (spec/spark/run.sh: its own venv with pyspark under $WISP_BUILD/spark-venv, local[2], one
+# SparkSession; needs the jar, so WISP_JAVA=0 skips it too, as WISP_SPARK=0 does; prints "spark: N passed, N failed" last)
+[ -f spec/spark/run.sh ] && [ "${WISP_SPARK:-1}" != 0 ] && [ "${WISP_JAVA:-1}" != 0 ] && run_suite "spark (spec/spark)" spark sh spec/spark/run.sh
+
 # the C++ header (spec/cpp/test_wisp_hpp.cpp: parity with the CLI, every C failure as wisp::Error; prints
 # "cpp: N passed, N failed" last; built by `make test`), then examples/quickstart.cpp built with pkg-config
 # against a scratch install (WISP_CPP=0 skips both)
