@@ -160,13 +160,15 @@ class LoadLoop:
             return self.by_version.get(v, 0)
 
 
-def test_rollover_under_load_zero_failed_requests(wisp_service, oip_models, wisp_score, tmp_path):
-    """Version 3 added while clients load the service (2 workers), then removed: every request
-    answers 200 with one version's probabilities (0 failures), v3 serves once warmed up, v2 again
-    after v3 leaves; no worker dies."""
+@pytest.mark.parametrize("mode", ["inline", "thread"])
+def test_rollover_under_load_zero_failed_requests(wisp_service, oip_models, wisp_score, tmp_path, mode):
+    """Version 3 added while clients load the service (2 workers; scored in the event loop, or in
+    the thread pool's VMs, which load each version themselves), then removed: every request answers
+    200 with one version's probabilities (0 failures), v3 serves once warmed up, v2 again after v3
+    leaves; no worker dies."""
     p1, p2, p3 = oip_models / "plain.wisp", oip_models / "plain_v2.wisp", oip_models / "tiny.wisp"
     repo = make_repo(tmp_path / "models", {"m": {1: p1, 2: p2}})
-    svc = repo_service(wisp_service, repo, extra=["--workers", "2"])
+    svc = repo_service(wisp_service, repo, extra=["--workers", "2", "--mode", mode])
     answers = {v: wisp_score(p, ROWS) for v, p in {2: p2, 3: p3}.items()}
     use_v2 = v2_routes(svc)
     loop = LoadLoop(svc, "m", answers, clients=4, v2=use_v2)
@@ -187,6 +189,8 @@ def test_rollover_under_load_zero_failed_requests(wisp_service, oip_models, wisp
     assert loop.failures == [], "%d failed requests of %d, first: %s" % (len(loop.failures), loop.ok + len(loop.failures),
                                                                          loop.failures[:3])
     assert loop.count(2) > 0 and loop.count(3) > 0
+    print("rollover (mode %s, v2 API too: %s): %d requests, 0 failed; answered by v2 %d, v3 %d"
+          % (mode, use_v2, loop.ok, loop.count(2), loop.count(3)))
     assert svc.alive()
     log = svc.error_log()
     assert "model 'm' version 3 leaves service (its model.wisp is gone)" in log
