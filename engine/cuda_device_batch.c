@@ -214,8 +214,8 @@ static int copy_path(wisp_session *s, int dev, size_t rows, const void *row_ptr,
         for (size_t r = 0; r < rows; r++) {
             if (nb < nbad && bad[nb].row == r) { nb++; continue; }
             const int64_t a = rp_at(hrp, rp64, r), n = rp_at(hrp, rp64, r + 1) - a;
-            memcpy(cids + rp32[j], hids + a, (size_t)n * 4);
-            if (vals) memcpy(cvals + rp32[j], hvals + a, (size_t)n * 4);
+            if (n) memcpy(cids + rp32[j], hids + a, (size_t)n * 4);
+            if (n && vals) memcpy(cvals + rp32[j], hvals + a, (size_t)n * 4);
             j++;
         }
     }
