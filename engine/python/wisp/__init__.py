@@ -285,7 +285,8 @@ def from_tensorflow(feature_columns, checkpoint_or_saved_model, path, dtype="f32
         "<scope>/bias_weights"; the scope is found, or prefix= names it;
         partitioned variables are joined);
       - a Keras 2 (tf_keras) model, live or saved (SavedModel directory,
-        .keras, .h5), inputs -> DenseFeatures -> Dense(1, sigmoid or linear):
+        .keras, .h5), inputs -> DenseFeatures -> Dense(1, sigmoid or linear)
+        (or tf_keras.experimental.LinearModel in place of the Dense):
         feature_columns may then be None (the layer's own columns) and the
         inputs' types and sparseness are the model's Inputs';
       - a mapping of those variable names to arrays.
