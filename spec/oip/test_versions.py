@@ -5,6 +5,7 @@ a single file as version "1", versions added and removed under a load loop with 
 requests, a new version that fails to load leaving the old one serving, the warm-up's time, and
 /metrics labelled by version. Every probability is compared with `wisp score` on the version's file.
 """
+import subprocess
 import threading
 import time
 
@@ -244,3 +245,15 @@ def test_warmup_time_and_metrics_by_version(wisp_service, oip_models, tmp_path):
     if v2_routes(svc):
         meta = svc.get("/v2/models/m/versions/1").json()
         assert "warmup_ms" in str(meta), meta
+
+
+def test_versions_logic_without_nginx(wisp_cli, tmp_path):
+    """spec/nginx/versions_check.lua: the policy grammar and the repository logic (models.lua) on
+    real directories, with a stand-in for ngx (numeric version order, non-version names, a version
+    without its model.wisp, resolve/versions/index/load/unload, retirement after the last request)."""
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2]
+    r = subprocess.run([str(wisp_cli), "run", str(root / "spec/nginx/versions_check.lua"), str(tmp_path)],
+                       capture_output=True, text=True, cwd=str(root), timeout=120)
+    last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+    assert r.returncode == 0 and last.endswith(" 0 failed") and not last.startswith("versions: 0 passed"), r.stdout + r.stderr
