@@ -9,6 +9,12 @@ import re
 import shutil
 import time
 
+# the device the services of these specs score on: cpu here; WISP_OIP_DEVICE=gpu on a GPU
+# machine (the warm-up then runs on the GPU; probabilities must still equal the CLI's CPU ones
+# to 1e-6)
+DEVICE = os.environ.get("WISP_OIP_DEVICE", "cpu")
+WANT_DEV = "cpu" if DEVICE == "cpu" else "gpu:0"
+
 # libsvm rows for the id models (plain.wisp: 5000 features): empty rows, duplicate ids, the
 # table's edges (0, 4999) and an id beyond it (ignored, as libsvm's)
 ROWS = "\n".join([

@@ -23,7 +23,7 @@ import sys
 import pytest
 import yaml
 
-from repo_util import ROWS, make_repo, predict_v1, same, write_config
+from repo_util import DEVICE, ROWS, make_repo, predict_v1, same, write_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOC = ROOT / "examples/openresty/openapi.yaml"
@@ -73,7 +73,8 @@ def test_schemathesis_against_the_service(wisp_service, oip_models, wisp_score, 
     p1, p2, c1 = oip_models / "plain.wisp", oip_models / "plain_v2.wisp", oip_models / "ctr.wisp"
     repo = make_repo(tmp_path / "models", {"m": {1: p1, 2: p2}, "cols": {1: c1}})
     write_config(repo, "m", '{"version_policy": "all"}')
-    svc = wisp_service(models="plain=%s" % p1, extra=["--model-repository", str(repo), "--workers", "2"])
+    svc = wisp_service(models="plain=%s" % p1, extra=["--model-repository", str(repo), "--workers", "2",
+                                                                "--device", DEVICE])
     workers = svc.worker_pids()
     assert len(workers) == 2
 

@@ -7,7 +7,7 @@ listener only, 403 on the inference listener). Probabilities are compared with `
 """
 import requests
 
-from repo_util import ROWS, add_version, make_repo, predict_v1, same, wait_for, write_config
+from repo_util import DEVICE, ROWS, add_version, make_repo, predict_v1, same, wait_for, write_config
 
 FAST = {"reload_check_s": 0.2}
 
@@ -28,7 +28,7 @@ def start(wisp_service, oip_models, tmp_path, admin=False):
     p1, p2 = oip_models / "plain.wisp", oip_models / "plain_v2.wisp"
     repo = make_repo(tmp_path / "models", {"a": {1: p1, 2: p2}, "b": {1: p1, 2: p2}})
     write_config(repo, "b", '{"version_policy": {"specific": {"versions": [1]}}}')
-    svc = wisp_service(models="s=%s" % p2, extra=["--model-repository", str(repo), "--workers", "2"],
+    svc = wisp_service(models="s=%s" % p2, extra=["--model-repository", str(repo), "--workers", "2", "--device", DEVICE],
                        configure=FAST, admin=admin)
     return svc, repo
 

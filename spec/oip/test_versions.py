@@ -12,14 +12,15 @@ import time
 import pytest
 import requests
 
-from repo_util import (ROWS, add_version, make_repo, metrics_text, predict_v1, remove_version, same, served_versions,
-                       wait_for, which, write_config)
+from repo_util import (DEVICE, ROWS, WANT_DEV, add_version, make_repo, metrics_text, predict_v1, remove_version,
+                       same, served_versions, wait_for, which, write_config)
 
 FAST = {"reload_check_s": 0.2}
 
 
 def repo_service(wisp_service, repo, extra=(), models="", **kw):
-    return wisp_service(models=models, extra=["--model-repository", str(repo)] + list(extra), configure=FAST, **kw)
+    return wisp_service(models=models, extra=["--model-repository", str(repo), "--device", DEVICE] + list(extra),
+                        configure=FAST, **kw)
 
 
 def v2_routes(svc):
@@ -240,11 +241,11 @@ def test_warmup_time_and_metrics_by_version(wisp_service, oip_models, tmp_path):
     assert re.search(r'^wisp_model_requests_total\{model="m",version="2"\} 3$', m, re.M), m
     assert re.search(r'^wisp_model_version_id_info\{model="m",version="1",id="[0-9a-f]{12}"\} 1$', m, re.M), m
     # the log says each version's warm-up
-    assert re.search(r"model 'cols' loaded \(start\): \S+/cols/2/model.wisp version 2 \([0-9a-f]+\) on cpu in [0-9.]+ ms "
-                     r"\(warm-up [0-9.]+ ms\)", svc.error_log())
-    if v2_routes(svc):
-        meta = svc.get("/v2/models/m/versions/1").json()
-        assert "warmup_ms" in str(meta), meta
+    assert re.search(r"model 'cols' loaded \(start\): \S+/cols/2/model.wisp version 2 \([0-9a-f]+\) on %s in [0-9.]+ ms "
+                     r"\(warm-up [0-9.]+ ms\)" % re.escape(WANT_DEV), svc.error_log())
+    meta = svc.get("/v2/models/m/versions/1").json()
+    assert meta["parameters"]["version"] == "1" and meta["parameters"]["warmup_ms"] > 0, meta
+    assert meta["parameters"]["device"] == WANT_DEV, meta
 
 
 def test_versions_logic_without_nginx(wisp_cli, tmp_path):

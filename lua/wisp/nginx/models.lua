@@ -288,7 +288,7 @@ local function reload_version(slot, force, why)
         inc("wisp_model_reloads_total", lbl(slot.name, 'result="failed"'))
         log(ngx.ERR, "model '", slot.name, "': ", slot.cur and "reload failed, the loaded version keeps serving: "
             or "load failed: ", err)
-        set_gauges(slot.model or slot)
+        set_gauges(slot.parent or slot)
         return nil, err
     end
     local old = slot.cur
@@ -303,7 +303,7 @@ local function reload_version(slot, force, why)
         " version ", e.version, " (", e.version_id, ") on ", e.device,
         fmt(" in %.1f ms (warm-up %.1f ms)", (S.clock() - t0) * 1e3, e.warmup_ms))
     if old then retire(old) end
-    set_gauges(slot.model or slot)
+    set_gauges(slot.parent or slot)
     return true
 end
 
@@ -313,7 +313,7 @@ end
 -- "repository": MODELS/name/), cur (the entry v1 and a request without a version get: the
 -- newest ready version), path (cur's file), versions (version name -> version slot: the
 -- versions served or tried), policy, unloaded (the repository extension's unload).
--- A version slot: name, version, path, device, cur (its entry) and reload_slot's state
+-- A version slot: name, version, path, device, parent (its model slot), cur (its entry) and reload_slot's state
 -- (failed_stamp, reload_error, file_state, failures, loads). A single-file model's slot is
 -- its own version "1" (slot.versions["1"] == slot), so it reloads as it always did.
 --
@@ -464,7 +464,7 @@ local function sync_repository(slot, force, why)
             local vwhy = why
             if not vs then
                 vs = { name = slot.name, version = v, path = slot.dir .. "/" .. v .. "/model.wisp",
-                       device = slot.device, model = slot, gen = 0 }
+                       device = slot.device, parent = slot, gen = 0 }
                 slot.versions[v] = vs
                 if why == "file changed" then vwhy = "new version under the policy " .. policy_text(p) end
             end
