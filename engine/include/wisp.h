@@ -693,6 +693,17 @@ int    wisp_raw_parse_jsonl(wisp_raw *r, const char *text, size_t len, int final
 int    wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **row_ptr, const void **values,
                       const uint32_t **str_off);
 
+/* A JSON list of numbers, text[0..len) from its '[' (nested lists flattened in row-major
+ * order, as the Open Inference Protocol's JSON tensors allow; engine/oip.c), read into out:
+ * up to cap int32/int64 (is_float 0, bits 32 or 64: integer tokens only, in range) or
+ * float/double (is_float 1: each number as strtod reads it, rounded to float32 for bits 32).
+ * *count: the elements read; *consumed: the bytes up to and including the closing ']'.
+ * WISP_EPARSE for anything else in the list (a string, null, a fraction or an exponent for
+ * an integer, an integer out of range, invalid JSON), WISP_ELIMIT for more than cap
+ * elements, WISP_EINVAL for bad arguments; wisp_errmsg is not set. Thread-safe. */
+int    wisp_json_numbers(const char *text, size_t len, int is_float, int bits, void *out, size_t cap,
+                         size_t *count, size_t *consumed);
+
 /* The transform on the CPU: append one batch row per raw row to b (bad
  * rows as bad rows with their line and message). Numeric columns give
  * valued features, the others binary ones, in column order. Runs on the

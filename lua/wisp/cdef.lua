@@ -153,6 +153,8 @@ int    wisp_raw_parse_jsonl(wisp_raw *r, const char *text, size_t len, int final
                             uint64_t *line_no, size_t *consumed);
 int    wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **row_ptr, const void **values,
                       const uint32_t **str_off);
+int    wisp_json_numbers(const char *text, size_t len, int is_float, int bits, void *out, size_t cap,
+                         size_t *count, size_t *consumed);
 int    wisp_transform(const wisp_raw *r, wisp_batch *b);
 int    wisp_session_transform(wisp_session *s, const wisp_raw *r, wisp_batch *b);
 int    wisp_session_score_raw(wisp_session *s, const wisp_raw *r, float *out);

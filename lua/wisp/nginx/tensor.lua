@@ -418,13 +418,33 @@ end
 -- the flat spans of scan_json, now that the tensors' datatypes are known: read_typed where it
 -- can (sp.tptr, sp.count: already the datatype), read_numbers otherwise (sp.count, sp.allint,
 -- sp.bigs into the double scratch; an invalid list: sp.invalid)
+local c_numbers = nil            -- wisp_json_numbers (engine/oip.c), or false with an older libwisp
+local count_box = ffi.new("size_t[1]")
+local C_KIND = { FP32 = { 1, 32, "f", f32_vla }, FP64 = { 1, 64, "d", dbl_vla }, INT64 = { 0, 64, "i64", i64_vla },
+                 INT32 = { 0, 32, "i32", i32_vla } }
 read_flat_spans = function(spans, doc)
     local ins = type(doc) == "table" and doc.inputs
+    if c_numbers == nil then
+        local ok, fn = pcall(function() return lib().wisp_json_numbers end)
+        c_numbers = ok and fn or false
+    end
     for ord, sp in pairs(spans) do
         if sp.flat then
             local t = type(ins) == "table" and ins[ord + 1]
             local dt = type(t) == "table" and t.datatype
-            if dt == "FP32" or dt == "INT64" or dt == "INT32" then
+            local ck = C_KIND[dt]
+            if ck and c_numbers and type(t.shape) == "table" then
+                -- the C reader (engine/oip.c), into the tensor's datatype; room for one more
+                -- element than the shape holds (more: ELIMIT, and read_numbers counts them)
+                local want = 1
+                for k = 1, #t.shape do want = want * (tonumber(t.shape[k]) or 0) end
+                if want >= 0 and want < 2 ^ 31 then
+                    local buf = scratch_buf(ck[3], sp.slot, want + 1, ck[4])
+                    local rc = c_numbers(ffi.cast(charp, sp.base + sp.start), sp.stop - sp.start, ck[1], ck[2], buf, want + 1, count_box, nil)
+                    if rc == 0 then sp.count, sp.tptr = tonumber(count_box[0]), ffi.cast(PTYPE[dt], buf) end
+                end
+            end
+            if not sp.tptr and (dt == "FP32" or dt == "INT64" or dt == "INT32") then
                 local stop, n, ptr = read_typed(sp.base, sp.start, sp.slot, dt)
                 if stop then sp.count, sp.tptr = n, ffi.cast(PTYPE[dt], ptr) end
             end

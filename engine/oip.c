@@ -1,0 +1,119 @@
+/* oip.c — the Open Inference Protocol's JSON tensor data (the service's v2 endpoints,
+ * lua/wisp/nginx/tensor.lua): one JSON list of numbers read into a typed array, each number
+ * read as the JSON-lines reader reads it (engine/textnum.h: an integer exactly, a float as
+ * strtod, then rounded to float32 for a float32 array, as json.loads + numpy do). The Lua
+ * layer finds the lists in nginx's body buffer and hands each one here; anything this refuses
+ * (a fraction for an integer, an integer out of range, not a number) it reads again itself to
+ * say which element is wrong, so this only answers yes or no. */
+#include <stdint.h>
+#include <string.h>
+
+#include "wisp.h"
+#include "json.h"
+#include "textnum.h"
+
+static inline const char *skip_ws(const char *p, const char *e)
+{
+    while (p < e && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    return p;
+}
+
+int wisp_json_numbers(const char *text, size_t len, int is_float, int bits, void *out, size_t cap,
+                      size_t *count, size_t *consumed)
+{
+    if (count) *count = 0;
+    if (consumed) *consumed = 0;
+    if (!text || !count || (cap && !out) || (bits != 32 && bits != 64)) return WISP_EINVAL;
+    const char *p = text, *e = text + len;
+    if (p >= e || *p != '[') return WISP_EPARSE;
+    size_t n = 0;
+    int depth = 0;
+    for (;;) {
+        /* p: at '[' (a list opens) or at a value */
+        if (*p == '[') {
+            if (++depth > WISP_JSON_MAX_DEPTH) return WISP_EPARSE;
+            p = skip_ws(p + 1, e);
+            if (p >= e) return WISP_EPARSE;
+            if (*p == ']') goto close;
+            continue;
+        }
+        if (n >= cap) return WISP_ELIMIT;
+        size_t tl;
+        if (is_float) {
+            tl = wisp__json_number_len(p, e);
+            if (!tl) return WISP_EPARSE;
+            /* the common short decimal ("0.173287", "1", "-2.5") in one pass: up to 19
+             * significant digits, no exponent -> Clinger's exact case (strtod's answer);
+             * anything else: wisp__textnum_f64 (strtod) */
+            const char *q = p, *qe = p + tl;
+            int neg = 0;
+            if (*q == '-') { neg = 1; q++; }
+            uint64_t m = 0;
+            int nd = 0, frac = 0, simple = 1;
+            for (; q < qe; q++) {
+                unsigned d = (unsigned)((unsigned char)*q - '0');
+                if (d <= 9) { m = m * 10 + d; nd++; if (frac) frac++; }
+                else if (*q == '.' && !frac) frac = 1;
+                else { simple = 0; break; }
+            }
+            if (frac) frac--;
+            double v;
+            if (simple && nd <= 19 && m < (1ull << 53) && frac <= 22) {
+                v = frac ? (double)m / wisp__pow10_exact[frac] : (double)m;
+                if (neg) v = -v;
+            } else {
+                v = wisp__textnum_f64(p, tl);               /* the sign is in the token */
+            }
+            if (bits == 32) ((float *)out)[n] = (float)v; else ((double *)out)[n] = v;
+        } else {
+            /* an integer token in one pass: -?(0|[1-9][0-9]*), then a delimiter (a '.', an 'e'
+             * or anything else right after the digits is not an integer: EPARSE) */
+            const char *q = p;
+            int neg = 0;
+            if (q < e && *q == '-') { neg = 1; q++; }
+            const char *d0 = q;
+            uint64_t v = 0;
+            while (q < e && (unsigned)((unsigned char)*q - '0') <= 9) {
+                v = v * 10 + (unsigned)((unsigned char)*q - '0');
+                q++;
+            }
+            size_t nd = (size_t)(q - d0);
+            if (nd == 0 || (nd > 1 && *d0 == '0') || nd > 19) return WISP_EPARSE;   /* none, a leading zero, >= 10^19 */
+            if (q < e && (*q == '.' || *q == 'e' || *q == 'E')) return WISP_EPARSE;
+            if (bits == 64) {
+                if (neg ? v > (uint64_t)INT64_MAX + 1 : v > (uint64_t)INT64_MAX) return WISP_EPARSE;
+                ((int64_t *)out)[n] = neg ? (int64_t)(0 - v) : (int64_t)v;
+            } else {
+                if (neg ? v > (uint64_t)INT32_MAX + 1 : v > (uint64_t)INT32_MAX) return WISP_EPARSE;
+                ((int32_t *)out)[n] = neg ? (int32_t)(0 - (int64_t)v) : (int32_t)v;
+            }
+            tl = (size_t)(q - p);
+        }
+        n++;
+        p = skip_ws(p + tl, e);
+        if (p >= e) return WISP_EPARSE;
+        if (*p == ',') {
+            p = skip_ws(p + 1, e);
+            if (p >= e || *p == ']') return WISP_EPARSE;
+            continue;
+        }
+        if (*p != ']') return WISP_EPARSE;
+    close:
+        /* p: at ']' */
+        for (;;) {
+            p++;
+            if (--depth == 0) {
+                *count = n;
+                if (consumed) *consumed = (size_t)(p - text);
+                return WISP_OK;
+            }
+            p = skip_ws(p, e);
+            if (p >= e) return WISP_EPARSE;
+            if (*p == ']') continue;
+            if (*p != ',') return WISP_EPARSE;
+            p = skip_ws(p + 1, e);
+            if (p >= e || *p == ']') return WISP_EPARSE;
+            break;
+        }
+    }
+}
