@@ -220,6 +220,12 @@ local function attach_batcher(e)
     return true
 end
 
+-- an entry leaves service: closed now, or by the release of its last request
+local function retire(e)
+    e.retired = true
+    if e.inflight <= 0 and not e.closed then e:close() end
+end
+
 -- (Re)load one version slot (a single-file model's slot is its own version "1"). force (a
 -- :reload request): try even a file that failed before.
 -- -> true[, "unchanged"] or nil, err. Debounced: a file whose stat identity (inode,
@@ -229,12 +235,6 @@ end
 -- without being read, since the serving copy is what was verified and a file being
 -- written in place may be half-written; the refusal is logged once per state of the
 -- file and reported in /v1/models/NAME ("file") and /readyz.
--- an entry leaves service: closed now, or by the release of its last request
-local function retire(e)
-    e.retired = true
-    if e.inflight <= 0 and not e.closed then e:close() end
-end
-
 local function reload_version(slot, force, why)
     local stamp, info = file_stamp(slot.path)
     if stamp == nil and not force then
@@ -502,7 +502,6 @@ local function sync_slot(slot, force, why)
                 and fmt("; %d request(s) in flight finish on it", slot.cur.inflight) or "")
             retire(slot.cur)
             slot.cur = nil
-            slot.stamp_unloaded = true
         end
         set_gauges(slot)
         return true
