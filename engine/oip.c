@@ -40,25 +40,36 @@ int wisp_json_numbers(const char *text, size_t len, int is_float, int bits, void
         if (n >= cap) return WISP_ELIMIT;
         size_t tl;
         if (is_float) {
-            tl = wisp__json_number_len(p, e);
-            if (!tl) return WISP_EPARSE;
-            /* the common short decimal ("0.173287", "1", "-2.5") in one pass: up to 19
-             * significant digits, no exponent -> Clinger's exact case (strtod's answer);
-             * anything else: wisp__textnum_f64 (strtod) */
-            const char *q = p, *qe = p + tl;
+            /* one pass over the token, JSON's grammar -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)?: the
+             * common short decimal ("0.173287", "1", "-2.5": at most 19 digits, no exponent) is
+             * Clinger's exact case (strtod's answer); anything else goes to wisp__textnum_f64
+             * (strtod) with the token's span */
+            const char *q = p;
             int neg = 0;
-            if (*q == '-') { neg = 1; q++; }
+            if (q < e && *q == '-') { neg = 1; q++; }
+            const char *d0 = q;
             uint64_t m = 0;
-            int nd = 0, frac = 0, simple = 1;
-            for (; q < qe; q++) {
-                unsigned d = (unsigned)((unsigned char)*q - '0');
-                if (d <= 9) { m = m * 10 + d; nd++; if (frac) frac++; }
-                else if (*q == '.' && !frac) frac = 1;
-                else { simple = 0; break; }
+            while (q < e && (unsigned)((unsigned char)*q - '0') <= 9) { m = m * 10 + (unsigned)((unsigned char)*q - '0'); q++; }
+            int nd = (int)(q - d0), frac = 0, expo = 0;
+            if (nd == 0 || (nd > 1 && *d0 == '0')) return WISP_EPARSE;
+            if (q < e && *q == '.') {
+                const char *f0 = ++q;
+                while (q < e && (unsigned)((unsigned char)*q - '0') <= 9) { m = m * 10 + (unsigned)((unsigned char)*q - '0'); q++; }
+                frac = (int)(q - f0);
+                if (frac == 0) return WISP_EPARSE;
+                nd += frac;
             }
-            if (frac) frac--;
+            if (q < e && (*q == 'e' || *q == 'E')) {
+                q++;
+                if (q < e && (*q == '+' || *q == '-')) q++;
+                const char *x0 = q;
+                while (q < e && (unsigned)((unsigned char)*q - '0') <= 9) q++;
+                if (q == x0) return WISP_EPARSE;
+                expo = 1;
+            }
+            tl = (size_t)(q - p);
             double v;
-            if (simple && nd <= 19 && m < (1ull << 53) && frac <= 22) {
+            if (!expo && nd <= 19 && m < (1ull << 53) && frac <= 22) {
                 v = frac ? (double)m / wisp__pow10_exact[frac] : (double)m;
                 if (neg) v = -v;
             } else {
