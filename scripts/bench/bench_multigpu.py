@@ -70,12 +70,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
 import record  # noqa: E402  scripts/lib/record.py: the commit, the machine, where results go
-try:
-    import wisp._capi  # noqa: E402  the package (pip install .): wisp._capi binds the library under test from wisp.h
-except ImportError as _e:
-    raise SystemExit("%s: `import wisp` fails (%s): run it with a python whose environment has the package "
-                     "(pip install . from the repository root, e.g. into build/py-venv: "
-                     "WISP_BUILD=build sh spec/python/run.sh makes it)" % (os.path.basename(__file__), _e))
+import wisp_pkg  # noqa: E402  scripts/lib/wisp_pkg.py: wisp._capi, from the package (or this checkout)
+capi = wisp_pkg.capi()
 
 ST = dict(batches=0, rows=1, nnz=2, out_of_range=3, bad_rows=4, fallbacks=5, ns_parse=6, ns_transform=7,
           ns_h2d=8, ns_kernel=9, ns_d2h=10, ns_sync=11, ns_overhead=12, ns_total=13, bytes_h2d=14, bytes_d2h=15)
@@ -118,7 +114,7 @@ def fmt_rows(n):
 
 class Wisp:
     def __init__(self, path):
-        L = wisp._capi.load(path, record.ROOT)
+        L = capi.load(path, record.ROOT)
         # the per-unit hook (engine/cuda_hooks.c, not in wisp.h); absent from a build without CUDA
         self.units_read = L.wisp_cuda_units_read if L.has("wisp_cuda_units_read") else None
         self.L = L

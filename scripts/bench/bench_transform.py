@@ -49,12 +49,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 
 import tf_export  # noqa: E402
-try:
-    import wisp._capi  # noqa: E402  the package (pip install .): wisp._capi binds the library under test from wisp.h
-except ImportError as _e:
-    raise SystemExit("%s: `import wisp` fails (%s): run it with a python whose environment has the package "
-                     "(pip install . from the repository root, e.g. into build/py-venv: "
-                     "WISP_BUILD=build sh spec/python/run.sh makes it)" % (os.path.basename(__file__), _e))
+import wisp_pkg  # noqa: E402  scripts/lib/wisp_pkg.py: wisp._capi, from the package (or this checkout)
+capi = wisp_pkg.capi()
 import record  # noqa: E402  scripts/lib/record.py: the commit, the machine, where results go
 
 BOUNDS = [0, 1, 2, 4, 8, 16, 32, 64, 256, 1024]
@@ -122,7 +118,7 @@ commit = record.commit
 
 class Wisp:
     def __init__(self, spec_text, lib_path=None):
-        lib = wisp._capi.load(lib_path, ROOT)
+        lib = capi.load(lib_path, ROOT)
         self.lib = lib
         vp = ctypes.c_void_p
         self.eng, self.cols, self.raw, self.batch = vp(), vp(), vp(), vp()

@@ -41,12 +41,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
 import record  # noqa: E402  scripts/lib/record.py: the commit, the machine, where results go
-try:
-    import wisp._capi  # noqa: E402  the package (pip install .): wisp._capi binds the library under test from wisp.h
-except ImportError as _e:
-    raise SystemExit("%s: `import wisp` fails (%s): run it with a python whose environment has the package "
-                     "(pip install . from the repository root, e.g. into build/py-venv: "
-                     "WISP_BUILD=build sh spec/python/run.sh makes it)" % (os.path.basename(__file__), _e))
+import wisp_pkg  # noqa: E402  scripts/lib/wisp_pkg.py: wisp._capi, from the package (or this checkout)
+capi = wisp_pkg.capi()
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -87,7 +83,7 @@ def gen_tsv(rows, seed):
 
 
 def load(path):
-    lib = wisp._capi.load(path, ROOT)
+    lib = capi.load(path, ROOT)
     return lib
 
 
