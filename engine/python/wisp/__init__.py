@@ -300,7 +300,7 @@ def from_tensorflow(feature_columns, checkpoint_or_saved_model, path, dtype="f32
     normalizers: {key: {"type": "standard", "mean": m, "std": s}} ((x - m) / s)
     or {"type": "affine", "scale": a, "shift": b} (x * a + b) for each
     numeric column with a normalizer_fn (Python code wisp cannot read); the
-    function is run on 500 float32 values and must agree bit for bit.
+    function is run on ~520 float32 values and must agree bit for bit.
     sparse_combiner: linear_model's (only "sum", the default, is a sum of
     weights). dtype: "f32", "f16", "i8" as write_model.
 
