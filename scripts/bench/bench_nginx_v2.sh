@@ -17,7 +17,10 @@
 # every body in turn (1 wrk thread, --connections, default 8); the CPU seconds of nginx's workers
 # (utime + stime, /proc/PID/stat) over each run / the requests answered = worker CPU per request,
 # as bench_nginx.sh measures it. Ratios are per round (v2 over the libsvm run of the same round),
-# the headline their median; targets (issue 18): v2 binary <= 1.15x, v2 JSON <= 1.5x.
+# the headline their median; targets (issue 18): v2 binary <= 1.15x, v2 JSON <= 1.5x. Then the
+# in-process peer (scripts/bench/bench_nginx_peer.lua, one process, --duration s, same device):
+# each body's rows/s (wrk's, wall clock) over the peer's. On the H200 (GPU default mode):
+#   scripts/bench/bench_nginx_v2.sh --device gpu --label h200-gpu --record
 [ -z "$BASH_VERSION" ] && exec bash "$0" "$@"
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -140,12 +143,22 @@ for r in $(seq 1 "$rounds"); do
     done <<< "$kinds"
 done
 
+# the in-process peer (bench_nginx.sh's): the same 100-row libsvm body parsed and scored in one
+# process on the same device, --duration seconds: rows/s of each body over the peer's
+peer_line=$("$W" run scripts/bench/bench_nginx_peer.lua "$model" "$tmp/hundred.libsvm" "$device" "$duration" | sed -n 's/^PEER //p')
+[ -z "$peer_line" ] && peer_line='{"error": "the peer printed nothing"}'
+echo "{\"name\": \"peer_100row_1proc\", \"round\": 1, ${peer_line#\{}" >> "$runs"
+echo "  peer (in-process, 1 process): $peer_line" >&2
+
 out_dir=$(record_dir)
 out="$out_dir/bench_nginx_v2-$label.json"
 python3 - "$runs" "$tmp/doc.json" "$cmdline" "$label" "$workers" "$conns" "$duration" "$rounds" "$device" <<'PYEOF' || exit 1
 import json, statistics, sys
 runs_path, doc_path, cmd, label, workers, conns, duration, rounds, device = sys.argv[1:]
 runs = [json.loads(l) for l in open(runs_path)]
+peer = [r for r in runs if r["name"] == "peer_100row_1proc"]
+runs = [r for r in runs if r["name"] != "peer_100row_1proc"]
+peer_rows = peer[0].get("parse_score_rows_per_s") if peer else None
 for r in runs:
     n = r.get("requests") or 0
     r["rows_per_request"] = 100
@@ -158,6 +171,8 @@ for k in kinds:
     summary[k] = {"worker_cpu_us_per_request_median": statistics.median(xs) if xs else None,
                   "worker_cpu_us_per_request_all": xs,
                   "rps_median": statistics.median([r["rps"] for r in per[k]]) if per[k] else None,
+                  "rows_per_s_median": 100 * statistics.median([r["rps"] for r in per[k]]) if per[k] else None,
+                  "rows_per_s_over_peer": round(100 * statistics.median([r["rps"] for r in per[k]]) / peer_rows, 3) if (per[k] and peer_rows) else None,
                   "non2xx": sum(r.get("non2xx", 0) for r in per[k])}
 ratios = {}
 for k, target in (("v2_binary", 1.15), ("v2_json", 1.5), ("v1_json", None)):
@@ -172,12 +187,15 @@ doc = {"benchmark": "bench_nginx_v2", "label": label, "command": cmd, "script": 
        "workload": "100 rows of the demo model (39 features a row), one body per request; nginx %s worker(s), wrk 1 thread %s connections, %s s a run, %s rounds interleaved" % (workers, conns, duration, rounds),
        "definitions": {"worker_cpu_us_per_request": "CPU seconds (utime + stime) of nginx's workers over a run / requests answered",
                        "ratio": "per round: the v2 run's worker CPU per request over the v1 libsvm run's of the same round; the headline is the median"},
-       "peer": {"v1_libsvm": "today's text/x-libsvm body of the same 100 rows, same nginx, same run (results.summary.v1_libsvm)",
+       "peer": {"in_process": "scripts/bench/bench_nginx_peer.lua: the same 100-row libsvm body parsed and scored in one process, same device, same run (results.in_process_peer)",
+                "v1_libsvm": "today's text/x-libsvm body of the same 100 rows, same nginx, same run (results.summary.v1_libsvm)",
                 "v1_json": "today's {\"instances\": [{\"ids\", \"vals\"}]} body of the same rows (results.summary.v1_json)"},
-       "summary": summary, "ratios": ratios, "runs": runs}
+       "summary": summary, "ratios": ratios, "in_process_peer": peer[0] if peer else None, "runs": runs}
 json.dump(doc, open(doc_path, "w"), indent=1)
 for k in kinds:
-    print("bench_nginx_v2.sh: %-10s %6.1f us of worker CPU a 100-row request (median of %d)" % (k, summary[k]["worker_cpu_us_per_request_median"] or -1, len(per[k])), file=sys.stderr)
+    print("bench_nginx_v2.sh: %-10s %6.1f us of worker CPU a 100-row request (median of %d); %.0f rows/s = %s of the in-process peer" % (
+        k, summary[k]["worker_cpu_us_per_request_median"] or -1, len(per[k]), summary[k]["rows_per_s_median"] or 0,
+        summary[k]["rows_per_s_over_peer"]), file=sys.stderr)
 for k, v in ratios.items():
     print("bench_nginx_v2.sh: %-26s %s (per round %s; target %s)" % (k, v["median"], v["per_round"], v["target"]), file=sys.stderr)
 PYEOF

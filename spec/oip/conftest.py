@@ -32,7 +32,8 @@ wisp_service factory (function scope; every service it started is stopped at tea
     svc.master_pid(), svc.worker_pids(), svc.alive() (master and every worker it had at start still run)
     svc.stop()        QUIT, up to 5 s, then KILL (idempotent)
 
-    serve.sh's defaults otherwise: 1 worker here (extra=["--workers", "N"] for more), device cpu,
+    serve.sh's defaults otherwise: 1 worker here (extra=["--workers", "N"] for more), device cpu
+    (WISP_OIP_DEVICE=gpu, or WISP_TEST_GPU=1: gpu),
     --max-rows 10000, --max-body 8m; started as root, the workers run as root (--user root: they
     read models under pytest's tmp_path, mode 700).
 
@@ -58,6 +59,9 @@ import requests
 
 ROOT = pathlib.Path(os.environ.get("WISP_ROOT") or pathlib.Path(__file__).resolve().parents[2])
 BUILD = pathlib.Path(os.environ.get("WISP_BUILD", "build"))
+# the device the services score on: cpu, or gpu with WISP_OIP_DEVICE=gpu or WISP_TEST_GPU=1 (the answers
+# must still equal the CLI's CPU answers to 1e-6)
+DEVICE = os.environ.get("WISP_OIP_DEVICE") or ("gpu" if os.environ.get("WISP_TEST_GPU") == "1" else "cpu")
 if not BUILD.is_absolute():
     BUILD = ROOT / BUILD
 
@@ -118,7 +122,7 @@ class Service:
             self.port = _free_port()
             self.admin_port = None
             args = ["sh", str(ROOT / "examples/openresty/serve.sh"), "--render-only", "--prefix", str(self.prefix),
-                    "--port", str(self.port), "--models", models, "--workers", "1", "--device", "cpu",
+                    "--port", str(self.port), "--models", models, "--workers", "1", "--device", DEVICE,
                     "--build", str(BUILD)]
             if admin:
                 self.admin_port = _free_port()
