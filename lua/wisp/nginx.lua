@@ -6,6 +6,7 @@
 --   lua_shared_dict wisp 4m;                                   -- metrics and reload generations, all workers
 --   thread_pool wisp threads=2;          -- for mode = "thread" or "auto" (the default on a GPU)
 --   init_by_lua_block { require("wisp.nginx").configure { models = "ctr=/srv/ctr.wisp", device = "auto" } }
+--       (or model_repository = "/srv/models": MODELS/name/N/model.wisp, version_policy = "latest:1")
 --   init_worker_by_lua_block { require("wisp.nginx").init_worker() }
 --   location / { content_by_lua_block { require("wisp.nginx").handle() } }
 --
@@ -17,7 +18,9 @@
 --   state.lua      what the modules share in one worker: configuration, slots, engine, libraries
 --   config.lua     the options, their defaults, configure{}
 --   file.lua       a model file's identity (stat, header checksum, the inode pin)
---   models.lua     entries (one loaded version of a file) and hot reload
+--   models.lua     entries (one loaded version of a file, warmed up), hot reload, the versions
+--                  a model serves (the model repository, its policy), resolve and the
+--                  repository extension's logic
 --   http.lua       the body read in place, Content-Type -> body kind, answers sent
 --   instances.lua  the {"instances"} scanner that hands a columns model's JSON to the C parser
 --   request.lua    a body parsed into a batch or raw batch, one path per format; bad rows
@@ -28,6 +31,8 @@
 --   thread.lua     the thread pool's VM (mode thread)
 --   worker.lua     init_worker: engine, models, mode, timers
 --   routes.lua     the endpoints and their metadata answers
+--   v2.lua         the Open Inference Protocol (KServe v2) routes and answers
+--   tensor.lua     v2 tensors (JSON and the binary extension) decoded and checked
 
 local config = require "wisp.nginx.config"
 local worker = require "wisp.nginx.worker"

@@ -16,6 +16,8 @@
 --       a retired version (removed, or out of the policy) closes after its last request, and
 --       release counts the request in wisp_model_requests_total{model, version}.
 --   MD.versions(name) -> list of {version, state = "READY"|"UNAVAILABLE"|"LOADING", reason}
+--       (LOADING is not seen in practice: a worker loads and warms a version up inside one
+--       timer callback, without yielding, so no request of that worker runs meanwhile)
 --   MD.repository_index([ready_only]) -> list of {name, version, state, reason}
 --   MD.repository_load(name), MD.repository_unload(name) -> true | nil, http_status, message
 --       (every worker follows within reload_check_s, through the shared dict)
@@ -319,7 +321,7 @@ end
 --
 -- A repository model follows its directory at every check (reload_check_s): the version
 -- directories are the names of positive integers (1, 2, 10; sorted as numbers) holding a
--- model.wisp; the policy (MODELS/name/config.json's "version_policy", else configure{}'s
+-- model.wisp; the policy (MODELS/name/config.json's "version_policy" (its only key read), else configure{}'s
 -- version_policy, default latest 1) names the versions to serve among them; each is loaded
 -- (and warmed up) before it serves. A version the policy no longer names leaves once one
 -- the policy names is ready (a new version that fails to load leaves the old serving); a
