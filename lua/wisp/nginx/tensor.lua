@@ -792,6 +792,13 @@ function M.build_ids(req, e, b, max_rows)
     local h = b._h
     local iptr, ilist = ti.ptr, ti.list
     local vptr, vlist = tv and tv.ptr, tv and tv.list
+    if vptr and tonumber(ffi.cast("uintptr_t", vptr)) % 4 ~= 0 then
+        -- binary values at an offset that is not a multiple of 4 (the buffers follow the JSON
+        -- header back to back): an aligned copy before C reads them as floats
+        local al = scratch_buf("f", 0, nnz, f32_vla)
+        ffi.copy(al, vptr, 4 * nnz)
+        vptr = ffi.cast(PTYPE.FP32, al)
+    end
     local errs, bad
     local start = ip(0)
     for r = 0, n - 1 do
