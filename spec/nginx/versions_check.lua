@@ -177,5 +177,25 @@ sh("rm -rf '" .. repo .. "/m/11'")
 MD.check_all()
 check(served("m") == "2,10", "version 11 removed: latest 2 is 2 and 10 again", served("m"))
 
+-- a model directory removed from the repository: no longer served, its name gone
+local lheld = MD.resolve("late")
+lheld.inflight = lheld.inflight + 1
+sh("rm -rf '" .. repo .. "/late'")
+MD.check_all()
+e2, st = MD.resolve("late")
+check(e2 == nil and st == 404 and table.concat(S.model_names, ",") == "bad,m,s", "a model directory removed: 404, the name gone",
+      table.concat(S.model_names, ","))
+check(lheld.retired and not lheld.closed, "its version retired, open while its request runs")
+lheld:release()
+check(lheld.closed, "closed after that request")
+local seen_late = false
+for _, r in ipairs(MD.repository_index()) do if r.name == "late" then seen_late = true end end
+check(not seen_late, "the index no longer lists it")
+-- a listing of the repository that fails removes nothing
+S.cfg.model_repository = repo .. "/no-such-dir"
+MD.check_all()
+check(table.concat(S.model_names, ",") == "bad,m,s" and MD.resolve("m") ~= nil, "an unreadable repository removes no model")
+S.cfg.model_repository = repo
+
 print(("versions: %d passed, %d failed"):format(pass, fail))
 os.exit(fail == 0 and 0 or 1)

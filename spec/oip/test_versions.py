@@ -106,6 +106,14 @@ def test_single_file_is_version_1_and_v1_unchanged(wisp_service, oip_models, wis
         assert svc.get("/v2/models/single/versions/1/ready").status_code == 200
         assert svc.get("/v2/models/single/versions/2/ready").status_code != 200
         assert svc.get("/v2/models/rep/versions/2/ready").status_code == 200
+    # the model's directory removed from the repository: no longer served (404), /readyz whole again
+    import shutil
+    shutil.rmtree(repo / "rep")
+    assert wait_for(lambda: svc.get("/v1/models/rep").status_code == 404)
+    assert [x["name"] for x in svc.get("/v1/models").json()["models"]] == ["single"]
+    assert svc.get("/readyz").status_code == 200
+    assert "model 'rep' left the repository" in svc.error_log()
+    assert 'model="rep"' not in metrics_text(svc).split("# HELP wisp_device_info")[1]
 
 
 class LoadLoop:

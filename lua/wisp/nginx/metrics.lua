@@ -250,6 +250,14 @@ local function set_gauges(slot)
     end
 end
 
+-- a model no longer served (its directory left the repository): its gauges leave the shared dict
+local function drop_model_gauges(name)
+    local l = lbl(name)
+    gauges["g\tready\t" .. l] = false
+    gauges["g\tdevice\t" .. l] = false
+    gauges["g\tversion\t" .. l] = false
+end
+
 -- a version no longer served: its gauges leave the shared dict
 local function drop_version_gauges(name, v)
     local vl = lbl(name, nil, v)
@@ -270,5 +278,6 @@ M.record = record
 M.lbl = lbl
 M.set_gauges = set_gauges
 M.drop_version_gauges = drop_version_gauges
+M.drop_model_gauges = drop_model_gauges
 
 return M

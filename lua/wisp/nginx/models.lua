@@ -553,8 +553,22 @@ end
 
 local REPO_NAME = "^[%w_][%w_.%-]*$"
 
--- new model directories in the repository become slots (loaded by the caller's sync)
-local function scan_repository(quiet)
+-- a repository model whose directory left the repository: its versions leave (requests in
+-- flight finish on them) and the name is no longer served (404, as a name never served)
+local function remove_model(name)
+    local slot = S.models[name]
+    for v in pairs(slot.versions) do drop_version(slot, v, "its directory left the repository") end
+    slot.cur = nil
+    S.models[name] = nil
+    local names = S.model_names
+    for i = #names, 1, -1 do if names[i] == name then table.remove(names, i) end end
+    MT.drop_model_gauges(name)
+    log(ngx.NOTICE, "model '", name, "' left the repository (", slot.dir, " is gone): no longer served")
+end
+
+-- new model directories in the repository become slots (loaded by the caller's sync); a
+-- repository model whose directory is gone from a listing that succeeded is removed
+local function scan_repository()
     local root = S.cfg.model_repository
     if not root then return {} end
     local names, err = F.list_dir(root)
@@ -574,6 +588,14 @@ local function scan_repository(quiet)
                 "): the models file is served")
         end
     end
+    local present = {}
+    for _, n in ipairs(names) do present[n] = true end
+    local gone = {}
+    for _, n in ipairs(S.model_names) do
+        local slot = S.models[n]
+        if slot.source == "repository" and (not present[n] or not F.is_dir(slot.dir)) then gone[#gone + 1] = n end
+    end
+    for _, n in ipairs(gone) do remove_model(n) end
     return new
 end
 
