@@ -139,10 +139,12 @@ class LoadLoop:
                                        {"name": "indices", "datatype": "INT32", "shape": [2], "data": [7, 4999]}]}
                     r = s.post(self.svc.url("/v2/models/%s/infer" % self.model), json=body, timeout=30)
                     preds = [o for o in r.json()["outputs"] if o["name"] == "probability"][0]["data"] if r.status_code == 200 else None
+                    said = r.json().get("model_version") if r.status_code == 200 else None
                     answers = self.answers_v2
                 else:
                     r = predict_v1(self.svc, self.model, session=s)
                     preds = r.json()["predictions"] if r.status_code == 200 else None
+                    said = r.json().get("version") if r.status_code == 200 else None
                     answers = self.answers
             except (requests.RequestException, ValueError, KeyError, IndexError) as e:
                 with self.lock:
@@ -150,7 +152,9 @@ class LoadLoop:
                 continue
             got = which(preds, answers) if preds is not None else []
             with self.lock:
-                if r.status_code != 200 or len(got) != 1:
+                if r.status_code != 200 or len(got) != 1 or said != str(got[0]):
+                    # not 200, no allowed version's probabilities, or an answer whose version is
+                    # not the one whose probabilities it carries
                     self.failures.append("HTTP %d %s" % (r.status_code, r.text[:200]))
                 else:
                     self.ok += 1
