@@ -147,8 +147,9 @@ class FakeGPU:
     """A DLPack producer that says its array is on CUDA device `dev` (the memory is host memory:
     only an engine without a GPU, which refuses before reading, may be handed it)."""
 
-    def __init__(self, a, dev=0, versioned=False, strides=None):
+    def __init__(self, a, dev=0, versioned=False, strides=None, dev_type=2):
         self.a, self.dev, self.versioned, self.strides = a, dev, versioned, strides
+        self.dev_type = dev_type
         self.streams, self.deleted = [], 0
         self._keep = []
 
@@ -156,13 +157,13 @@ class FakeGPU:
         return self.a.shape[0]
 
     def __dlpack_device__(self):
-        return (2, self.dev)
+        return (self.dev_type, self.dev)
 
     def __dlpack__(self, stream=None, **kw):
         self.streams.append(stream)
         a = self.a
         shape = (ctypes.c_int64 * 1)(a.shape[0])
-        t = DLTensor(a.ctypes.data, DLDevice(2, self.dev), 1, DLDataType(_CODES[a.dtype.kind], a.dtype.itemsize * 8, 1),
+        t = DLTensor(a.ctypes.data, DLDevice(self.dev_type, self.dev), 1, DLDataType(_CODES[a.dtype.kind], a.dtype.itemsize * 8, 1),
                      shape, None, 0)
         if self.strides is not None:
             st = (ctypes.c_int64 * 1)(self.strides)
@@ -229,6 +230,7 @@ def test_fake_gpu_refusals(model):
         ((FakeGPU(indptr), indices), ValueError, "different devices"),
         ((FakeGPU(indptr), FakeGPU(indices, strides=2)), ValueError, "not contiguous"),
         ((FakeGPU(indptr[:0]), FakeGPU(indices)), ValueError, "indptr is empty"),
+        ((FakeGPU(indptr, dev_type=10), FakeGPU(indices, dev_type=10)), TypeError, "device type 10 are not read"),
     ]
     for X, exc, words in cases:
         with pytest.raises(exc, match=words):

@@ -602,6 +602,9 @@ PyObject *wisp__py_score_dlpack(SessionObject *self, PyObject *const *args, Py_s
             }
             wisp__py_rel_buf(&bo);
         }
+    } else if (vp.dev_type == vi.dev_type && (!have_vals || vv.dev_type == vp.dev_type)) {
+        PyErr_Format(PyExc_TypeError, "arrays on DLPack device type %d are not read (CPU, CUDA host, CUDA or CUDA managed "
+                     "memory only)", vp.dev_type);
     } else {
         PyErr_Format(PyExc_ValueError, "indptr, indices and values are on different devices (DLPack device types %d, %d, %d)",
                      vp.dev_type, vi.dev_type, have_vals ? vv.dev_type : vi.dev_type);
