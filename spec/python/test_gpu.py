@@ -131,3 +131,40 @@ def test_gpu_torch_sparse_csr_and_lifetime(model_path):
     del d                                             # the tensor keeps the memory alive
     torch.cuda.synchronize()
     np.testing.assert_allclose(t.cpu().numpy(), want, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("lib", ["cupy", "torch"])
+@pytest.mark.parametrize("how", ["stream=", "dlpack protocol"])
+def test_gpu_producer_stream_is_respected(model_path, lib, how):
+    """The ids are written on a non-blocking stream behind ~tens of ms of matmuls: read in
+    stream order they give the host path's answers, read too early they would be zeros."""
+    mod = pytest.importorskip(lib)
+    m = wisp.load(model_path)
+    indptr, indices, values = make_rows(20000, seed=44)
+    want, _ = _cpu_reference(m, indptr, indices, values)
+    s = m.session("gpu")
+    if lib == "cupy":
+        cp = mod
+        src, rp, vs = cp.asarray(indices), cp.asarray(indptr), cp.asarray(values)
+        cp.cuda.Device().synchronize()
+        st = cp.cuda.Stream(non_blocking=True)
+        with st:
+            dst = cp.zeros_like(src)
+            a = cp.ones((4096, 4096), dtype=cp.float32)
+            for _ in range(30):
+                a = (a @ a) * 1e-4
+            dst[...] = src
+            got = s.score((rp, dst, vs), stream=st) if how == "stream=" else s.score((rp, dst, vs))
+    else:
+        torch = mod
+        src, rp, vs = (torch.from_numpy(x).cuda() for x in (indices, indptr, values))
+        torch.cuda.synchronize()
+        st = torch.cuda.Stream()
+        with torch.cuda.stream(st):
+            dst = torch.zeros_like(src)
+            a = torch.ones((4096, 4096), device="cuda")
+            for _ in range(30):
+                a = (a @ a) * 1e-4
+            dst.copy_(src)
+            got = s.score((rp, dst, vs), stream=st) if how == "stream=" else s.score((rp, dst, vs))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
