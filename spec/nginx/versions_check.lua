@@ -6,6 +6,7 @@
 -- with a stand-in for the few ngx functions models.lua calls.
 --
 --   wisp run spec/nginx/versions_check.lua DIR     (DIR: a scratch directory; spec/oip/test_versions.py runs it)
+--   WISP_NGINX_DEVICE=gpu wisp run spec/nginx/versions_check.lua DIR    (on a GPU machine)
 -- The last line is "versions: N passed, N failed".
 
 local dir = assert(arg and arg[1], "usage: versions_check.lua SCRATCH_DIR")
@@ -60,7 +61,11 @@ check(CFG.policy_table(pol("specific:1,3")).specific.versions[2] == 3, "policy_t
 check(pcall(CFG.configure, { models = "" }) == false, "configure: no models and no repository refused")
 check(pcall(CFG.configure, { model_repository = dir .. "/repo", version_policy = "nope" }) == false,
       "configure: a bad version_policy refused")
-local ok, err = pcall(CFG.configure, { model_repository = dir .. "/repo/", version_policy = "latest:2", reload_check_s = 0.1 })
+-- the device: cpu, or WISP_NGINX_DEVICE (gpu on a GPU machine: the warm-up then runs there)
+local device = os.getenv("WISP_NGINX_DEVICE") or "cpu"
+local want_dev = device == "cpu" and "cpu" or "gpu:0"
+local ok, err = pcall(CFG.configure, { model_repository = dir .. "/repo/", version_policy = "latest:2", reload_check_s = 0.1,
+                                       device = device })
 check(ok and S.cfg.model_repository == dir .. "/repo" and #S.cfg.models == 0 and CFG.policy_text(S.cfg.policy) == "latest 2",
       "configure: a repository alone, its trailing / dropped, the default policy", err)
 
@@ -92,6 +97,10 @@ f = io.open(repo .. "/bad/config.json", "w"); f:write('{"version_policy": "lates
 
 S.load_libs()
 S.engine = assert(S.new_engine(1))
+if device ~= "cpu" and S.engine:gpu_count() == 0 then
+    print("skip: WISP_NGINX_DEVICE=" .. device .. " but no usable GPU (" .. S.engine:gpu_status() .. "): the warm-up runs on the CPU")
+    want_dev = "cpu"
+end
 local MD = require "wisp.nginx.models"
 MD.start_models()
 check(table.concat(S.model_names, ",") == "bad,m,s", "the repository's models are slots, sorted", table.concat(S.model_names, ","))
@@ -111,7 +120,8 @@ check(logged, "the bad config.json is logged")
 local e, slot = MD.resolve("m")
 check(e and e.version == "10" and slot == S.models.m and slot.cur == e, "resolve(m): the latest ready version, 10")
 check(e and type(e.warmup_ms) == "number" and e.warmup_ms > 0 and e.warmup.rows == MD.WARMUP_ROWS
-      and e.warmup.devices[1] == "cpu", "the warm-up's record (ms, rows, devices)")
+      and e.warmup.devices[1] == want_dev, "the warm-up's record (ms, rows, devices: " .. want_dev .. ")",
+      e and e.warmup and e.warmup.devices[1])
 check(e and e.version_id and #e.version_id == 12, "version_id: the checksum's 12 hex digits")
 -- the entry scores as the file does
 do
