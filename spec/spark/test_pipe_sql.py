@@ -94,3 +94,19 @@ def test_sql_function_task_device(spark, sql_fn):
     assert sql_fn.taskDevice("auto", addrs("3"), None) == "gpu:3"
     assert sql_fn.taskDevice("auto", addrs("5"), "4,5") == "gpu:1"
     assert sql_fn.taskDevice("cpu", addrs("5"), None) == "cpu"
+
+
+def test_quickstart_example(spark, cli, tmp_path, sql_fn):
+    spec = importlib.util.spec_from_file_location("wisp_quickstart", os.path.join(ROOT, "examples", "spark", "quickstart.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    model = str(tmp_path / "q.wisp")
+    mod.write_model(model)
+    out = mod.run(spark, model).orderBy("row").collect()
+    text = "".join("0 " + " ".join("%d:%.9g" % (i, v) for i, v in zip(r.features.indices, r.features.values)) + "\n"
+                   for r in out)
+    assert_cli([r.probability for r in out], run_cli(cli, model, text))
+    sql_fn.register(spark._jsparkSession, "wisp_q", model, "cpu")
+    mod.run(spark, model).createOrReplaceTempView("wisp_q_rows")
+    q = spark.sql("SELECT wisp_q(features) AS p FROM wisp_q_rows ORDER BY row").collect()
+    assert_cli([r.p for r in q], run_cli(cli, model, text))

@@ -50,6 +50,8 @@ public final class WispUDF implements UDF1<Object, Float> {
     private static final ConcurrentHashMap<String, AtomicInteger> OPENS = new ConcurrentHashMap<>();
     private static final ThreadLocal<Map<String, Session>> SESSIONS = ThreadLocal.withInitial(HashMap::new);
     private static final ThreadLocal<String> LAST_ERROR = new ThreadLocal<>();
+    // this thread's last (UDF instance, task, session): the per-row fast path skips the lookups
+    private static final ThreadLocal<Object[]> LAST = ThreadLocal.withInitial(() -> new Object[3]);
 
     final String path;        // the path on the driver
     final String shipped;     // the name given to SparkContext.addFile, or null
@@ -159,6 +161,18 @@ public final class WispUDF implements UDF1<Object, Float> {
         return path;
     }
 
+    /** The session of this thread for this UDF and task: looked up (device, file, model) once per task. */
+    private Session taskSession() {
+        TaskContext tc = TaskContext.get();
+        Object[] last = LAST.get();
+        if (last[0] == this && last[1] == tc && last[2] != null) return (Session) last[2];
+        Session s = session();
+        last[0] = this;
+        last[1] = tc;
+        last[2] = s;
+        return s;
+    }
+
     private Session session() {
         String dev = taskDevice();
         String local = localPath();
@@ -212,9 +226,10 @@ public final class WispUDF implements UDF1<Object, Float> {
             throw new IllegalArgumentException("wisp_score: features must be an MLlib vector or an array of int/bigint "
                     + "ids, not " + features.getClass().getName());
         }
-        float[] p = session().score(new int[] {0, ids.length}, ids, vals);
+        Session s = taskSession();
+        float[] p = s.score(new int[] {0, ids.length}, ids, vals);
         if (Float.isNaN(p[0])) {
-            List<BadRow> badRows = session().lastBadRows();
+            List<BadRow> badRows = s.lastBadRows();
             return bad(badRows.isEmpty() ? "scored NaN" : badRows.get(0).message);
         }
         return p[0];
