@@ -174,10 +174,11 @@ class LoadLoop:
             return self.by_version.get(v, 0)
 
 
-@pytest.mark.parametrize("mode", ["inline", "thread"])
+@pytest.mark.parametrize("mode", ["inline", "thread", "async"])
 def test_rollover_under_load_zero_failed_requests(wisp_service, oip_models, wisp_score, tmp_path, mode):
-    """Version 3 added while clients load the service (2 workers; scored in the event loop, or in
-    the thread pool's VMs, which load each version themselves), then removed: every request answers
+    """Version 3 added while clients load the service (2 workers; scored in the event loop, in
+    the thread pool's VMs, which load each version themselves, or async: the request yields while
+    it holds its version), then removed: every request answers
     200 with one version's probabilities (0 failures), v3 serves once warmed up, v2 again after v3
     leaves; no worker dies."""
     p1, p2, p3 = oip_models / "plain.wisp", oip_models / "plain_v2.wisp", oip_models / "tiny.wisp"
