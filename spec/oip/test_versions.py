@@ -179,8 +179,8 @@ def test_rollover_under_load_zero_failed_requests(wisp_service, oip_models, wisp
     """Version 3 added while clients load the service (2 workers; scored in the event loop, in
     the thread pool's VMs, which load each version themselves, or async: the request yields while
     it holds its version), then removed: every request answers
-    200 with one version's probabilities (0 failures), v3 serves once warmed up, v2 again after v3
-    leaves; no worker dies."""
+    200 with one version's probabilities (0 failures), v3 serves once warmed up, a broken v4 is
+    refused while v3 keeps serving, v2 serves again after v3 and v4 leave; no worker dies."""
     p1, p2, p3 = oip_models / "plain.wisp", oip_models / "plain_v2.wisp", oip_models / "tiny.wisp"
     repo = make_repo(tmp_path / "models", {"m": {1: p1, 2: p2}})
     svc = repo_service(wisp_service, repo, extra=["--workers", "2", "--mode", mode])
@@ -195,6 +195,15 @@ def test_rollover_under_load_zero_failed_requests(wisp_service, oip_models, wisp
         assert wait_for(lambda: served_versions(metrics_text(svc), "m") == {"3"}, timeout=20)
         n3 = loop.count(3)
         assert wait_for(lambda: loop.count(3) >= n3 + 100, timeout=20)
+        # a broken version 4 (truncated) renamed in under load: refused, v3 keeps answering
+        broken = tmp_path / "broken.wisp"
+        broken.write_bytes(p1.read_bytes()[:4000])
+        add_version(repo, "m", 4, broken)
+        assert wait_for(lambda: svc.error_log().count("model 'm': load failed") >= 2, timeout=20)
+        n3 = loop.count(3)
+        assert wait_for(lambda: loop.count(3) >= n3 + 100, timeout=20)
+        assert served_versions(metrics_text(svc), "m") == {"3"}
+        remove_version(repo, "m", 4)
         remove_version(repo, "m", 3)
         assert wait_for(lambda: served_versions(metrics_text(svc), "m") == {"2"}, timeout=20)
         n2 = loop.count(2)
