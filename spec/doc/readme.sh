@@ -5,7 +5,18 @@
 # The blocks run in order in one scratch directory laid out as the repository root after
 # `make demo`: build/wisp (and wisp.jar, libwisp.so) are $WISP_BUILD's, examples/ the repository's, build/demo is a fresh `examples/demo.lua --out`
 # (with fewer data rows: no marked block reads data.libsvm); later blocks see earlier blocks' files.
-# usage: WISP_BUILD=build sh spec/doc/readme.sh [README]     prints "readme: N passed, N failed" last
+#
+# A block may say what it needs on its second line, "# needs: python" or "# needs: java" (or both,
+# "# needs: python java"); without that line a block needs only build/wisp and the demo.
+#   python  the virtual environment of the python suite, $WISP_PY_VENV (default $WISP_BUILD/py-venv,
+#           as spec/python/run.sh, which spec/run.sh runs before this test, makes it and installs the
+#           package into it), linked into the scratch root as build/py-venv: blocks run
+#           build/py-venv/bin/python. Its python must import wisp, sklearn and pandas, or the block fails
+#           naming the command that makes it; WISP_PYTHON=0 (the python suite switched off) skips it.
+#   java    build/wisp.jar and a java on the PATH, or the block fails; WISP_JAVA=0 skips it.
+# A skipped block prints "ok N - README.md:LINE # SKIP why" and counts as skipped, not passed.
+# usage: WISP_BUILD=build sh spec/doc/readme.sh [README]
+#   prints "readme: N passed, N failed" last (", N skipped" follows when a block was skipped)
 build=${WISP_BUILD:-build}
 cd "$(dirname "$0")/../.." || exit 2
 case "$build" in /*) ;; *) build="$PWD/$build" ;; esac
@@ -23,7 +34,7 @@ ln -s "$PWD/examples" "$tmp/root/examples"
 # the blocks: N.sh (the commands), N.txt (the expected output), N.line (where the block starts)
 awk -v dir="$tmp/blocks" '
     /^```/ && state == "" {
-        if ($0 == "```sh") { state = "sh"; first = 1; start = NR; next }
+        if ($0 == "```sh") { state = "sh"; first = 1; second = 0; start = NR; next }
         if ($0 == "```text" && pending) { state = "text"; printf "" > (dir "/" n ".txt"); next }
         state = "other"; next
     }
@@ -35,8 +46,12 @@ awk -v dir="$tmp/blocks" '
     state == "sh" {
         if (first) {
             first = 0
-            if ($0 == "# doc-test") { marked = 1; n++; printf "%d\n", start > (dir "/" n ".line"); close(dir "/" n ".line"); printf "" > (dir "/" n ".sh") }
+            if ($0 == "# doc-test") { marked = 1; n++; printf "%d\n", start > (dir "/" n ".line"); close(dir "/" n ".line"); printf "" > (dir "/" n ".sh"); second = 1 }
             next
+        }
+        if (second) {
+            second = 0
+            if (marked && $0 ~ /^# needs:/) { sub(/^# needs:[ \t]*/, ""); print > (dir "/" n ".needs"); close(dir "/" n ".needs"); next }
         }
         if (marked) print >> (dir "/" n ".sh")
         next
@@ -45,7 +60,35 @@ awk -v dir="$tmp/blocks" '
     # prose between a marked block and its output keeps the block pending; another block ends it
 ' "$readme"
 
-passed=0 failed=0
+# what a block needs (its "# needs:" line): prints nothing when it is there, else "skip: why" or
+# "fail: why" (one line); links the python venv into the scratch root on first use
+venv=${WISP_PY_VENV:-$build/py-venv}
+case "$venv" in /*) ;; *) venv="$PWD/$venv" ;; esac
+needs_check() {
+    for need in $1; do
+        case "$need" in
+        python)
+            if [ "${WISP_PYTHON:-1}" = 0 ]; then echo "skip: needs python; WISP_PYTHON=0 switches the python suite off"; return; fi
+            if [ ! -x "$venv/bin/python" ]; then
+                echo "fail: needs python: $venv/bin/python is missing; make it (venv, pip install ., the specs) with: WISP_BUILD=$build sh spec/python/run.sh"; return
+            fi
+            if ! missing=$(cd "$tmp" && "$venv/bin/python" -c '
+import importlib.util
+print(" ".join(m for m in ("wisp", "sklearn", "pandas") if importlib.util.find_spec(m) is None))' 2>&1) || [ -n "$missing" ]; then
+                echo "fail: needs python: $venv/bin/python cannot import $missing; make it with: WISP_BUILD=$build sh spec/python/run.sh"; return
+            fi
+            [ -e "$tmp/root/build/py-venv" ] || ln -s "$venv" "$tmp/root/build/py-venv" ;;
+        java)
+            if [ "${WISP_JAVA:-1}" = 0 ]; then echo "skip: needs java; WISP_JAVA=0 switches the java suite off"; return; fi
+            if [ ! -f "$build/wisp.jar" ]; then echo "fail: needs java: $build/wisp.jar is missing; make it with: make BUILD=$build java"; return; fi
+            command -v java >/dev/null 2>&1 || { echo "fail: needs java: no java on the PATH (Debian: apt-get install openjdk-17-jdk-headless)"; return; }
+            ;;
+        *) echo "fail: '# needs: $need' is not a need this test knows (python, java)"; return ;;
+        esac
+    done
+}
+
+passed=0 failed=0 skipped=0
 blocks=$(ls "$tmp/blocks" | sed -n 's/^\([0-9]*\)\.sh$/\1/p' | sort -n)
 if [ -z "$blocks" ]; then
     echo "not ok - $readme has no block marked # doc-test"; failed=1
@@ -64,6 +107,13 @@ for n in $blocks; do
         echo "not ok $n - README.md:$line: a # doc-test block without a \`\`\`text block after it"
         failed=$((failed + 1)); continue
     fi
+    if [ -f "$tmp/blocks/$n.needs" ]; then
+        verdict=$(needs_check "$(cat "$tmp/blocks/$n.needs")")
+        case "$verdict" in
+        skip:*) echo "ok $n - README.md:$line # SKIP ${verdict#skip: }"; skipped=$((skipped + 1)); continue ;;
+        fail:*) echo "not ok $n - README.md:$line: ${verdict#fail: }"; failed=$((failed + 1)); continue ;;
+        esac
+    fi
     (cd "$tmp/root" && sh "$tmp/blocks/$n.sh") >"$tmp/blocks/$n.got" 2>"$tmp/blocks/$n.err"
     if cmp -s "$tmp/blocks/$n.txt" "$tmp/blocks/$n.got"; then
         echo "ok $n - README.md:$line"; passed=$((passed + 1))
@@ -75,5 +125,5 @@ for n in $blocks; do
         failed=$((failed + 1))
     fi
 done
-echo "readme: $passed passed, $failed failed"
+if [ "$skipped" -gt 0 ]; then echo "readme: $passed passed, $failed failed, $skipped skipped"; else echo "readme: $passed passed, $failed failed"; fi
 [ "$failed" -eq 0 ]
