@@ -9,10 +9,10 @@ import re
 import shutil
 import time
 
-# the device the services of these specs score on: cpu here; WISP_OIP_DEVICE=gpu on a GPU
-# machine (the warm-up then runs on the GPU; probabilities must still equal the CLI's CPU ones
-# to 1e-6)
-DEVICE = os.environ.get("WISP_OIP_DEVICE", "cpu")
+# the device the services of these specs score on, as conftest.py's: cpu, or gpu with
+# WISP_OIP_DEVICE=gpu or WISP_TEST_GPU=1 (the warm-up then runs on the GPU; probabilities must
+# still equal the CLI's CPU ones to 1e-6)
+DEVICE = os.environ.get("WISP_OIP_DEVICE") or ("gpu" if os.environ.get("WISP_TEST_GPU") == "1" else "cpu")
 WANT_DEV = "cpu" if DEVICE == "cpu" else "gpu:0"
 
 # libsvm rows for the id models (plain.wisp: 5000 features): empty rows, duplicate ids, the
