@@ -33,6 +33,7 @@ bench_python_gpu.json (build/results/, or scripts/results/ with --record).
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -70,11 +71,22 @@ def best_per_call(f, iters, rounds=1):
     return best
 
 
+def static_libs(build):
+    """libwisp.a and what it needs, CUDA's runtime (static) when nvcc built it: the C peer then
+    loads nothing at run time that the machine's loader might not find."""
+    libs = [os.path.join(build, "libwisp.a"), "-lxxhash", "-lm", "-lpthread", "-ldl", "-lrt"]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        cu = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+        libs = libs[:1] + ["-L" + os.path.join(cu, "lib64"), "-L" + os.path.join(cu, "targets/x86_64-linux/lib"),
+                           "-lcudart_static", "-lstdc++"] + libs[1:]
+    return libs
+
+
 def c_timer(build, tmp):
     exe = os.path.join(tmp, "bench_python_c")
     subprocess.run(["cc", "-O2", "-I" + os.path.join(ROOT, "engine/include"), "-I" + os.path.join(ROOT, "engine"),
-                    os.path.join(ROOT, "scripts/bench/bench_python_c.c"), os.path.join(build, "libwisp.a"),
-                    "-lxxhash", "-lm", "-lpthread", "-ldl", "-lrt", "-o", exe], check=True)
+                    os.path.join(ROOT, "scripts/bench/bench_python_c.c")] + static_libs(build) + ["-o", exe], check=True)
 
     def run(model, X, iters):
         base = os.path.join(tmp, "x%d" % X.shape[0])
@@ -108,8 +120,7 @@ def gpu_main(args, command, rec):
     want = sc.score((indptr, indices, values))
     exe = os.path.join(tmp, "bench_python_c")
     subprocess.run(["cc", "-O2", "-I" + os.path.join(ROOT, "engine/include"), "-I" + os.path.join(ROOT, "engine"),
-                    os.path.join(ROOT, "scripts/bench/bench_python_c.c"), "-L" + build, "-lwisp",
-                    "-Wl,-rpath," + build, "-o", exe], check=True)
+                    os.path.join(ROOT, "scripts/bench/bench_python_c.c")] + static_libs(build) + ["-o", exe], check=True)
     base = os.path.join(tmp, "x")
     indptr.astype(np.uint32).tofile(base + ".rp")
     indices.astype(np.uint32).tofile(base + ".id")
@@ -117,7 +128,9 @@ def gpu_main(args, command, rec):
 
     def c_run():
         r = subprocess.run([exe, "--device", model_path, base + ".rp", base + ".id", base + ".v", str(args.iters), "3", "0"],
-                           check=True, capture_output=True, text=True)
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit("bench_python --gpu: the C peer failed (exit %d): %s" % (r.returncode, r.stderr.strip()[-2000:]))
         return json.loads(r.stdout)
 
     contenders, parity, notes = {}, {}, []
