@@ -22,6 +22,7 @@ cd "$(dirname "$0")/../.." || exit 2
 case "$build" in /*) ;; *) build="$PWD/$build" ;; esac
 readme=${1:-README.md}
 case "$readme" in /*) ;; *) readme="$PWD/$readme" ;; esac
+rname=$(basename "$readme")
 [ -x "$build/wisp" ] || { echo "readme: $build/wisp is missing (make BUILD=$build first)"; echo "readme: 0 passed, 1 failed"; exit 1; }
 tmp=$(mktemp -d) || exit 2
 trap 'rm -rf "$tmp"' EXIT
@@ -64,18 +65,23 @@ awk -v dir="$tmp/blocks" '
 # "fail: why" (one line); links the python venv into the scratch root on first use
 venv=${WISP_PY_VENV:-$build/py-venv}
 case "$venv" in /*) ;; *) venv="$PWD/$venv" ;; esac
+makevenv="WISP_BUILD=$build${WISP_PY_VENV:+ WISP_PY_VENV=$venv} sh spec/python/run.sh"
 needs_check() {
     for need in $1; do
         case "$need" in
         python)
             if [ "${WISP_PYTHON:-1}" = 0 ]; then echo "skip: needs python; WISP_PYTHON=0 switches the python suite off"; return; fi
             if [ ! -x "$venv/bin/python" ]; then
-                echo "fail: needs python: $venv/bin/python is missing; make it (venv, pip install ., the specs) with: WISP_BUILD=$build sh spec/python/run.sh"; return
+                echo "fail: needs python: $venv/bin/python is missing; make it (venv, pip install ., the specs) with: $makevenv"; return
             fi
             if ! missing=$(cd "$tmp" && "$venv/bin/python" -c '
 import importlib.util
 print(" ".join(m for m in ("wisp", "sklearn", "pandas") if importlib.util.find_spec(m) is None))' 2>&1) || [ -n "$missing" ]; then
-                echo "fail: needs python: $venv/bin/python cannot import $missing; make it with: WISP_BUILD=$build sh spec/python/run.sh"; return
+                case " $missing " in
+                *" wisp "*) how="the package: $makevenv" ;;
+                *) how="$venv/bin/pip install scikit-learn pandas" ;;
+                esac
+                echo "fail: needs python: $venv/bin/python cannot import $missing; install $how"; return
             fi
             [ -e "$tmp/root/build/py-venv" ] || ln -s "$venv" "$tmp/root/build/py-venv" ;;
         java)
@@ -104,21 +110,21 @@ for n in $blocks; do
     [ "$failed" -ne 0 ] && [ ! -d "$tmp/root/build/demo" ] && break
     line=$(cat "$tmp/blocks/$n.line")
     if [ ! -f "$tmp/blocks/$n.txt" ]; then
-        echo "not ok $n - README.md:$line: a # doc-test block without a \`\`\`text block after it"
+        echo "not ok $n - $rname:$line: a # doc-test block without a \`\`\`text block after it"
         failed=$((failed + 1)); continue
     fi
     if [ -f "$tmp/blocks/$n.needs" ]; then
         verdict=$(needs_check "$(cat "$tmp/blocks/$n.needs")")
         case "$verdict" in
-        skip:*) echo "ok $n - README.md:$line # SKIP ${verdict#skip: }"; skipped=$((skipped + 1)); continue ;;
-        fail:*) echo "not ok $n - README.md:$line: ${verdict#fail: }"; failed=$((failed + 1)); continue ;;
+        skip:*) echo "ok $n - $rname:$line # SKIP ${verdict#skip: }"; skipped=$((skipped + 1)); continue ;;
+        fail:*) echo "not ok $n - $rname:$line: ${verdict#fail: }"; failed=$((failed + 1)); continue ;;
         esac
     fi
     (cd "$tmp/root" && sh "$tmp/blocks/$n.sh") >"$tmp/blocks/$n.got" 2>"$tmp/blocks/$n.err"
     if cmp -s "$tmp/blocks/$n.txt" "$tmp/blocks/$n.got"; then
-        echo "ok $n - README.md:$line"; passed=$((passed + 1))
+        echo "ok $n - $rname:$line"; passed=$((passed + 1))
     else
-        echo "not ok $n - README.md:$line: the output differs from the README's (- README, + got):"
+        echo "not ok $n - $rname:$line: the output differs from the README's (- README, + got):"
         sed 's/^/#   $ /' "$tmp/blocks/$n.sh"
         diff -u "$tmp/blocks/$n.txt" "$tmp/blocks/$n.got" | tail -n +3 | head -n 40 | sed 's/^/#   /'
         [ -s "$tmp/blocks/$n.err" ] && { echo "#   stderr:"; head -n 10 "$tmp/blocks/$n.err" | sed 's/^/#   /'; }
