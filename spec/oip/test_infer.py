@@ -401,3 +401,28 @@ def test_metadata_inputs_drive_a_request(oip_service, oip_models, wisp_score, cl
     assert [i["name"] for i in md["inputs"]] == ["indptr", "indices", "values"]
     assert [o["name"] for o in md["outputs"]] == ["probability", "bad_rows"]
     assert md["outputs"][0]["datatype"] == "FP32" and md["outputs"][1]["datatype"] == "INT64"
+
+
+@pytest.mark.parametrize("mode", ["async", "thread", "auto"])
+def test_every_mode_and_batching(wisp_service, oip_models, wisp_score, mode):
+    """v2 infer scores in the worker whatever the mode (async: submit + wait; thread/auto: the v1 bodies'
+    pool is not used for v2); batching on changes nothing for it. The same answers as the CLI's."""
+    svc = wisp_service(models={"plain": oip_models / "plain.wisp", "ctr": oip_models / "ctr.wisp"},
+                       extra=["--mode", mode, "--batching", "on"])
+    rng = random.Random(7)
+    rows = rand_id_rows(rng, 30)
+    rows = [(ids, vals if vals is not None else [1.0] * len(ids)) for ids, vals in rows]
+    indptr, indices, values = csr(rows, True)
+    c = th.InferenceServerClient("127.0.0.1:%d" % svc.port)
+    for n1 in (30, 1):                       # 1 row: what the batcher would take in v1
+        sub = rows[:n1]
+        ip, ix, vs = csr(sub, True)
+        res = c.infer("plain", triton_inputs(ip, ix, vs, True))
+        close([float(x) for x in res.as_numpy("probability")], wisp_score(oip_models / "plain.wisp", libsvm(sub)))
+    raw = rand_raw_rows(rng, 20, big_ints=True)
+    res = c.infer("ctr", triton_column_inputs(raw, True))
+    close([float(x) for x in res.as_numpy("probability")], wisp_score(oip_models / "ctr.wisp", jsonl(raw), "jsonl"))
+    r = svc.post("/v2/models/plain/infer", json=v2_json_body(indptr, indices, values))
+    assert r.status_code == 200, r.text
+    close(probs_of(r.json())[0], wisp_score(oip_models / "plain.wisp", libsvm(rows)))
+    assert svc.alive()
