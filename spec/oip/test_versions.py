@@ -100,6 +100,11 @@ def test_single_file_is_version_1_and_v1_unchanged(wisp_service, oip_models, wis
     assert r.json()["version"] == "1"
     meta = svc.get("/v1/models/single").json()
     assert meta["ready"] is True and meta["version"]["checksum"]
+    # version_id: the bytes that answered (what "version" said before versions existed)
+    vid = r.json()["version_id"]
+    assert len(vid) == 12 and meta["version"]["checksum"].lower().startswith(vid.lower()), (vid, meta["version"])
+    r2 = predict_v1(svc, "rep")
+    assert r2.json()["version"] == "2" and r2.json()["version_id"] != vid   # another file, another identity
     names = [x["name"] for x in svc.get("/v1/models").json()["models"]]
     assert names == ["rep", "single"]
     if v2_routes(svc):

@@ -11,7 +11,7 @@ local fmt, concat, floor, huge = string.format, table.concat, math.floor, math.h
 local M = {}
 
 -- The answer's JSON, written into one FFI byte buffer and made a Lua string once: the
--- head ('{"model":..,"version":..,"device":..,"predictions":[') is cached per entry and
+-- head ('{"model":..,"version":..,"version_id":..,"device":..,"predictions":[') is cached per entry and
 -- device, and each probability is formatted by put_num below (string.format("%.9g") and
 -- a table.concat of 100 strings cost ~20 µs a 100-row answer; this costs ~2 µs).
 local u8arr = ffi.typeof("uint8_t[?]")
@@ -170,7 +170,8 @@ local function encode_answer(e, n, out, bad, errs, device)
     if not heads then heads = {}; e.heads = heads end
     local head = heads[device]
     if not head then
-        head = '{"model":' .. S.cjson.encode(e.name) .. ',"version":' .. S.cjson.encode(e.version) .. ',"device":'
+        head = '{"model":' .. S.cjson.encode(e.name) .. ',"version":' .. S.cjson.encode(e.version)
+            .. ',"version_id":' .. S.cjson.encode(e.version_id or e.version) .. ',"device":'
             .. S.cjson.encode(device) .. ',"predictions":['
         heads[device] = head
     end
