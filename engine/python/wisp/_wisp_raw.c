@@ -33,6 +33,7 @@
  */
 #include "_wisp.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +58,19 @@ typedef struct {
     arrow_chunk *chunks;
     size_t nchunks, ci, cstart;     /* the chunk of the current row, its first row */
 } src;
+
+
+/* The engine's messages for raw rows begin "row N: " (N the row's 0-based index); last_errors
+ * pairs each reason with its row already, so that prefix goes when it names the same row. */
+static const char *without_row_prefix(const char *m, size_t row)
+{
+    if (!m || strncmp(m, "row ", 4) != 0) return m;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long n = strtoull(m + 4, &end, 10);
+    if (errno || end == m + 4 || n != (unsigned long long)row || end[0] != ':' || end[1] != ' ') return m;
+    return end + 2;
+}
 
 static void src_free(src *s)
 {
@@ -373,7 +387,8 @@ PyObject *wisp__py_score_raw(SessionObject *self, PyObject *args)
             size_t nb = wisp_session_bad_count(self->s);
             for (size_t i = 0; i < nb; i++) {
                 size_t row; uint64_t line; const char *m;
-                if (wisp_session_bad_row(self->s, i, &row, &line, &m) == WISP_OK) wisp__py_bad_add(&bad, row, BAD_ENGINE, 0, m);
+                if (wisp_session_bad_row(self->s, i, &row, &line, &m) == WISP_OK)
+                    wisp__py_bad_add(&bad, row, BAD_ENGINE, 0, without_row_prefix(m, row));
             }
             wisp__py_finish_bad(&bad, out, rows);
         }
