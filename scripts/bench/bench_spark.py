@@ -10,8 +10,11 @@ categorical columns made by Spark SQL from the row number, hashed by MLlib's Fea
 2^18 features (39 per row, fewer where two collide), cached in memory and counted before any
 timing. Then, each timed as a full pass that writes nothing (the "noop" sink) or counts:
   - wisp:    WispModel(model).transform(df)                        (the arrow_udf path, device cpu)
+  - floor:   the same Arrow UDF round trip (the vector column to Python, a struct back) doing
+             nothing in Python: what any Python UDF over this column costs in Spark
   - mllib:   LogisticRegressionModel.transform(df), probability only, on the same weights
              (built from the wisp model's table through MLlib's own constructor)
+  - wisp_sql: wisp_score(features) in Spark SQL (the JVM path, BUILD/wisp.jar + wisp-spark.jar)
   - pipe:    the rows as libsvm text (made and cached before timing) through RDD.pipe(`wisp score`)
   - sklearn: mapInPandas calling scikit-learn's predict_proba on a CSR built from the vectors
 Rows/s per executor core = rows / seconds / N. Each is timed --reps times, the best kept (and all
@@ -127,6 +130,14 @@ def spark_mode(args):
         results["wisp"] = {"seconds": best, "all_seconds": all_t, "rows_per_s": n / best,
                            "rows_per_s_per_core": n / best / cores}
         log("wisp: %.2f s" % best)
+        # the floor of any Arrow UDF over this column: the same round trip (vector column to Python and a
+        # struct<float, string> back), the Python side doing nothing
+        floor = _noop_udf()
+        best, all_t = timed(lambda: noop(df.withColumn("_w", floor("features")).select(
+            "id", "features", F.col("_w.p").alias("p"), F.col("_w.e").alias("e"))), args.reps)
+        results["arrow_udf_floor"] = {"seconds": best, "all_seconds": all_t, "rows_per_s": n / best,
+                                      "rows_per_s_per_core": n / best / cores}
+        log("arrow_udf_floor: %.2f s" % best)
         best, all_t = timed(lambda: noop(lr.transform(df).select("id", "p_mllib")), args.reps)
         results["mllib"] = {"seconds": best, "all_seconds": all_t, "rows_per_s": n / best,
                             "rows_per_s_per_core": n / best / cores}
@@ -158,6 +169,7 @@ def spark_mode(args):
             results["sklearn_mapInPandas"] = {"seconds": best, "all_seconds": all_t, "rows_per_s": n / best,
                                               "rows_per_s_per_core": n / best / cores}
         results["wisp_over_mllib"] = results["mllib"]["seconds"] / results["wisp"]["seconds"]
+        results["wisp_share_above_arrow_floor"] = 1 - results["arrow_udf_floor"]["seconds"] / results["wisp"]["seconds"]
         if "wisp_sql" in results:
             results["wisp_sql_over_mllib"] = results["mllib"]["seconds"] / results["wisp_sql"]["seconds"]
         results["wisp_over_pipe"] = results["pipe"]["seconds"] / results["wisp"]["seconds"]
@@ -170,7 +182,8 @@ def spark_mode(args):
             "workload": "%d rows, FeatureHasher(13 numeric + 26 categorical columns) into 2^18 features (%.1f "
                         "non-zeros a row), cached; f32 weights N(0, 0.3); local[%d], %d partitions"
                         % (n, nnz, cores, df.rdd.getNumPartitions()),
-            "peers": "results.mllib (LogisticRegressionModel.transform, same weights), results.wisp_sql (the JVM "
+            "peers": "results.mllib (LogisticRegressionModel.transform, same weights), results.arrow_udf_floor (the "
+                     "same Arrow UDF round trip doing nothing in Python), results.wisp_sql (the JVM "
                      "path: wisp_score in Spark SQL), results.pipe "
                      "(RDD.pipe through wisp score), results.sklearn_mapInPandas (mapInPandas + predict_proba)",
             "device": "cpu",
@@ -185,6 +198,18 @@ def spark_mode(args):
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     return doc
+
+
+def _noop_udf():
+    from typing import Iterator
+    import pyarrow as pa
+    from pyspark.sql.functions import arrow_udf
+
+    def nothing(it: Iterator[pa.Array]) -> Iterator[pa.Array]:
+        for a in it:
+            n = len(a)
+            yield pa.StructArray.from_arrays([pa.nulls(n, pa.float32()), pa.nulls(n, pa.string())], names=["p", "e"])
+    return arrow_udf(nothing, "p float, e string")
 
 
 def _sklearn_fn(w, bias):

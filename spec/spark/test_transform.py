@@ -177,13 +177,13 @@ def test_bad_id_arrays(spark, cli, model_path):
     schema = T.StructType([T.StructField("row", T.IntegerType()), T.StructField("ids", T.ArrayType(T.LongType())),
                            T.StructField("vals", T.ArrayType(T.DoubleType()))])
     data = [(0, [1, 2], [0.5, 1.5]), (1, None, None), (2, [3, None], [1.0, 1.0]), (3, [4, 5], [1.0]),
-            (4, [6], None), (5, [7, 8], [1.0, None]), (6, [-1, 2], [1.0, 1.0]), (7, [], []), (8, [9, 10], [2.0, 0.25])]
+            (4, [6], None), (5, [7, 8], [1.0, None]), (6, [-1, 2], [1.0, 1.0]), (7, [], []), (8, [9, 10], [2.0, 0.25]), (9, [], []), (10, [], [])]
     df = spark.createDataFrame(data, schema).coalesce(1)
     p, out = collect(WispModel(modelPath=model_path, inputCol="ids", valuesCol="vals").transform(df))
     why = {r["row"]: r["probability_error"] for r in out}
     assert why[1] == "null ids" and why[2] == "a null id" and why[3] == "2 ids but 1 values"
     assert why[4] == "null values" and why[5] == "a null value" and "negative" in why[6]
-    assert_cli(p[[0, 7, 8]], run_cli(cli, model_path, "0 1:0.5 2:1.5\n0\n0 9:2 10:0.25\n"))
+    assert_cli(p[[0, 7, 8, 9, 10]], run_cli(cli, model_path, "0 1:0.5 2:1.5\n0\n0 9:2 10:0.25\n0\n0\n"))
     assert np.isnan(p[[1, 2, 3, 4, 5, 6]]).all()
 
 

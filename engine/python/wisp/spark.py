@@ -225,12 +225,12 @@ def _np(flat, dtype=None):
 
 
 def _rows_with(mask_entries, off, n):
-    """Which rows own at least one True entry of mask_entries (entries laid out by off)."""
+    """Which rows own at least one True entry of mask_entries (entries laid out by off), or None."""
     if mask_entries is None or not mask_entries.any():
         return None
-    counts = np.add.reduceat(mask_entries.astype(np.int64), off[:-1]) if len(mask_entries) else np.zeros(n, np.int64)
-    counts[np.diff(off) == 0] = 0          # reduceat over an empty range returns the next entry
-    return counts > 0
+    rows = np.zeros(n, dtype=bool)
+    rows[np.repeat(np.arange(n), np.diff(np.asarray(off, dtype=np.int64)))[mask_entries]] = True
+    return rows
 
 
 def _csr_from_vectors(struct):
