@@ -449,7 +449,7 @@ int wisp_session_score_device_n(wisp_session *s, size_t rows, const void *row_pt
     return status == WISP_OK ? WISP_OK : wisp_fail_context(status, "%s", FN);
 }
 
-/* ---- wisp_device_alloc / wisp_device_free (wisp.h) ---------------------------------------------- */
+/* ---- wisp_device_alloc / wisp_device_free (wisp.h), wisp__device_sync (the Python extension's) ---- */
 
 int wisp_device_alloc(int dev, size_t n, void **out)
 {
@@ -481,6 +481,32 @@ void wisp_device_free(int dev, void *p)
     if (cudaSetDevice(dev) != cudaSuccess) cudaGetLastError();
     if (cudaFree(p) != cudaSuccess) cudaGetLastError();
     if (cur >= 0 && cudaSetDevice(cur) != cudaSuccess) cudaGetLastError();
+}
+
+/* Not in wisp.h (an internal hook for the Python extension, which links libwisp.a: see
+ * engine/python/wisp/_wisp.h): wait until the work queued on CUDA device dev (every device
+ * for dev -1) is done, what cudaFree would wait for, before a block is reused instead of freed. */
+int wisp__device_sync(int dev)
+{
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess) { cudaGetLastError(); ndev = 0; }
+    if (ndev == 0) return wisp_fail(WISP_ENODEV, "wisp__device_sync: no CUDA device");
+    if (dev < -1 || dev >= ndev) return wisp_fail(WISP_EINVAL, "wisp__device_sync: gpu:%d does not exist (%d CUDA devices)", dev, ndev);
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess) cudaGetLastError();
+    cudaError_t e = cudaSuccess;
+    int bad = -1;
+    for (int d = dev < 0 ? 0 : dev; d < (dev < 0 ? ndev : dev + 1) && e == cudaSuccess; d++) {
+        e = cudaSetDevice(d);
+        if (e == cudaSuccess) e = cudaDeviceSynchronize();
+        if (e != cudaSuccess) bad = d;
+    }
+    if (cur >= 0 && cudaSetDevice(cur) != cudaSuccess) cudaGetLastError();
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return wisp_fail(WISP_EDEVICE, "wisp__device_sync: gpu:%d: %s (%s)", bad, cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    return WISP_OK;
 }
 
 /* ---- test hooks (wisp_test.h): device memory for specs that have no CUDA headers ---- */

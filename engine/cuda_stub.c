@@ -48,6 +48,16 @@ int wisp_device_alloc(int dev, size_t n, void **out)
 
 void wisp_device_free(int dev, void *p) { (void)dev; (void)p; }
 
+/* Not in wisp.h (an internal hook for the Python extension, which links libwisp.a: see
+ * engine/python/wisp/_wisp.h): wait until the work queued on CUDA device dev (every device
+ * for dev -1) is done, what cudaFree would wait for, before a block is reused instead of freed. */
+int wisp__device_sync(int dev)
+{
+    (void)dev;
+    return wisp_fail(WISP_ENODEV, "wisp__device_sync: this build of wisp has no CUDA backend (nvcc was not found at "
+                     "build time)");
+}
+
 int wisp_cuda_units_read(wisp_session *ws, double *v, size_t cap)
 {
     (void)ws; (void)v; (void)cap;

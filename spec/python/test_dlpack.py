@@ -17,7 +17,9 @@ import wisp
 from conftest import NUM_FEATURES, make_rows
 
 _gpus = [d for d in wisp.devices() if d["device"] != "cpu" and d["usable"]]
-no_gpu = pytest.mark.skipif(bool(_gpus), reason="a usable GPU: GPU-typed fakes over host memory would be read as device memory")
+no_gpu = pytest.mark.skipif(bool(_gpus), reason="expected on a GPU machine: these fakes are CUDA-typed capsules over host "
+                            "memory, for an engine with no GPU (it refuses them before reading); test_gpu.py scores real "
+                            "GPU arrays")
 
 
 class Host:
@@ -281,3 +283,76 @@ def test_torch_cpu_tensors(model):
     want = s.score((indptr, indices, values))
     got = s.score((torch.from_numpy(indptr), torch.from_numpy(indices), torch.from_numpy(values)))
     np.testing.assert_array_equal(got, want)
+
+
+_POOL_SCRIPT = r"""
+import sys
+import numpy as np
+import wisp
+from wisp import _wisp
+
+
+class Host:
+    def __init__(self, a):
+        self.a = a
+
+    def __len__(self):
+        return len(self.a)
+
+    def __dlpack__(self, **kw):
+        return self.a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+s = wisp.load(sys.argv[1]).session("cpu")
+rng = np.random.default_rng(37)
+n, k = 70000, 7
+ip = np.arange(0, n * k + 1, k, dtype=np.int32)
+ix = rng.integers(-3, 1 << 12, n * k).astype(np.int32)
+v = (rng.random(n * k) + 0.5).astype(np.float32)
+want = s.score((ip, ix, v))
+bad = s.last_errors
+assert bad, "the rows should hold negative ids"
+X = (Host(ip), Host(ix), Host(v))
+addr = lambda a: a.__array_interface__["data"][0]          # noqa: E731
+r1 = s.score(X)
+assert type(r1.base) is _wisp.HostBlock and r1.flags.writeable and r1.shape == (n,)
+np.testing.assert_array_equal(r1, want)
+assert s.last_errors == bad
+st = _wisp.pool_stats()
+assert st["host_taken"] == 0 and st["pinned_out_live"] >= 4 * n, st
+r2 = s.score(X)                         # r1 alive: fresh memory, r1 untouched
+assert addr(r2) != addr(r1)
+np.testing.assert_array_equal(r1, want)
+a1 = addr(r1)
+r1[:] = 0
+del r1                                  # its block goes to the pool...
+r3 = s.score(X)                         # ...and is handed out again (after the device sync)
+assert addr(r3) == a1
+np.testing.assert_array_equal(r3, want)
+st = _wisp.pool_stats()
+assert st["host_taken"] == 1 and st["host_synced"] == 1 and st["host_kept"] == 1, st
+small = s.score((Host(ip[:101]), Host(ix), Host(v)))
+assert small.base is None               # under 64k rows: numpy's own memory
+np.testing.assert_array_equal(small, want[:100])
+del r2, r3
+for _ in range(50):                     # bounded: blocks come back, none piles up
+    s.score(X)
+st = _wisp.pool_stats()
+assert st["host_blocks"] <= 8 and st["pinned_out_live"] <= 3 * 4 * n * 2, st
+print("ok")
+"""
+
+
+def test_host_out_pool_hands_blocks_out_again_only_when_gone(model_path):
+    """The host outputs of GPU batches (pinned there) come from a pool: a block is handed out
+    again only once its array is gone. WISP_PY_POOL_ANY_MEMORY=1 lets a CPU-only run pool
+    plain memory (a DLPack host producer takes the same path), so this runs everywhere."""
+    import os
+    import subprocess
+    env = dict(os.environ, WISP_PY_POOL_ANY_MEMORY="1", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    r = subprocess.run([sys.executable, "-c", _POOL_SCRIPT, model_path], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

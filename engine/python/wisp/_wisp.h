@@ -127,4 +127,10 @@ PyObject *wisp__py_score_csr_bufs(SessionObject *self, const arg_buf *bp, const 
 PyObject *wisp__py_score_dlpack(SessionObject *self, PyObject *const *args, Py_ssize_t nargs);
 int       wisp__py_dlpack_init(PyObject *module);
 
+/* Not in wisp.h: an internal hook of libwisp.a (engine/cuda_device_batch.c; engine/cuda_stub.c
+ * answers WISP_ENODEV), which the extension links statically: wait until the work queued on
+ * CUDA device dev (every device for -1) is done, what cudaFree would wait for, before a
+ * pooled output block is handed out again (_wisp_dlpack.c). */
+int       wisp__device_sync(int dev);
+
 #endif

@@ -20,7 +20,19 @@
  *   The ids' length bounds every read (wisp_session_score_device_n).
  * - DeviceArray owns its device memory (wisp_device_alloc); every DLPack export holds a
  *   reference to it, dropped in the export's deleter (taking the GIL: a consumer may call
- *   it from any thread), so the memory is freed when the last of them goes.
+ *   it from any thread), so the memory is released when the last of them goes.
+ * - The output pools (not a cudaMalloc + cudaFree per call: cudaFree synchronizes the
+ *   device): a DeviceArray that is gone puts its block in a small pool that the next
+ *   out="device" call takes it from; a host output of POOL_MIN_BYTES or more is a numpy
+ *   array over a pinned block (wisp_engine_host_alloc; wisp.HostBlock is its base) that
+ *   goes back to a pool when the array is gone, so the answers cross PCIe in one DMA at
+ *   pinned speed. A block is handed out again only after every user of it is gone; one
+ *   that anybody else could have used (a DeviceArray exported through DLPack,
+ *   __cuda_array_interface__ or .ptr; every pinned host block, which another library may
+ *   still be copying from asynchronously) is reused only after wisp__device_sync: what
+ *   cudaFree/cudaFreeHost would have waited for. Bounded: POOL_SLOTS blocks and
+ *   POOL_MAX_BYTES per pool, pinned outputs alive at most PINNED_OUT_MAX bytes (then
+ *   numpy's own memory). Under the GIL.
  */
 #include "_wisp.h"
 
@@ -295,12 +307,173 @@ static void as_buf(const dl_view *v, arg_buf *b)
 
 typedef struct {
     PyObject_HEAD
-    void *ptr;           /* wisp_device_alloc's */
+    void *ptr;           /* wisp_device_alloc's (or the device pool's) */
     int dev;
     Py_ssize_t n;        /* float32 elements */
+    size_t cap;          /* the block's bytes (>= 4 n) */
+    int exported;        /* handed out (DLPack, __cuda_array_interface__, .ptr): another stream may have used it */
 } DeviceArrayObject;
 
 static PyObject *DeviceArrayType;
+
+/* ---- the output pools --------------------------------------------------------------------------- */
+
+enum { POOL_SLOTS = 8 };
+#define POOL_MAX_BYTES ((size_t)512 << 20)    /* per pool */
+#define POOL_MIN_BYTES ((size_t)256 << 10)    /* host outputs smaller than this: numpy's memory */
+#define PINNED_OUT_MAX ((size_t)1 << 30)      /* pinned host outputs alive (arrays and pool) */
+
+typedef struct { void *p; int dev; size_t cap; int dirty; } pool_ent;
+typedef struct { pool_ent e[POOL_SLOTS]; int n; size_t bytes; unsigned long long taken, kept, synced; } out_pool;
+static out_pool dev_pool, host_pool;
+static size_t pinned_out_live;
+static int pool_any_memory;     /* WISP_PY_POOL_ANY_MEMORY=1 (specs without a GPU): host outputs pooled in plain memory too */
+
+/* The block's size for n bytes: 1/8 more, in 4 KiB pages, so a slightly larger batch reuses it. */
+static size_t pool_round(size_t n)
+{
+    size_t c = n + n / 8;
+    return c < n ? n : (c + 4095) & ~(size_t)4095;
+}
+
+/* A pooled block of at least need bytes on dev (and not more than twice need + 64 KiB), the
+ * smallest; 0 when none. */
+static int pool_take(out_pool *pl, int dev, size_t need, pool_ent *out)
+{
+    int best = -1;
+    for (int i = 0; i < pl->n; i++) {
+        const pool_ent *x = &pl->e[i];
+        if (x->dev != dev || x->cap < need || (x->cap - need) / 2 > need + (32 << 10)) continue;
+        if (best < 0 || x->cap < pl->e[best].cap) best = i;
+    }
+    if (best < 0) return 0;
+    *out = pl->e[best];
+    pl->e[best] = pl->e[--pl->n];
+    pl->bytes -= out->cap;
+    pl->taken++;
+    return 1;
+}
+
+/* Keep x for later (1), or 0: the pool is full, the caller frees it. */
+static int pool_put(out_pool *pl, pool_ent x)
+{
+    if (pl->n == POOL_SLOTS || x.cap > POOL_MAX_BYTES - pl->bytes) return 0;
+    pl->e[pl->n++] = x;
+    pl->bytes += x.cap;
+    pl->kept++;
+    return 1;
+}
+
+/* HostBlock: pinned host memory for one host output, the base of the numpy array over it. */
+typedef struct {
+    PyObject_HEAD
+    void *ptr;          /* wisp_engine_host_alloc's (pinned) */
+    size_t cap;
+    Py_ssize_t nbytes;  /* what the buffer shows: 4 * rows */
+} HostBlockObject;
+
+static PyObject *HostBlockType;
+
+static int HostBlock_getbuffer(PyObject *o, Py_buffer *view, int flags)
+{
+    HostBlockObject *self = (HostBlockObject *)o;
+    return PyBuffer_FillInfo(view, o, self->ptr, self->nbytes, 0, flags);
+}
+
+static void HostBlock_dealloc(PyObject *o)
+{
+    HostBlockObject *self = (HostBlockObject *)o;
+    PyTypeObject *tp = Py_TYPE(o);
+    if (self->ptr && !pool_put(&host_pool, (pool_ent){ self->ptr, -1, self->cap, 1 })) {
+        wisp_engine *eng = wisp__py_engine();
+        if (eng) wisp_engine_host_free(eng, self->ptr);
+        else PyErr_Clear();
+        pinned_out_live -= self->cap;
+    }
+    self->ptr = NULL;
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(o);
+    Py_DECREF(tp);
+}
+
+static PyObject *HostBlock_new_refused(PyTypeObject *t, PyObject *a, PyObject *k)
+{
+    PyErr_SetString(PyExc_TypeError, "wisp.HostBlock is made by Session.score (the base of a host output)");
+    return NULL;
+}
+
+static PyType_Slot HostBlock_slots[] = {
+    { Py_tp_doc, "Pinned host memory under a numpy array of answers (Session.score of GPU arrays with a host out): "
+                 "the answers cross PCIe in one DMA. Back to wisp's pool when the array is gone." },
+    { Py_tp_new, HostBlock_new_refused },
+    { Py_tp_dealloc, HostBlock_dealloc },
+    { Py_bf_getbuffer, HostBlock_getbuffer },
+    { 0, NULL }
+};
+static PyType_Spec HostBlock_spec = { "wisp.HostBlock", sizeof(HostBlockObject), 0, Py_TPFLAGS_DEFAULT, HostBlock_slots };
+
+/* host_out(rows) -> HostBlock of 4 * rows bytes of pinned memory, or None (small, no GPU, the
+ * pinned budget spent: the caller makes a numpy array) */
+static PyObject *py_host_out(PyObject *mod, PyObject *arg)
+{
+    Py_ssize_t rows = PyLong_AsSsize_t(arg);
+    if (rows == -1 && PyErr_Occurred()) return NULL;
+    if (rows < 0) { PyErr_SetString(PyExc_ValueError, "host_out: rows < 0"); return NULL; }
+    const size_t need = (size_t)rows * 4;
+    if (need < POOL_MIN_BYTES || (size_t)rows > WISP_MAX_ROWS) Py_RETURN_NONE;
+    wisp_engine *eng = wisp__py_engine();
+    if (!eng) return NULL;
+    pool_ent x;
+    void *p = NULL;
+    size_t cap = 0;
+    if (pool_take(&host_pool, -1, need, &x)) {
+        int st;
+        Py_BEGIN_ALLOW_THREADS
+        st = wisp__device_sync(-1);      /* an asynchronous copy from it may still be in flight */
+        if (st == WISP_ENODEV) st = WISP_OK;   /* no CUDA device: no copy can be */
+        Py_END_ALLOW_THREADS
+        host_pool.synced++;
+        if (st != WISP_OK) {             /* the device failed: this block is not reused, numpy's memory serves */
+            wisp_engine_host_free(eng, x.p);
+            pinned_out_live -= x.cap;
+            Py_RETURN_NONE;
+        }
+        p = x.p;
+        cap = x.cap;
+    } else {
+        cap = pool_round(need);
+        if (cap > PINNED_OUT_MAX - pinned_out_live || (!pool_any_memory && wisp_engine_gpu_count(eng) == 0))
+            Py_RETURN_NONE;
+        int st;
+        Py_BEGIN_ALLOW_THREADS
+        st = wisp_engine_host_alloc(eng, cap, &p);
+        if (st == WISP_OK && !pool_any_memory && !wisp_engine_host_pinned(eng, p)) { wisp_engine_host_free(eng, p); p = NULL; }
+        Py_END_ALLOW_THREADS
+        if (!p) Py_RETURN_NONE;         /* no pinned memory left: numpy's */
+        pinned_out_live += cap;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)HostBlockType, Py_tp_alloc);
+    HostBlockObject *b = (HostBlockObject *)alloc((PyTypeObject *)HostBlockType, 0);
+    if (!b) {
+        if (!pool_put(&host_pool, (pool_ent){ p, -1, cap, 1 })) { wisp_engine_host_free(eng, p); pinned_out_live -= cap; }
+        return NULL;
+    }
+    b->ptr = p;
+    b->cap = cap;
+    b->nbytes = (Py_ssize_t)need;
+    return (PyObject *)b;
+}
+
+/* pool_stats() -> dict: what the output pools hold and did (the specs read it) */
+static PyObject *py_pool_stats(PyObject *mod, PyObject *noargs)
+{
+    return Py_BuildValue("{sisnsKsKsKsisnsKsKsKsn}",
+                         "device_blocks", dev_pool.n, "device_bytes", (Py_ssize_t)dev_pool.bytes,
+                         "device_taken", dev_pool.taken, "device_kept", dev_pool.kept, "device_synced", dev_pool.synced,
+                         "host_blocks", host_pool.n, "host_bytes", (Py_ssize_t)host_pool.bytes,
+                         "host_taken", host_pool.taken, "host_kept", host_pool.kept, "host_synced", host_pool.synced,
+                         "pinned_out_live", (Py_ssize_t)pinned_out_live);
+}
 
 typedef struct {
     DLManagedTensor t;
@@ -345,6 +518,7 @@ static PyObject *DeviceArray_dlpack(PyObject *o, PyObject *args, PyObject *kw)
     }
     /* the answers were complete and the stream synchronized when score returned: every
      * consumer stream may read them at once, nothing to wait for */
+    self->exported = 1;
     export_ctx *x = calloc(1, sizeof *x);
     if (!x) return PyErr_NoMemory();
     x->shape[0] = self->n;
@@ -373,6 +547,7 @@ static PyObject *DeviceArray_dlpack_device(PyObject *o, PyObject *n)
 static PyObject *DeviceArray_cai(PyObject *o, void *closure)
 {
     DeviceArrayObject *self = (DeviceArrayObject *)o;
+    self->exported = 1;
     return Py_BuildValue("{s(n)sss(KO)sOsisO}", "shape", self->n, "typestr", "<f4", "data",
                          (unsigned long long)(uintptr_t)self->ptr, Py_False, "strides", Py_None, "version", 3,
                          "stream", Py_None);
@@ -381,7 +556,10 @@ static PyObject *DeviceArray_cai(PyObject *o, void *closure)
 static PyObject *DeviceArray_shape(PyObject *o, void *c) { return Py_BuildValue("(n)", ((DeviceArrayObject *)o)->n); }
 static PyObject *DeviceArray_device(PyObject *o, void *c) { return PyLong_FromLong(((DeviceArrayObject *)o)->dev); }
 static PyObject *DeviceArray_ptr(PyObject *o, void *c)
-{ return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)((DeviceArrayObject *)o)->ptr); }
+{
+    ((DeviceArrayObject *)o)->exported = 1;
+    return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)((DeviceArrayObject *)o)->ptr);
+}
 static PyObject *DeviceArray_dtype(PyObject *o, void *c) { return PyUnicode_FromString("float32"); }
 static Py_ssize_t DeviceArray_len(PyObject *o) { return ((DeviceArrayObject *)o)->n; }
 
@@ -395,7 +573,10 @@ static void DeviceArray_dealloc(PyObject *o)
 {
     DeviceArrayObject *self = (DeviceArrayObject *)o;
     PyTypeObject *tp = Py_TYPE(o);
-    wisp_device_free(self->dev, self->ptr);
+    /* every export is gone: the block goes to the pool (reused after a device sync when it
+     * was exported), or is freed (cudaFree waits for the device's queued work) */
+    if (self->ptr && !pool_put(&dev_pool, (pool_ent){ self->ptr, self->dev, self->cap, self->exported }))
+        wisp_device_free(self->dev, self->ptr);
     self->ptr = NULL;
     freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     f(o);
@@ -446,7 +627,18 @@ int wisp__py_dlpack_init(PyObject *module)
     if (!DeviceArrayType) return -1;
     Py_INCREF(DeviceArrayType);
     if (PyModule_AddObject(module, "DeviceArray", DeviceArrayType) < 0) { Py_DECREF(DeviceArrayType); return -1; }
-    return 0;
+    const char *any = getenv("WISP_PY_POOL_ANY_MEMORY");
+    pool_any_memory = any && any[0] == '1';
+    HostBlockType = PyType_FromSpec(&HostBlock_spec);
+    if (!HostBlockType) return -1;
+    Py_INCREF(HostBlockType);
+    if (PyModule_AddObject(module, "HostBlock", HostBlockType) < 0) { Py_DECREF(HostBlockType); return -1; }
+    static PyMethodDef fns[] = {
+        { "host_out", py_host_out, METH_O, "host_out(rows) -> HostBlock (pinned, 4 * rows bytes) or None: a host output's memory" },
+        { "pool_stats", py_pool_stats, METH_NOARGS, "pool_stats() -> dict: the output pools' blocks, bytes and counts" },
+        { NULL, NULL, 0, NULL }
+    };
+    return PyModule_AddFunctions(module, fns);
 }
 
 /* ---- Session.score_dlpack --------------------------------------------------------------------- */
@@ -511,13 +703,26 @@ static PyObject *score_gpu(SessionObject *self, dl_view *vp, dl_view *vi, dl_vie
         if (!da) return NULL;
         da->dev = dev;
         da->n = (Py_ssize_t)rows;
-        int st;
+        pool_ent x;
+        int st, pooled = pool_take(&dev_pool, dev, rows * 4, &x), dirty = pooled && x.dirty;
+        if (pooled) {
+            da->ptr = x.p;
+            da->cap = x.cap;
+            da->exported = x.dirty;      /* until the sync below succeeds */
+        }
         char msg[512] = "";
         Py_BEGIN_ALLOW_THREADS
-        st = wisp_device_alloc(dev, rows * 4, &da->ptr);
+        if (!pooled) {
+            da->cap = pool_round(rows * 4);
+            st = wisp_device_alloc(dev, da->cap, &da->ptr);
+        } else {
+            st = dirty ? wisp__device_sync(dev) : WISP_OK;    /* an exported block: its users' work done first */
+        }
         if (st != WISP_OK) wisp__py_copy_errmsg(msg, sizeof msg, st);
         Py_END_ALLOW_THREADS
-        if (st != WISP_OK) { da->ptr = NULL; Py_DECREF((PyObject *)da); return wisp__py_raise_status(st, msg); }
+        if (dirty) dev_pool.synced++;
+        if (st != WISP_OK) { if (!pooled) da->ptr = NULL; Py_DECREF((PyObject *)da); return wisp__py_raise_status(st, msg); }
+        da->exported = 0;
         out = da->ptr;
     } else {
         if (wisp__py_get_out(o_out, rows, &bo) < 0) { wisp__py_rel_buf(&bo); return NULL; }
@@ -532,15 +737,20 @@ static PyObject *score_gpu(SessionObject *self, dl_view *vp, dl_view *vi, dl_vie
                                      vv ? (const float *)vv->data : NULL, cap, (void *)stream, out, on_dev);
     if (st != WISP_OK) wisp__py_copy_errmsg(msg, sizeof msg, st);
     else {
+        /* the engine's bad rows, in row order, already NaN in out; no other row can be NaN (no
+         * scan of the answers, which the C caller does not pay either): a good row's weights and
+         * bias are finite (checked when the model is loaded), its values are checked finite, and
+         * the products and their sum are taken in double (kernels/score_device.cu, and the
+         * CPU's), which no float32 inputs overflow */
         size_t nb = wisp_session_bad_count(self->s);
         for (size_t i = 0; i < nb; i++) {
             size_t row; uint64_t line; const char *m;
             if (wisp_session_bad_row(self->s, i, &row, &line, &m) == WISP_OK) wisp__py_bad_add(&bad, row, BAD_ENGINE, 0, m);
         }
-        if (!on_dev) wisp__py_finish_bad(&bad, out, rows);     /* NaN from the weights too, as on the host path */
     }
     Py_END_ALLOW_THREADS
     self->busy = 0;
+    if (st != WISP_OK && da) da->exported = 1;      /* a failed call may have left work queued on it */
     wisp__py_rel_buf(&bo);
     PyObject *result = NULL;
     if (st != WISP_OK) wisp__py_raise_status(st, msg);
