@@ -464,6 +464,14 @@ def _length(a):
         return int(shape[0])
 
 
+def _host_out(rows):
+    """The numpy array a GPU batch's answers come back to: over pooled pinned memory
+    (_wisp.host_out: one DMA at pinned speed, the block back to the pool when the array is
+    gone) from 64k rows on, else (small, no pinned memory left) numpy's own."""
+    blk = _wisp.host_out(rows)
+    return _empty(rows, _f32) if blk is None else np.frombuffer(blk, _f32, rows)
+
+
 def _dev_convert(indptr, indices, values):
     """CuPy/PyTorch arrays in the engine's GPU layout (indptr int32/int64, indices int32, values
     float32, contiguous), converted on their device by their own library; None for others.
@@ -668,7 +676,7 @@ class Session:
         indptr, indices, values = csr
         handle = _stream_handle(stream)
         dev = _device_index(indptr)
-        host = None if out == "device" else np.empty(max(_length(indptr) - 1, 0), dtype=np.float32)
+        host = None if out == "device" else _host_out(max(_length(indptr) - 1, 0))
         try:
             bad, res = s.score_dlpack(indptr, indices, values, host, handle, dev)
         except TypeError as e:
