@@ -30,7 +30,8 @@ def main(argv):
     wisp_cli, model, data = (os.path.abspath(a) for a in argv[1:])
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-    spark = SparkSession.builder.master("local[2]").appName("wisp-pipe").config("spark.ui.enabled", "false").getOrCreate()
+    spark = SparkSession.builder.master("local[2]").appName("wisp-pipe").config("spark.ui.enabled", "false") \
+        .config("spark.ui.showConsoleProgress", "false").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     scored = score_lines(spark.sparkContext.textFile(data, minPartitions=2), wisp_cli, model)
     for line, p in scored.take(3):
