@@ -23,8 +23,12 @@ Writes build/results/bench_python.json, or scripts/results/bench_python.json wit
 On a CUDA machine (a CUDA build of the package, CuPy and/or PyTorch): 1M rows x 39
 features already in GPU memory, a 2^20-weight model, interleaved rounds: the
 device-resident C figure (bench_python_c --device: wisp_session_score_device on the
-arrays put on gpu:0 from C, answers to device and to host memory), Session.score of the
-same arrays as CuPy arrays and as PyTorch CUDA tensors (out="device" and host out), and
+arrays put on gpu:0 from C, answers to device memory, to pageable host memory (one reused
+malloc'd buffer) and to pinned host memory (wisp_engine_host_alloc)), Session.score of the
+same arrays as CuPy arrays and as PyTorch CUDA tensors (out="device" and host out: the host
+out is a numpy array over pooled pinned memory, compared with both C host figures), the
+DLPack export alone (__dlpack_device__ + __dlpack__(stream=1) of the three arrays: the
+producer's share of the Python overhead), and
 PyTorch's EmbeddingBag(mode="sum", per_sample_weights) + sigmoid on the same tensors
 (the framework peer; no id is beyond the table: EmbeddingBag has no such rule). Parity:
 every GPU answer against the CPU session on the host arrays. Writes
@@ -155,6 +159,8 @@ def gpu_main(args, command, rec):
         sync = cp.cuda.runtime.deviceSynchronize
         contenders["python_cupy_device_out"] = (lambda: sg.score(X, out="device"), sync)
         contenders["python_cupy_host_out"] = (lambda: sg.score(X), sync)
+        # as a user takes it: exported, so its block is reused after a device sync
+        contenders["python_cupy_from_dlpack_device_out"] = (lambda: cp.from_dlpack(sg.score(X, out="device")), sync)
     except ImportError:
         notes.append("cupy not installed: no CuPy contender")
     try:
@@ -165,6 +171,7 @@ def gpu_main(args, command, rec):
         sync = torch.cuda.synchronize
         contenders["python_torch_device_out"] = (lambda: sg.score(T, out="device"), sync)
         contenders["python_torch_host_out"] = (lambda: sg.score(T), sync)
+        contenders["python_torch_from_dlpack_device_out"] = (lambda: torch.from_dlpack(sg.score(T, out="device")), sync)
         W = torch.from_numpy(w).cuda().reshape(-1, 1)
         eb_ids, eb_off = T[1], T[0][:-1]
 
@@ -181,20 +188,40 @@ def gpu_main(args, command, rec):
         contenders["torch_embedding_bag_sum_sigmoid"] = (embag, sync)
     except ImportError:
         notes.append("torch not installed: no PyTorch contender and no EmbeddingBag peer")
+    def exports(arrays):
+        def f():
+            for a in arrays:
+                a.__dlpack_device__()
+                a.__dlpack__(stream=1)            # what score_dlpack asks; the capsule dropped unconsumed
+        return f
+    if "python_cupy_device_out" in contenders:
+        contenders["cupy_dlpack_export_x3"] = (exports(X), cp.cuda.runtime.deviceSynchronize)
+        host_base = type(sg.score(X).base).__name__
+        notes.append("the CuPy host out's memory: %s (HostBlock: pooled pinned memory)" % host_base)
+    if "python_torch_device_out" in contenders:
+        contenders["torch_dlpack_export_x3"] = (exports(T), torch.cuda.synchronize)
     rounds = {k: [] for k in contenders}
-    rounds["c_device_out_ns"], rounds["c_host_out_ns"] = [], []
+    rounds["c_device_out_ns"], rounds["c_host_out_ns"], rounds["c_host_pinned_out_ns"] = [], [], []
     for _ in range(args.repeats):
         c = c_run()
         rounds["c_device_out_ns"].append(c["device_out_best_ns"])
         rounds["c_host_out_ns"].append(c["host_out_best_ns"])
+        rounds["c_host_pinned_out_ns"].append(c["host_pinned_out_best_ns"])
+        if not c.get("host_pinned"):
+            notes.append("the C peer's wisp_engine_host_alloc out was not pinned this round")
         for k, (f, sync) in contenders.items():
             rounds[k].append(timed(f, sync))
     best = {k: min(v) for k, v in rounds.items() if v}
     ratios = {}
     for k in best:
         if k.startswith("python_"):
-            ref = best["c_device_out_ns"] if k.endswith("device_out") else best["c_host_out_ns"]
-            ratios[k + "_over_c"] = best[k] / ref
+            if k.endswith("device_out"):
+                ratios[k + "_over_c"] = best[k] / best["c_device_out_ns"]
+            else:
+                ratios[k + "_over_c_pageable"] = best[k] / best["c_host_out_ns"]
+                ratios[k + "_over_c_pinned"] = best[k] / best["c_host_pinned_out_ns"]
+    from wisp import _wisp
+    pools = _wisp.pool_stats() if hasattr(_wisp, "pool_stats") else {}
     out = {
         "script": "scripts/bench/bench_python.py", "command": command, "issue": 15, "wisp_version": wisp.version(),
         "commit": record.commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -203,7 +230,10 @@ def gpu_main(args, command, rec):
         "model": {"num_features": nf, "dtype": "f32"}, "device": gpus[0]["name"],
         "rows": n, "features_per_row": K, "iters_per_round": args.iters,
         "best_ns_per_call": best, "python_over_c": ratios, "target": "python within 1.1x of the device-resident C figure",
-        "parity_vs_cpu_session": parity, "rounds": rounds, "notes": notes,
+        "parity_vs_cpu_session": parity, "rounds": rounds, "notes": notes, "output_pools": pools,
+        "like_with_like": "python host out: a numpy array over pooled pinned memory; c_host_out_ns: pageable (a reused "
+                          "malloc'd buffer), c_host_pinned_out_ns: wisp_engine_host_alloc (pinned); python device out: "
+                          "a DeviceArray from the pool, c_device_out_ns: one cudaMalloc'd buffer reused",
     }
     path = record.out_path("bench_python_gpu.json", rec)
     record.write(path, out, indent=1)

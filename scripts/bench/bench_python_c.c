@@ -3,9 +3,12 @@
  *   bench_python_c MODEL ROWPTR.u32 IDS.u32 VALS.f32 ITERS REPEATS THREADS
  *   bench_python_c --device MODEL ROWPTR.u32 IDS.u32 VALS.f32 ITERS REPEATS THREADS
  *
- * --device (linked against libwisp.so, whose test hooks wisp_cuda_test_alloc/copy put
+ * --device (linked against libwisp.a, whose test hooks wisp_cuda_test_alloc/copy put
  * the arrays on gpu:0): a "gpu" session scores them in place, the answers to device
- * memory ("device_out") and to host memory ("host_out"), each timed as the host path is.
+ * memory ("device_out"), to host memory from malloc ("host_out": pageable, one buffer
+ * every call reuses, so already faulted in) and to pinned host memory from
+ * wisp_engine_host_alloc ("host_pinned_out", "host_pinned": whether it was pinned),
+ * each timed as the host path is.
  *
  * The arrays are the ones the Python side scores (written raw by bench_python.py).
  * Prints one JSON object: {"rows", "nnz", "best_ns_per_call", "median_ns_per_call"} over REPEATS
@@ -63,13 +66,15 @@ static int device_main(int argc, char **argv)
         fprintf(stderr, "%s\n", wisp_errmsg());
         return 1;
     }
-    float *out = malloc(rows * sizeof *out);
-    uint64_t *t = malloc((size_t)repeats * sizeof *t), best[2], med[2];
-    for (int mode = 0; mode < 2; mode++) {                 /* 0: out on the device, 1: out in host memory */
+    float *out = malloc(rows * sizeof *out), *pout = NULL;
+    if (wisp_engine_host_alloc(eng, rows * sizeof *out, (void **)&pout)) { fprintf(stderr, "%s\n", wisp_errmsg()); return 1; }
+    uint64_t *t = malloc((size_t)repeats * sizeof *t), best[3], med[3];
+    for (int mode = 0; mode < 3; mode++) {       /* 0: out on the device, 1: pageable host memory, 2: pinned */
+        float *o = mode == 0 ? dout : mode == 1 ? out : pout;
         for (long rep = -1; rep < repeats; rep++) {
             uint64_t t0 = wisp_clock_ns();
             for (long i = 0; i < iters; i++)
-                if (wisp_session_score_device(s, rows, drp, 32, (const int32_t *)dids, dvals, NULL, mode ? out : dout, !mode)) {
+                if (wisp_session_score_device(s, rows, drp, 32, (const int32_t *)dids, dvals, NULL, o, !mode)) {
                     fprintf(stderr, "%s\n", wisp_errmsg());
                     return 1;
                 }
@@ -78,9 +83,12 @@ static int device_main(int argc, char **argv)
         best[mode] = best_of(t, repeats, &med[mode]);
     }
     printf("{\"rows\": %zu, \"nnz\": %zu, \"device_out_best_ns\": %llu, \"device_out_median_ns\": %llu, "
-           "\"host_out_best_ns\": %llu, \"host_out_median_ns\": %llu, \"last_device\": \"%s\", \"checksum\": %.9g}\n",
+           "\"host_out_best_ns\": %llu, \"host_out_median_ns\": %llu, \"host_pinned_out_best_ns\": %llu, "
+           "\"host_pinned_out_median_ns\": %llu, \"host_pinned\": %d, \"last_device\": \"%s\", \"checksum\": %.9g}\n",
            rows, nnz, (unsigned long long)best[0], (unsigned long long)med[0], (unsigned long long)best[1],
-           (unsigned long long)med[1], wisp_session_last_device(s), (double)out[0]);
+           (unsigned long long)med[1], (unsigned long long)best[2], (unsigned long long)med[2],
+           wisp_engine_host_pinned(eng, pout), wisp_session_last_device(s), (double)(out[0] == pout[0] ? out[0] : -1.0));
+    wisp_engine_host_free(eng, pout);
     wisp_cuda_test_free(drp); wisp_cuda_test_free(dids); wisp_cuda_test_free(dvals); wisp_cuda_test_free(dout);
     wisp_session_free(s);
     wisp_model_free(m);

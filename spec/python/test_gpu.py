@@ -168,3 +168,83 @@ def test_gpu_producer_stream_is_respected(model_path, lib, how):
             dst.copy_(src)
             got = s.score((rp, dst, vs), stream=st) if how == "stream=" else s.score((rp, dst, vs))
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+# ---- the output pools (_wisp_dlpack.c): no cudaMalloc/cudaFree a call, a block reused only once gone ----
+
+@pytest.mark.parametrize("lib", ["cupy", "torch"])
+def test_gpu_device_out_pool_reuses_only_what_is_gone(model_path, lib):
+    mod = pytest.importorskip(lib)
+    from wisp import _wisp
+    m = wisp.load(model_path)
+    n = 40000 if lib == "cupy" else 160000          # block sizes no other spec's blocks are reused for
+    a, b = make_rows(n, seed=45), make_rows(n, seed=46)
+    want_a, _ = _cpu_reference(m, *a)
+    want_b, _ = _cpu_reference(m, *b)
+    if lib == "cupy":
+        Xa, Xb = (tuple(mod.asarray(x) for x in r) for r in (a, b))
+        to_host = lambda d: mod.asnumpy(mod.from_dlpack(d))               # noqa: E731
+        sync = mod.cuda.Device().synchronize
+    else:
+        Xa, Xb = (tuple(mod.from_numpy(x).cuda() for x in r) for r in (a, b))
+        to_host = lambda d: mod.from_dlpack(d).cpu().numpy()             # noqa: E731
+        sync = mod.cuda.synchronize
+    s = m.session("gpu")
+    d = s.score(Xa, out="device")
+    del d                                           # never exported: back to the pool, no sync needed
+    st0 = _wisp.pool_stats()
+    d = s.score(Xb, out="device")
+    st1 = _wisp.pool_stats()
+    assert st1["device_taken"] == st0["device_taken"] + 1 and st1["device_synced"] == st0["device_synced"], (st0, st1)
+    np.testing.assert_allclose(to_host(d), want_b, rtol=0, atol=1e-6)   # exports it
+    del d                                           # exported: reused only after a device sync
+    d = s.score(Xa, out="device")
+    st2 = _wisp.pool_stats()
+    assert st2["device_taken"] == st1["device_taken"] + 1 and st2["device_synced"] == st1["device_synced"] + 1, (st1, st2)
+    np.testing.assert_allclose(to_host(d), want_a, rtol=0, atol=1e-6)
+    # a consumer holding the memory keeps it out of the pool: the next call gets other memory
+    held = mod.from_dlpack(d)
+    del d
+    for X in (Xb, Xa, Xb):
+        e = s.score(X, out="device")
+        assert e.ptr != (held.data.ptr if lib == "cupy" else held.data_ptr())
+        del e
+    sync()
+    np.testing.assert_allclose(mod.asnumpy(held) if lib == "cupy" else held.cpu().numpy(), want_a, rtol=0, atol=1e-6)
+    assert _wisp.pool_stats()["device_blocks"] <= 8
+
+
+def test_gpu_host_out_is_pinned_and_pooled(model_path):
+    cp = pytest.importorskip("cupy")
+    from wisp import _wisp
+    m = wisp.load(model_path)
+    a, b = make_rows(70000, seed=47), make_rows(70000, seed=48)
+    want_a, _ = _cpu_reference(m, *a)
+    want_b, _ = _cpu_reference(m, *b)
+    Xa, Xb = (tuple(cp.asarray(x) for x in r) for r in (a, b))
+    s = m.session("gpu")
+    r1 = s.score(Xa)
+    assert type(r1.base) is _wisp.HostBlock, type(r1.base)          # 70k rows: pinned memory
+    np.testing.assert_allclose(r1, want_a, rtol=0, atol=1e-6)
+    r2 = s.score(Xb)                                                  # r1 alive: other memory
+    assert not np.shares_memory(r1, r2)
+    np.testing.assert_allclose(r1, want_a, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(r2, want_b, rtol=0, atol=1e-6)
+    # an asynchronous copy from the pinned array to the GPU, then the array dropped: the next
+    # call reuses the block only after the device is synchronized (the copy reads want_b)
+    st = cp.cuda.Stream(non_blocking=True)
+    dst = cp.empty(70000, dtype=cp.float32)
+    with st:
+        big = cp.ones((4096, 4096), dtype=cp.float32)
+        for _ in range(20):
+            big = (big @ big) * 1e-4
+        dst.set(r2, stream=st)
+    st0 = _wisp.pool_stats()
+    del r2
+    r3 = s.score(Xa)
+    assert _wisp.pool_stats()["host_synced"] >= st0["host_synced"] + 1
+    st.synchronize()
+    np.testing.assert_allclose(cp.asnumpy(dst), want_b, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(r3, want_a, rtol=0, atol=1e-6)
+    small = s.score(tuple(cp.asarray(x) for x in make_rows(100, seed=49)))
+    assert small.base is None                                         # small batches: numpy's memory

@@ -336,15 +336,16 @@ static size_t pool_round(size_t n)
     return c < n ? n : (c + 4095) & ~(size_t)4095;
 }
 
-/* A pooled block of at least need bytes on dev (and not more than twice need + 64 KiB), the
- * smallest; 0 when none. */
+/* A pooled block of at least need bytes on dev (and not more than twice need + 64 KiB): one
+ * that needs no sync first, then the smallest; 0 when none. */
 static int pool_take(out_pool *pl, int dev, size_t need, pool_ent *out)
 {
     int best = -1;
     for (int i = 0; i < pl->n; i++) {
         const pool_ent *x = &pl->e[i];
         if (x->dev != dev || x->cap < need || (x->cap - need) / 2 > need + (32 << 10)) continue;
-        if (best < 0 || x->cap < pl->e[best].cap) best = i;
+        if (best < 0 || x->dirty < pl->e[best].dirty || (x->dirty == pl->e[best].dirty && x->cap < pl->e[best].cap))
+            best = i;
     }
     if (best < 0) return 0;
     *out = pl->e[best];
