@@ -583,7 +583,10 @@ class Session:
         contiguous, read in place; other dtypes are converted once on the
         device by CuPy/PyTorch (indices clipped to int32). out="device"
         leaves the answers on that GPU (a wisp.DeviceArray: cupy.from_dlpack
-        / torch.from_dlpack take it without a copy). On a "cpu" session (or
+        / torch.from_dlpack take it without a copy; its memory comes from a
+        pool and goes back to it once it and every export are gone). A host
+        out of 64k rows or more is a numpy array over pooled pinned memory
+        (its .base a wisp.HostBlock): one DMA. On a "cpu" session (or
         one on another GPU) the arrays are copied to host memory first;
         without a usable GPU: NoDeviceError. Host DLPack producers (a torch
         CPU tensor) are read in place as numpy arrays are. A negative index
