@@ -12,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* not in wisp.h: the Python extension's hook (engine/cuda_device_batch.c, engine/cuda_stub.c) */
+int wisp__device_sync(int dev);
+
 /* One random batch, as the caller would hold it (int32 ids, int64 offsets), with the
  * expected outcome computed here, independently of the engine: per row, good or why not,
  * and for a good row its float64 probability. */
@@ -311,10 +314,17 @@ int main(void)
         CHECK_FAILS(wisp_device_alloc(0, 64, &p), WISP_ENODEV, "wisp_device_alloc");
         CHECK(p == NULL);
         wisp_device_free(0, NULL);
+        CHECK_FAILS(wisp__device_sync(-1), WISP_ENODEV, "wisp__device_sync");
+        CHECK_FAILS(wisp__device_sync(0), WISP_ENODEV, "wisp__device_sync");
         wisp_model_free(m);
         wisp_engine_free(eng);
         return CHECK_DONE("test_device_batch");
     }
+    /* wisp__device_sync: one device, every device, refusals */
+    CHECK_OK(wisp__device_sync(0));
+    CHECK_OK(wisp__device_sync(-1));
+    CHECK_FAILS(wisp__device_sync(-2), WISP_EINVAL, "does not exist");
+    CHECK_FAILS(wisp__device_sync(1 << 20), WISP_EINVAL, "does not exist");
     const int dtypes[] = { WISP_F32, WISP_F16, WISP_I8 };
     for (int di = 0; di < 3; di++) {
         wisp_model *m = make_model(eng, di == 0 ? 100000 : 5000, dtypes[di], 0.25);

@@ -336,8 +336,8 @@ static size_t pool_round(size_t n)
     return c < n ? n : (c + 4095) & ~(size_t)4095;
 }
 
-/* A pooled block of at least need bytes on dev (and not more than twice need + 64 KiB): one
- * that needs no sync first, then the smallest; 0 when none. */
+/* A pooled block of at least need bytes on dev (wasting at most 2 need + 64 KiB): one that
+ * needs no sync first, then the smallest; 0 when none. */
 static int pool_take(out_pool *pl, int dev, size_t need, pool_ent *out)
 {
     int best = -1;
@@ -717,7 +717,9 @@ static PyObject *score_gpu(SessionObject *self, dl_view *vp, dl_view *vi, dl_vie
             da->cap = pool_round(rows * 4);
             st = wisp_device_alloc(dev, da->cap, &da->ptr);
         } else {
-            st = dirty ? wisp__device_sync(dev) : WISP_OK;    /* an exported block: its users' work done first */
+            /* an exported block: its users' work done first, on every device (a consumer may
+             * have copied it to another GPU on that GPU's stream) */
+            st = dirty ? wisp__device_sync(-1) : WISP_OK;
         }
         if (st != WISP_OK) wisp__py_copy_errmsg(msg, sizeof msg, st);
         Py_END_ALLOW_THREADS
