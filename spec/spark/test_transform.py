@@ -274,3 +274,22 @@ def test_pipeline_save_and_load(spark, model_path, tmp_path):
     p2, _ = collect(PipelineModel.load(str(tmp_path / "pipe")).transform(df))
     np.testing.assert_array_equal(p1, p2)
     assert not np.isnan(p1).any()
+
+
+def test_equals_mllib_on_the_same_weights(spark, model_path):
+    # MLlib's LogisticRegressionModel on the model's float32 weights (as float64), through its own constructor:
+    # MLlib sums in float64, wisp in float32 weights x float32 values; the tolerance is 1e-6 in probability
+    from pyspark.ml.classification import LogisticRegressionModel
+    from pyspark.ml.common import _py2java
+    from pyspark.ml.linalg import DenseVector
+    m = wisp.load(model_path)
+    w = np.array([m.weight(i) for i in range(m.num_features)], dtype=np.float64)
+    jlr = spark._jvm.org.apache.spark.ml.classification.LogisticRegressionModel(
+        "wisp_spec_lr", _py2java(spark.sparkContext, DenseVector(w)), float(m.bias))
+    lr = LogisticRegressionModel(jlr).setProbabilityCol("p_mllib").setRawPredictionCol("").setPredictionCol("")
+    rows = [([i for i in ids if i < NUM], [v for i, v in zip(ids, vals) if i < NUM])
+            for ids, vals in make_rows(800, 47, max_id=NUM)]    # MLlib needs the vector's size to be the table's
+    df = vec_df(spark, rows, 3, size=NUM)
+    out = WispModel(modelPath=model_path).transform(lr.transform(df)).orderBy("row").collect()
+    diff = max(abs(float(r.p_mllib[1]) - r.probability) for r in out)
+    assert diff < 1e-6, diff
