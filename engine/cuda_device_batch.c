@@ -24,6 +24,7 @@
 #include "cuda_internal.h"
 #include "../kernels/score_device.cuh"
 
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -483,9 +484,35 @@ void wisp_device_free(int dev, void *p)
     if (cur >= 0 && cudaSetDevice(cur) != cudaSuccess) cudaGetLastError();
 }
 
+/* 1 when CUDA device d's primary context is active (work of the runtime's users, CuPy and
+ * PyTorch among them, can be queued there), 0 when not, -1 when the driver cannot say. Asked
+ * of libcuda directly (already loaded by the runtime), so asking creates no context. */
+static int primary_active(int d)
+{
+    typedef int (*get_fn)(int *, int);
+    typedef int (*state_fn)(int, unsigned *, int *);
+    static get_fn dev_get;
+    static state_fn ctx_state;
+    static int looked;
+    if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+        void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+        if (h) {
+            dev_get = (get_fn)dlsym(h, "cuDeviceGet");
+            ctx_state = (state_fn)dlsym(h, "cuDevicePrimaryCtxGetState");
+        }
+        __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);   /* h stays open: the runtime holds libcuda anyway */
+    }
+    int cu = 0, active = 0;
+    unsigned flags = 0;
+    if (!dev_get || !ctx_state || dev_get(&cu, d) != 0 || ctx_state(cu, &flags, &active) != 0) return -1;
+    return active != 0;
+}
+
 /* Not in wisp.h (an internal hook for the Python extension, which links libwisp.a: see
- * engine/python/wisp/_wisp.h): wait until the work queued on CUDA device dev (every device
- * for dev -1) is done, what cudaFree would wait for, before a block is reused instead of freed. */
+ * engine/python/wisp/_wisp.h): wait until the work queued on CUDA device dev is done, what
+ * cudaFree would wait for, before a block is reused instead of freed. dev -1: every device
+ * whose primary context is active (a device nobody opened has nothing queued, and is not
+ * opened here; every device when the driver cannot say). */
 int wisp__device_sync(int dev)
 {
     int ndev = 0;
@@ -497,6 +524,7 @@ int wisp__device_sync(int dev)
     cudaError_t e = cudaSuccess;
     int bad = -1;
     for (int d = dev < 0 ? 0 : dev; d < (dev < 0 ? ndev : dev + 1) && e == cudaSuccess; d++) {
+        if (dev < 0 && primary_active(d) == 0) continue;
         e = cudaSetDevice(d);
         if (e == cudaSuccess) e = cudaDeviceSynchronize();
         if (e != cudaSuccess) bad = d;
