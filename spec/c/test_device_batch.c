@@ -2,7 +2,7 @@
  * checked kernel, on a CPU session the copy path, both against a float64 reference and the host path on random CSR
  * (uniform and Zipf ids, empty rows, duplicates, ids 0 and num_features-1, ids beyond the table, negative ids,
  * non-finite values, non-monotone and out-of-bounds row_ptr, a row_ptr[0] > 0), int32 and int64 row_ptr, values
- * or none, the answers to host or device memory, f32/f16/i8 tables; the refusals; without a GPU, WISP_ENODEV.
+ * or none, the answers to host (pageable or pinned) or device memory, f32/f16/i8 tables; the refusals; without a GPU, WISP_ENODEV.
  * WISP_TEST_GPU=1: a GPU must be usable. WISP_TEST_QUICK / WISP_TEST_GPU_QUICK: 20k rows at most (else 200k). */
 #include "testgpu.h"
 #include "wisp_test.h"
@@ -139,6 +139,8 @@ static int check_bad_list(wisp_session *s, const wisp_model *m, const struct dca
 }
 
 /* The case through wisp_session_score_device on s, every variant, against the reference. */
+static wisp_engine *g_eng;          /* main's: run_dcase's pinned host outs */
+
 static void run_dcase(const wisp_model *m, wisp_session *s, const struct dcase *c, const char *label, int want_gpu)
 {
     const size_t rows = c->rows;
@@ -146,6 +148,7 @@ static void run_dcase(const wisp_model *m, wisp_session *s, const struct dcase *
     for (size_t r = 0; r <= rows; r++) rp32[r] = (int32_t)c->rp[r];
     float *got = malloc(rows * sizeof *got);
     void *drp32 = NULL, *drp64 = NULL, *dids = NULL, *dvals = NULL, *dout = NULL;
+    float *pout = NULL;
     CHECK_OK(wisp_cuda_test_alloc(0, (rows + 1) * 4, &drp32));
     CHECK_OK(wisp_cuda_test_alloc(0, (rows + 1) * 8, &drp64));
     CHECK_OK(wisp_cuda_test_alloc(0, c->nnz * 4, &dids));
@@ -156,18 +159,26 @@ static void run_dcase(const wisp_model *m, wisp_session *s, const struct dcase *
     CHECK_OK(wisp_cuda_test_copy(drp64, c->rp, (rows + 1) * 8));
     CHECK_OK(wisp_cuda_test_copy(dids, c->ids, c->nnz * 4));
     CHECK_OK(wisp_cuda_test_copy(dvals, c->vals, c->nnz * 4));
-    for (int pass = 0; pass < 8; pass++) {
-        const int bits = pass & 1 ? 64 : 32, on_dev = (pass >> 1) & 1, with_vals = !(pass & 4);
+    /* passes 8..11: the host out in wisp_engine_host_alloc memory (pinned: the answers come
+     * back in one DMA, as the Python package's host outputs of GPU batches do) */
+    CHECK_OK(wisp_engine_host_alloc(g_eng, rows * 4, (void **)&pout));
+    if (!pout) goto done;
+    if (want_gpu) CHECK(wisp_engine_host_pinned(g_eng, pout));
+    for (int pass = 0; pass < 12; pass++) {
+        const int pinned = pass >= 8, bits = pass & 1 ? 64 : 32, on_dev = !pinned && ((pass >> 1) & 1);
+        const int with_vals = pinned ? !(pass & 2) : !(pass & 4);
+        float *hout = pinned ? pout : got;
         char what[160];
         snprintf(what, sizeof what, "%s, %s, row_ptr int%d, out on the %s, %s", label, wisp_session_device(s), bits,
-                 on_dev ? "device" : "host", with_vals ? "values" : "binary");
-        for (size_t r = 0; r < rows; r++) got[r] = -7.0f;
+                 on_dev ? "device" : pinned ? "host (pinned)" : "host", with_vals ? "values" : "binary");
+        for (size_t r = 0; r < rows; r++) got[r] = hout[r] = -7.0f;
         if (on_dev) CHECK_OK(wisp_cuda_test_copy(dout, got, rows * 4));
         uint64_t before[WISP_STAT_COUNT];
         for (int k = 0; k < WISP_STAT_COUNT; k++) before[k] = wisp_session_stat(s, k);
         CHECK_OK(wisp_session_score_device(s, rows, bits == 64 ? drp64 : drp32, bits, dids, with_vals ? dvals : NULL,
-                                           NULL, on_dev ? dout : got, on_dev));
+                                           NULL, on_dev ? dout : hout, on_dev));
         if (on_dev) CHECK_OK(wisp_cuda_test_copy(got, dout, rows * 4));
+        if (pinned) memcpy(got, pout, rows * 4);
         const double *ref = with_vals ? c->ref : c->ref_bin;
         size_t nan_differ = 0, far = 0;
         double worst = 0;
@@ -195,6 +206,7 @@ static void run_dcase(const wisp_model *m, wisp_session *s, const struct dcase *
         CHECK_MSG(want_gpu ? strncmp(ld, "gpu", 3) == 0 : strcmp(ld, "cpu") == 0, "%s: scored on %s", what, ld);
     }
 done:
+    wisp_engine_host_free(g_eng, pout);
     wisp_cuda_test_free(drp32);
     wisp_cuda_test_free(drp64);
     wisp_cuda_test_free(dids);
@@ -291,6 +303,7 @@ int main(void)
     wisp_engine *eng = NULL;
     CHECK_OK(wisp_engine_new(2, &eng));
     if (!eng) return CHECK_DONE("test_device_batch");
+    g_eng = eng;
     wisp_engine_set_log_level(eng, WISP_LOG_OFF);
     const int n = wisp_engine_gpu_count(eng);
     printf("test_device_batch: %d GPU(s): %s\n", n, wisp_engine_gpu_status(eng));
