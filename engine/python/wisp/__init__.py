@@ -50,6 +50,7 @@ __all__ = ["DeviceArray", "load", "devices", "version", "set_threads", "write_mo
 
 __version__ = _wisp.version()
 DeviceArray = _wisp.DeviceArray
+HostBlock = _wisp.HostBlock      # the base of a GPU batch's host output over pooled pinned memory
 
 
 # ---- errors ------------------------------------------------------------------------
