@@ -6,6 +6,8 @@ with v1's answers on the same rows."""
 import json
 import math
 import random
+import time
+import re
 
 import numpy as np
 import pytest
@@ -403,26 +405,108 @@ def test_metadata_inputs_drive_a_request(oip_service, oip_models, wisp_score, cl
     assert md["outputs"][0]["datatype"] == "FP32" and md["outputs"][1]["datatype"] == "INT64"
 
 
-@pytest.mark.parametrize("mode", ["async", "thread", "auto"])
-def test_every_mode_and_batching(wisp_service, oip_models, wisp_score, mode):
-    """v2 infer scores in the worker whatever the mode (async: submit + wait; thread/auto: the v1 bodies'
-    pool is not used for v2); batching on changes nothing for it. The same answers as the CLI's."""
+def batch_rows_counts(svc):
+    """/metrics' wisp_batch_rows observation counts by (model, path): where the rows were scored
+    (direct: the worker's session; thread: a pool thread's VM; batcher: a batch of the batcher)"""
+    text = svc.session.get(svc.admin_url("/metrics"), timeout=10).text
+    out = {}
+    for labels, n in re.findall(r'^wisp_batch_rows_count\{([^}]*)\} (\d+)$', text, re.M):
+        d = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        key = (d.get("model"), d.get("path"))
+        out[key] = out.get(key, 0) + int(n)
+    return out
+
+
+def counts_settled(svc, want):
+    """the counts once every one in want (key -> least count) is reached (the workers flush their
+    metrics every flush_s), or the last ones read after 10 s"""
+    deadline = time.time() + 10
+    while True:
+        got = batch_rows_counts(svc)
+        if all(got.get(k, 0) >= v for k, v in want.items()) or time.time() > deadline:
+            return got
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("mode", ["inline", "thread", "async", "auto"])
+def test_every_mode_places_v2_as_v1(wisp_service, oip_models, wisp_score, mode):
+    """v2 infer in each mode, batching on, scored where v1's predict would score it: mode thread
+    (and auto for a body of thread_min_bytes = 16384 or more) in the thread pool's VMs, one row
+    (not mode thread) through the batcher, the rest in the worker (async: submit + wait). Every
+    answer (binary and JSON, ids and columns, a bad row, a refused request) as the CLI's; the
+    placement read from /metrics' wisp_batch_rows{path=...}."""
     svc = wisp_service(models={"plain": oip_models / "plain.wisp", "ctr": oip_models / "ctr.wisp"},
                        extra=["--mode", mode, "--batching", "on"])
+    plain, ctr = oip_models / "plain.wisp", oip_models / "ctr.wisp"
     rng = random.Random(7)
+    c = th.InferenceServerClient("127.0.0.1:%d" % svc.port)
+    c0 = batch_rows_counts(svc)
+    small, big = [], []                   # the plain requests by body size (bytes < or >= 16384)
+
     rows = rand_id_rows(rng, 30)
     rows = [(ids, vals if vals is not None else [1.0] * len(ids)) for ids, vals in rows]
-    indptr, indices, values = csr(rows, True)
-    c = th.InferenceServerClient("127.0.0.1:%d" % svc.port)
-    for n1 in (30, 1):                       # 1 row: what the batcher would take in v1
+    for n1 in (30, 1):                    # binary in and out (tritonclient's default)
         sub = rows[:n1]
         ip, ix, vs = csr(sub, True)
         res = c.infer("plain", triton_inputs(ip, ix, vs, True))
-        close([float(x) for x in res.as_numpy("probability")], wisp_score(oip_models / "plain.wisp", libsvm(sub)))
+        close([float(x) for x in res.as_numpy("probability")], wisp_score(plain, libsvm(sub)))
+        small.append(n1)
+    many = rand_id_rows(rng, 600)
+    ip, ix, vs = csr(many, True)
+    assert 8 * len(ip) + 8 * len(ix) >= 16384
+    res = c.infer("plain", triton_inputs(ip, ix, vs, True))
+    close([float(x) for x in res.as_numpy("probability")], wisp_score(plain, libsvm(many)))
+    big.append(len(many))
+    body = json.dumps(v2_json_body(ip, ix, vs))
+    assert len(body) >= 16384
+    r = svc.post("/v2/models/plain/infer", data=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 200, r.text
+    close(probs_of(r.json())[0], wisp_score(plain, libsvm(many)))
+    big.append(len(many))
+    # a bad row (a negative index) among good ones: NaN (null), its index in bad_rows, the others scored
+    bad = [r2 for r2 in rows[:5]]
+    ip, ix, vs = csr(bad, True)
+    k = next(i for i in range(5) if ip[i + 1] > ip[i])
+    ix[ip[k]] = -3
+    r = svc.post("/v2/models/plain/infer", json=v2_json_body(ip, ix, vs))
+    assert r.status_code == 200, r.text
+    probs, bad_rows = probs_of(r.json())
+    assert bad_rows == [k] and probs[k] is None
+    want = wisp_score(plain, libsvm([row for i, row in enumerate(bad) if i != k]))
+    close([p for i, p in enumerate(probs) if i != k], want)
+    assert "indices[%d] = -3" % ip[k] in json.loads(r.json()["parameters"]["bad_row_reasons"])[0]["error"]
+    small.append(5)
+    # a refused request: the error answered from wherever it was decoded
+    r = svc.post("/v2/models/plain/infer", json={"inputs": [{"name": "nope", "datatype": "INT64", "shape": [1], "data": [0]}]})
+    assert r.status_code == 400 and "unknown input 'nope'" in r.json()["error"], r.text
+
     raw = rand_raw_rows(rng, 20, big_ints=True)
     res = c.infer("ctr", triton_column_inputs(raw, True))
-    close([float(x) for x in res.as_numpy("probability")], wisp_score(oip_models / "ctr.wisp", jsonl(raw), "jsonl"))
-    r = svc.post("/v2/models/plain/infer", json=v2_json_body(indptr, indices, values))
+    close([float(x) for x in res.as_numpy("probability")], wisp_score(ctr, jsonl(raw), "jsonl"))
+    one = raw[:1]
+    r = svc.post("/v2/models/ctr/infer", json=json_column_body(one))
     assert r.status_code == 200, r.text
-    close(probs_of(r.json())[0], wisp_score(oip_models / "plain.wisp", libsvm(rows)))
+    close(probs_of(r.json())[0], wisp_score(ctr, jsonl(one), "jsonl"))
+
+    # where they were scored
+    d = lambda got, key: got.get(key, 0) - c0.get(key, 0)
+    if mode == "thread":
+        want = {("plain", "thread"): c0.get(("plain", "thread"), 0) + len(small) + len(big),
+                ("ctr", "thread"): c0.get(("ctr", "thread"), 0) + 2}
+    elif mode == "auto":
+        want = {("plain", "thread"): c0.get(("plain", "thread"), 0) + len(big),
+                ("plain", "batcher"): c0.get(("plain", "batcher"), 0) + 1,
+                ("ctr", "batcher"): c0.get(("ctr", "batcher"), 0) + 1}
+    else:
+        want = {("plain", "batcher"): c0.get(("plain", "batcher"), 0) + 1,
+                ("ctr", "batcher"): c0.get(("ctr", "batcher"), 0) + 1}
+    got = counts_settled(svc, want)
+    for key, v in want.items():
+        assert got.get(key, 0) >= v, (mode, key, got, c0)
+    if mode == "thread":
+        assert d(got, ("plain", "batcher")) == 0 and d(got, ("ctr", "batcher")) == 0, (got, c0)
+    elif mode == "auto":
+        assert d(got, ("plain", "thread")) == len(big) and d(got, ("ctr", "thread")) == 0, (got, c0)
+    else:
+        assert d(got, ("plain", "thread")) == 0 and d(got, ("ctr", "thread")) == 0, (got, c0)
     assert svc.alive()

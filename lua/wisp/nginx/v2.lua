@@ -4,6 +4,14 @@
 -- tensors (wisp.nginx.tensor) scored through the service's one scoring route (wisp.nginx.score),
 -- answered as JSON tensors or with the binary tensor data extension.
 --
+-- Placement: as v1's predict (wisp.nginx.predict), in every mode. thread (and auto for a body
+-- of thread_min_bytes or more): the whole infer (decode, rows, score, answer) in a pool
+-- thread's VM with its own copy of exactly the version the request holds (wisp.nginx.thread
+-- "infer"; a stale copy: inline in the worker); one row with batching on: the worker's
+-- batcher; async: session:submit, a yield, session:wait; inline: in the worker. run_infer is
+-- the one body of all of them: it answers through a sink (the worker's sends and counts; the
+-- thread VM's keeps the answer and the counts for the worker).
+--
 -- Versions: models.lua's MD.resolve/MD.versions/MD.repository_* when it has them; without
 -- them a model is its one file, version "1" (slot.cur).
 --
@@ -161,7 +169,7 @@ local f32arr, i64arr = ffi.typeof("float[?]"), ffi.typeof("int64_t[?]")
 local bin_f, bin_f_cap = nil, 0
 
 -- the answer of a scored request: JSON, or the binary tensor data extension
-local function answer(req, name, ver, e, n, out, errs, bad, device)
+local function answer(sink, req, name, ver, e, n, out, errs, bad, device)
     local want = req.outputs
     local outs = {}
     if want then
@@ -221,16 +229,66 @@ local function answer(req, name, ver, e, n, out, errs, bad, device)
     end
     parts[#parts + 1] = "]}"
     local head = concat(parts)
-    if #bins == 0 then return send(200, head .. "\n") end
-    ngx.header["Inference-Header-Content-Length"] = #head
-    return send(200, head .. concat(bins), "application/octet-stream")
+    if #bins == 0 then return sink.send(200, head .. "\n") end
+    return sink.send(200, head .. concat(bins), "application/octet-stream", #head)
 end
 
--- infer on the entry e it holds: decode, rows, score, answer (-> the status sent)
-local function infer_entry(e, name, ver, body, blen)
-    local cfg = S.cfg
-    local max_rows = cfg.max_rows_per_request
-    local req, st, msg = T.decode(body, blen, ngx.var.http_inference_header_content_length)
+-- the worker's sink: the answer sent (with the binary extension's header length), the counts made
+local worker_sink = {
+    send = function(status, text, ctype, hlen)
+        if hlen then ngx.header["Inference-Header-Content-Length"] = hlen end
+        return send(status, text, ctype)
+    end,
+    fail = fail,
+    inc = inc,
+}
+
+-- a thread VM's sink (wisp.nginx.thread "infer"): the answer and the counts kept, for the worker
+function M.thread_sink()
+    local k = { counts = {} }
+    k.send = function(status, text, ctype, hlen)
+        k.status, k.text, k.ctype, k.hlen = status, text, ctype, hlen
+        return status
+    end
+    k.fail = function(status, msg, extra)
+        local t = { error = msg }
+        if extra then for key, v in pairs(extra) do t[key] = v end end
+        return k.send(status, S.cjson.encode(A.clean_strings(t, 0)) .. "\n")
+    end
+    k.inc = function(metric, labels, v)
+        k.counts[#k.counts + 1] = metric .. "\t" .. labels .. "\t" .. tostring(v or 1)
+    end
+    return k
+end
+
+-- one row of the batch b as the batcher takes it (predict.lua's rule): ids, vals, binary ids
+local function batcher_row(b)
+    local csr = b:csr()
+    local ids, vals, bids = csr.ids, nil, nil
+    if csr.vals then
+        if csr.val_ptr then
+            local nv = csr.val_ptr[2] - csr.val_ptr[1]
+            if nv > 0 then
+                local v, bb = {}, {}
+                for k = 1, #ids do if k <= nv then v[k] = ids[k] else bb[#bb + 1] = ids[k] end end
+                ids, vals, bids = v, csr.vals, bb
+            end
+        else
+            vals = csr.vals
+        end
+    end
+    return ids, vals, bids
+end
+
+local one_f32 = ffi.new("float[1]")
+
+-- run_infer(sink, e, name, ver, body, blen, hlen_text, mode, max_rows) -> the status answered:
+-- infer on the entry e it holds (decode, rows, score, answer), in the worker (mode inline,
+-- async, auto) or in a thread VM (mode "inline" there); metrics and the answer through sink.
+-- -> status, rows, the session that scored (for its stages), path ("direct" | "batcher")
+local function run_infer(sink, e, name, ver, body, blen, hlen_text, mode, max_rows)
+    local fail, inc = sink.fail, sink.inc
+    local req, st, msg = T.decode(body, blen, hlen_text)
     if not req then
         inc("wisp_errors_total", 'kind="bad_request"')
         return fail(st, msg)
@@ -247,13 +305,29 @@ local function infer_entry(e, name, ver, body, blen)
     local out, err
     local s = e.session
     local b
+    local path = "direct"
     if e.tr then
         n, errs, bad, extra = T.build_raw(req, e, max_rows)
         if not n then
             inc("wisp_errors_total", errs == 413 and 'kind="too_many_rows"' or 'kind="bad_request"')
             return fail(errs, bad, extra)
         end
-        if cfg.mode == "async" then
+        if n == 1 and e.batcher and not (bad and bad[0]) then
+            -- one row for the batcher, which takes feature ids: transformed here (v1's rule)
+            b = P.get_batch(e)
+            local ok, terr = e.tr:transform(b)
+            if not ok then P.put_batch(e, b); return fail(500, tostring(terr)) end
+            if b:bad_count() > 0 then
+                errs, bad = {}, {}
+                for _, br in ipairs(b:bad_rows()) do errs[#errs + 1] = { index = br.row, error = br.msg }; bad[br.row] = true end
+            end
+        end
+        if b and not (bad and bad[0]) then
+            path = "batcher"
+        elseif b then
+            out, errs, bad = require("wisp.nginx.score").score(e, b, "v2", n, errs, bad, false)
+            if not out then err = errs end
+        elseif mode == "async" then
             b = P.get_batch(e)
             local ok, terr = e.tr:transform(b)
             if not ok then P.put_batch(e, b); return fail(500, tostring(terr)) end
@@ -275,12 +349,30 @@ local function infer_entry(e, name, ver, body, blen)
             inc("wisp_errors_total", errs == 413 and 'kind="too_many_rows"' or 'kind="bad_request"')
             return fail(errs, bad, extra)
         end
-        if cfg.mode == "async" then
+        if n == 1 and e.batcher and not (bad and bad[0]) then
+            path = "batcher"
+        elseif mode == "async" then
             out, err = P.score_async(e, b, MD.float_buf(n))
         else
             out, errs, bad = require("wisp.nginx.score").score(e, b, "v2", n, errs, bad, false)
             if not out then err = errs end
         end
+    end
+    if path == "batcher" then
+        -- one row: coalesced with the other single-row requests of this worker (v1's too)
+        local ids, vals, bids = batcher_row(b)
+        local p, berr = e.batcher:score(ids, vals, bids)
+        if p == nil then
+            P.put_batch(e, b)
+            if tostring(berr):find("queue full", 1, true) then
+                inc("wisp_batcher_rejected_total", lbl(name))
+                return fail(503, tostring(berr))
+            end
+            inc("wisp_errors_total", 'kind="score"')
+            return fail(500, "score: " .. tostring(berr))
+        end
+        one_f32[0] = p
+        out, s = one_f32, e.bsession
     end
     if not out then
         if b then P.put_batch(e, b) end
@@ -308,10 +400,65 @@ local function infer_entry(e, name, ver, body, blen)
         inc("wisp_errors_total", 'kind="all_rows_bad"')
         status = fail(400, "no row could be scored: " .. concat(why, "; ") .. (#errs > 10 and "; ..." or ""))
     else
-        status = answer(req, name, ver, e, n, out, errs, bad, device)
+        status = answer(sink, req, name, ver, e, n, out, errs, bad, device)
     end
     if b then P.put_batch(e, b) end
-    return status
+    return status, n, s, path
+end
+M.run_infer = run_infer
+
+-- the thread pool's answer (wisp.nginx.thread "infer") replayed in the worker: its counts
+-- made, its rows observed as v1's thread path observes them, the answer sent
+local function thread_answered(name, status, text, ctype, hlen, counts, n, kns, tns)
+    if counts ~= "" then
+        for line in counts:gmatch("[^\n]+") do
+            local metric, labels, v = line:match("^([^\t]+)\t([^\t]*)\t([^\t]+)$")
+            if metric then inc(metric, labels, tonumber(v)) end
+        end
+    end
+    if n and n > 0 then
+        MT.observe("wisp_batch_rows", lbl(name, 'path="thread"'), n)
+        MT.observe("wisp_stage_seconds", lbl(name, 'stage="kernel"'), kns / 1e9)
+        MT.observe("wisp_stage_seconds", lbl(name, 'stage="total"'), tns / 1e9)
+    end
+    return worker_sink.send(status, text, ctype ~= "" and ctype or nil, hlen > 0 and hlen or nil)
+end
+
+-- infer on the entry e it holds, placed as v1's predict places a request (-> the status sent)
+local function infer_entry(e, name, ver, body, blen)
+    local cfg = S.cfg
+    local max_rows = cfg.max_rows_per_request
+    local hlen_text = ngx.var.http_inference_header_content_length
+    local mode = cfg.mode
+    if (mode == "thread" or (mode == "auto" and blen >= cfg.thread_min_bytes)) and type(hlen_text) ~= "table" then
+        local text_body = type(body) == "string" and body or ffi.string(body, blen)
+        local thread_sema = S.thread_sema
+        local got, werr = thread_sema:wait(10)
+        if not got then
+            inc("wisp_errors_total", 'kind="thread_busy"')
+            return fail(503, "worker threads busy: " .. tostring(werr))
+        end
+        local ok, status, text, ctype, hlen, counts, n, kns, tns = ngx.run_worker_thread(cfg.thread_pool,
+            "wisp.nginx.thread", "infer", name, ver, e.path, e.stamp, e.checksum, e.device_asked, text_body,
+            hlen_text, max_rows)
+        thread_sema:post(1)
+        if ok and status ~= 0 then
+            return thread_answered(name, status, text, ctype, hlen, counts, n, kns, tns)
+        elseif ok then
+            -- the thread's VM could not map this exact version (predict.lua's rule): inline,
+            -- with the entry this worker holds
+            inc("wisp_errors_total", 'kind="thread_stale"')
+            mode = "inline"
+        elseif not (cfg.mode_by_device and tostring(status):find("not found", 1, true)) then
+            inc("wisp_errors_total", 'kind="thread"')
+            return fail(500, "worker thread: " .. tostring(status))
+        else
+            -- the device's default mode without a thread pool in nginx.conf: v1's predict says
+            -- so and scores inline from then on; v2 follows
+            cfg.mode, mode = "inline", "inline"
+        end
+    end
+    return (run_infer(worker_sink, e, name, ver, body, blen, hlen_text, mode, max_rows))
 end
 
 local function infer(name, version, method)
