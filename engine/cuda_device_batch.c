@@ -294,6 +294,21 @@ static sess *backend_of(wisp_session *ws)
 
 #define DV_ALIGN(n) (((n) + 255) & ~(size_t)255)
 
+/* WISP_DEVICE_OUT_MAPPED=1 (an experiment, off by default): a host out in mapped pinned
+ * memory (wisp_engine_host_alloc's) is written by the kernel itself over PCIe, with no copy
+ * after it; bench_python --gpu times the C peer both ways. */
+static int mapped_out_wanted(void)
+{
+    static int v = -1;
+    int x = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    if (x < 0) {
+        const char *e = getenv("WISP_DEVICE_OUT_MAPPED");
+        x = e && e[0] == '1';
+        __atomic_store_n(&v, x, __ATOMIC_RELAXED);
+    }
+    return x;
+}
+
 static int device_path(wisp_session *ws, sess *bs, int k, size_t rows, const void *row_ptr, int rp64,
                        const int32_t *ids, const float *vals, size_t cap, cudaStream_t st, float *out, int out_on_device)
 {
@@ -337,15 +352,17 @@ static int device_path(wisp_session *ws, sess *bs, int k, size_t rows, const voi
     if ((status = check_nnz(last, cap, &nnz)) != WISP_OK) return status;
     if (nnz && !ids) return wisp_fail(WISP_EINVAL, "%s: ids is NULL for %llu features", FN, (unsigned long long)nnz);
     uint64_t t1 = wisp_now_ns();
+    void *mapped = NULL;
+    const int direct = !out_on_device && mapped_out_wanted() && wisp__cuda_mapped(out, &mapped) && mapped;
     wisp_kdev p = {
         .row_ptr = row_ptr, .rp64 = rp64, .ids = ids, .vals = vals, .weights = w,
-        .out = out_on_device ? out : (float *)(db + o_out), .bad = (wisp_kdbad *)(db + o_bad), .cnt = cnt,
+        .out = out_on_device ? out : direct ? (float *)mapped : (float *)(db + o_out), .bad = (wisp_kdbad *)(db + o_bad), .cnt = cnt,
         .rows = (uint32_t)rows, .nnz = (uint32_t)nnz, .num_features = (uint32_t)m->num_features,
         .bias = m->bias, .scale = m->dtype == WISP_I8 ? (double)m->scale : 1.0,
     };
     int lanes = bs->lanes_env ? bs->lanes_env : 0;
     e = (cudaError_t)wisp_k_score_device(&p, m->dtype, lanes, st);
-    if (e == cudaSuccess && !out_on_device) e = cudaMemcpyAsync(out, p.out, rows * 4, cudaMemcpyDeviceToHost, st);
+    if (e == cudaSuccess && !out_on_device && !direct) e = cudaMemcpyAsync(out, p.out, rows * 4, cudaMemcpyDeviceToHost, st);
     if (e == cudaSuccess) e = cudaMemcpyAsync((void *)(h + 1), cnt, 2 * sizeof *cnt, cudaMemcpyDeviceToHost, st);
     if (e == cudaSuccess) e = cudaStreamSynchronize(st);
     if (e != cudaSuccess) return wisp__cuda_failed(bs, k, e, "scoring the batch");

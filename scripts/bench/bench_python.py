@@ -130,12 +130,19 @@ def gpu_main(args, command, rec):
     indices.astype(np.uint32).tofile(base + ".id")
     values.tofile(base + ".v")
 
-    def c_run():
+    def c_run(mapped=False):
+        env = dict(os.environ, WISP_DEVICE_OUT_MAPPED="1") if mapped else None
         r = subprocess.run([exe, "--device", model_path, base + ".rp", base + ".id", base + ".v", str(args.iters), "3", "0"],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, env=env)
         if r.returncode != 0:
+            if mapped:                           # the experiment may fail; the run goes on without it
+                notes.append("the C peer with WISP_DEVICE_OUT_MAPPED=1 failed (exit %d): %s" % (r.returncode, r.stderr.strip()[-500:]))
+                return None
             sys.exit("bench_python --gpu: the C peer failed (exit %d): %s" % (r.returncode, r.stderr.strip()[-2000:]))
-        return json.loads(r.stdout)
+        c = json.loads(r.stdout)
+        if mapped and c.get("checksum") == -1.0:
+            notes.append("the C peer with WISP_DEVICE_OUT_MAPPED=1: pinned and pageable answers differ")
+        return c
 
     contenders, parity, notes = {}, {}, []
 
@@ -202,6 +209,7 @@ def gpu_main(args, command, rec):
         contenders["torch_dlpack_export_x3"] = (exports(T), torch.cuda.synchronize)
     rounds = {k: [] for k in contenders}
     rounds["c_device_out_ns"], rounds["c_host_out_ns"], rounds["c_host_pinned_out_ns"] = [], [], []
+    rounds["c_host_pinned_mapped_out_ns"] = []
     for _ in range(args.repeats):
         c = c_run()
         rounds["c_device_out_ns"].append(c["device_out_best_ns"])
@@ -209,6 +217,10 @@ def gpu_main(args, command, rec):
         rounds["c_host_pinned_out_ns"].append(c["host_pinned_out_best_ns"])
         if not c.get("host_pinned"):
             notes.append("the C peer's wisp_engine_host_alloc out was not pinned this round")
+        # the experiment: the kernel writes a mapped pinned host out itself (no copy after it)
+        cm = c_run(mapped=True) if not any("MAPPED=1 failed" in n for n in notes) else None
+        if cm:
+            rounds["c_host_pinned_mapped_out_ns"].append(cm["host_pinned_out_best_ns"])
         for k, (f, sync) in contenders.items():
             rounds[k].append(timed(f, sync))
     best = {k: min(v) for k, v in rounds.items() if v}
@@ -233,7 +245,9 @@ def gpu_main(args, command, rec):
         "parity_vs_cpu_session": parity, "rounds": rounds, "notes": notes, "output_pools": pools,
         "like_with_like": "python host out: a numpy array over pooled pinned memory; c_host_out_ns: pageable (a reused "
                           "malloc'd buffer), c_host_pinned_out_ns: wisp_engine_host_alloc (pinned); python device out: "
-                          "a DeviceArray from the pool, c_device_out_ns: one cudaMalloc'd buffer reused",
+                          "a DeviceArray from the pool, c_device_out_ns: one cudaMalloc'd buffer reused; "
+                          "c_host_pinned_mapped_out_ns (an experiment, WISP_DEVICE_OUT_MAPPED=1 in the C peer only): "
+                          "the kernel writes the pinned host out itself, no copy after it",
     }
     path = record.out_path("bench_python_gpu.json", rec)
     record.write(path, out, indent=1)
