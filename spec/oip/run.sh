@@ -18,27 +18,15 @@ BUILD=${WISP_BUILD:-build}
 case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 VENV=${WISP_OIP_VENV:-$BUILD/oip-venv}
 case $VENV in /*) ;; *) VENV=$ROOT/$VENV ;; esac
-PY=${PYTHON:-python3}
 LOG=$BUILD/oip-spec.log
+SUITE=oip
+. "$ROOT/spec/lib/pyvenv.sh"
 
-fail() {
-    echo "spec/oip: $*" >&2
-    echo "oip: 0 passed, 1 failed"
-    exit 1
-}
-
-[ -x "$BUILD/wisp" ] || fail "$BUILD/wisp is missing: build it first (make BUILD=$BUILD NVCC=)"
-[ -f "$BUILD/libwisp.so" ] || fail "$BUILD/libwisp.so is missing: build it first (make BUILD=$BUILD NVCC=)"
-mkdir -p "$BUILD" || fail "cannot create $BUILD"
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PY" -m venv "$VENV" || fail "cannot create a virtual environment in $VENV with $PY (Debian: apt-get install python3-venv)"
-fi
-VPY=$VENV/bin/python
+[ -x "$BUILD/wisp" ] || pyvenv_fail "$BUILD/wisp is missing: build it first (make BUILD=$BUILD NVCC=)"
+[ -f "$BUILD/libwisp.so" ] || pyvenv_fail "$BUILD/libwisp.so is missing: build it first (make BUILD=$BUILD NVCC=)"
+pyvenv_make
 : >"$LOG"
-if ! "$VPY" -c "import tritonclient.http, pytest, numpy, requests, schemathesis" 2>/dev/null; then
-    "$VPY" -m pip install -q --disable-pip-version-check "tritonclient[http]" pytest numpy requests schemathesis >>"$LOG" 2>&1 ||
-        { cat "$LOG" >&2; fail "pip could not install tritonclient[http], pytest, numpy, requests, schemathesis into $VENV"; }
-fi
+pyvenv_need "import tritonclient.http, pytest, numpy, requests, schemathesis" "tritonclient[http]" pytest numpy requests schemathesis
 # KServe's reference server: optional (a failed install is reported; its specs skip)
 if ! "$VPY" -c "import kserve, sklearn" 2>/dev/null; then
     if ! "$VPY" -m pip install -q --disable-pip-version-check kserve scikit-learn >>"$LOG" 2>&1; then
@@ -56,18 +44,5 @@ for a in "$@"; do case $a in spec/*|/*|./*) has_path=1 ;; esac; done
 (cd "$ROOT" && WISP_BUILD=$BUILD WISP_ROOT=$ROOT "$VPY" -m pytest -p no:cacheprovider -q -rfEs "$@") >"$OUT" 2>&1
 rc=$?
 cat "$OUT"
-"$VPY" - "$OUT" "$rc" <<'PYEOF'
-import re, sys
-text = open(sys.argv[1]).read().strip().splitlines()
-last = text[-1] if text else ""
-counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?)", last)}
-passed = counts.get("passed", 0)
-failed = counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0)
-if sys.argv[2] not in ("0", "5") and failed == 0:
-    failed = 1            # pytest failed without a summary (a collection or usage error)
-line = "oip: %d passed, %d failed" % (passed, failed)
-if counts.get("skipped"):
-    line += ", %d skipped" % counts["skipped"]
-print(line)
-PYEOF
+pyvenv_summary "$OUT" "$rc" 5
 [ "$rc" = 0 ]
