@@ -4,7 +4,14 @@
  * strtod, then rounded to float32 for a float32 array, as json.loads + numpy do). The Lua
  * layer finds the lists in nginx's body buffer and hands each one here; anything this refuses
  * (a fraction for an integer, an integer out of range, not a number) it reads again itself to
- * say which element is wrong, so this only answers yes or no. */
+ * say which element is wrong, so this only answers yes or no.
+ *
+ * Speed (the per-number cost of a v2 JSON request): the reader is one function made four
+ * (is_float x bits: no test of them a token), and when the text ends with its ']' (always so
+ * for the lists the Lua layer hands over) the digit loops run without a bound check: every
+ * digit run stops at a byte that is not a digit, ']' at the latest. (Tried and measured
+ * slower here, so not kept: SWAR digit sums a token, ~1.6x the byte loop, and a SSE2 comma
+ * mask walk, ~1.3x: the tokens are short, 1 to 7 digits.) */
 #include <stdint.h>
 #include <string.h>
 
@@ -18,21 +25,44 @@ static inline const char *skip_ws(const char *p, const char *e)
     return p;
 }
 
-int wisp_json_numbers(const char *text, size_t len, int is_float, int bits, void *out, size_t cap,
-                      size_t *count, size_t *consumed)
+static inline const char *skip_ws_unguarded(const char *p)
 {
-    if (count) *count = 0;
-    if (consumed) *consumed = 0;
-    if (!text || !count || (cap && !out) || (bits != 32 && bits != 64)) return WISP_EINVAL;
+    while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t') p++;
+    return p;
+}
+
+/* a digit at q (guarded: and q before the end) */
+#define DIGIT_AT(q) ((!guarded || (q) < e) && (unsigned)((unsigned char)*(q) - '0') <= 9)
+/* q is before the end (unguarded: always so where it is asked, the sentinel being after it) */
+#define IN(q) (!guarded || (q) < e)
+/* the digits at q into acc (acc = acc * 10^k + their value; it wraps past 19 digits), two a
+ * step (half the loop's branches and counter updates: the tokens are digit runs) */
+#define READ_DIGITS(q, acc) do {                                                     \
+        for (;;) {                                                                   \
+            if (!IN(q)) break;                                                       \
+            unsigned d0_ = (unsigned)((unsigned char)(q)[0] - '0');                  \
+            if (d0_ > 9) break;                                                      \
+            unsigned d1_ = IN((q) + 1) ? (unsigned)((unsigned char)(q)[1] - '0') : 10u; \
+            if (d1_ > 9) { (acc) = (acc) * 10 + d0_; (q)++; break; }                 \
+            (acc) = (acc) * 100 + d0_ * 10 + d1_;                                    \
+            (q) += 2;                                                                \
+        }                                                                            \
+    } while (0)
+/* blanks skipped (unguarded: they stop at the sentinel at the latest) */
+#define SKIP_WS(q, end_) (guarded ? skip_ws((q), (end_)) : skip_ws_unguarded(q))
+
+static inline __attribute__((always_inline)) int read_list(const char *text, size_t len, const int is_float,
+                                                           const int bits, void *out, size_t cap, size_t *count,
+                                                           size_t *consumed, const int guarded)
+{
     const char *p = text, *e = text + len;
-    if (p >= e || *p != '[') return WISP_EPARSE;
     size_t n = 0;
     int depth = 0;
     for (;;) {
         /* p: at '[' (a list opens) or at a value */
         if (*p == '[') {
             if (++depth > WISP_JSON_MAX_DEPTH) return WISP_EPARSE;
-            p = skip_ws(p + 1, e);
+            p = SKIP_WS(p + 1, e);
             if (p >= e) return WISP_EPARSE;
             if (*p == ']') goto close;
             continue;
@@ -46,24 +76,24 @@ int wisp_json_numbers(const char *text, size_t len, int is_float, int bits, void
              * (strtod) with the token's span */
             const char *q = p;
             int neg = 0;
-            if (q < e && *q == '-') { neg = 1; q++; }
+            if (IN(q) && *q == '-') { neg = 1; q++; }
             const char *d0 = q;
             uint64_t m = 0;
-            while (q < e && (unsigned)((unsigned char)*q - '0') <= 9) { m = m * 10 + (unsigned)((unsigned char)*q - '0'); q++; }
+            READ_DIGITS(q, m);
             int nd = (int)(q - d0), frac = 0, expo = 0;
             if (nd == 0 || (nd > 1 && *d0 == '0')) return WISP_EPARSE;
-            if (q < e && *q == '.') {
+            if (IN(q) && *q == '.') {
                 const char *f0 = ++q;
-                while (q < e && (unsigned)((unsigned char)*q - '0') <= 9) { m = m * 10 + (unsigned)((unsigned char)*q - '0'); q++; }
+                READ_DIGITS(q, m);
                 frac = (int)(q - f0);
                 if (frac == 0) return WISP_EPARSE;
                 nd += frac;
             }
-            if (q < e && (*q == 'e' || *q == 'E')) {
+            if (IN(q) && (*q == 'e' || *q == 'E')) {
                 q++;
-                if (q < e && (*q == '+' || *q == '-')) q++;
+                if (IN(q) && (*q == '+' || *q == '-')) q++;
                 const char *x0 = q;
-                while (q < e && (unsigned)((unsigned char)*q - '0') <= 9) q++;
+                while (DIGIT_AT(q)) q++;
                 if (q == x0) return WISP_EPARSE;
                 expo = 1;
             }
@@ -81,16 +111,13 @@ int wisp_json_numbers(const char *text, size_t len, int is_float, int bits, void
              * or anything else right after the digits is not an integer: EPARSE) */
             const char *q = p;
             int neg = 0;
-            if (q < e && *q == '-') { neg = 1; q++; }
+            if (IN(q) && *q == '-') { neg = 1; q++; }
             const char *d0 = q;
             uint64_t v = 0;
-            while (q < e && (unsigned)((unsigned char)*q - '0') <= 9) {
-                v = v * 10 + (unsigned)((unsigned char)*q - '0');
-                q++;
-            }
+            READ_DIGITS(q, v);
             size_t nd = (size_t)(q - d0);
             if (nd == 0 || (nd > 1 && *d0 == '0') || nd > 19) return WISP_EPARSE;   /* none, a leading zero, >= 10^19 */
-            if (q < e && (*q == '.' || *q == 'e' || *q == 'E')) return WISP_EPARSE;
+            if (IN(q) && (*q == '.' || *q == 'e' || *q == 'E')) return WISP_EPARSE;
             if (bits == 64) {
                 if (neg ? v > (uint64_t)INT64_MAX + 1 : v > (uint64_t)INT64_MAX) return WISP_EPARSE;
                 ((int64_t *)out)[n] = neg ? (int64_t)(0 - v) : (int64_t)v;
@@ -101,10 +128,10 @@ int wisp_json_numbers(const char *text, size_t len, int is_float, int bits, void
             tl = (size_t)(q - p);
         }
         n++;
-        p = skip_ws(p + tl, e);
+        p = SKIP_WS(p + tl, e);
         if (p >= e) return WISP_EPARSE;
         if (*p == ',') {
-            p = skip_ws(p + 1, e);
+            p = SKIP_WS(p + 1, e);
             if (p >= e || *p == ']') return WISP_EPARSE;
             continue;
         }
@@ -118,7 +145,7 @@ int wisp_json_numbers(const char *text, size_t len, int is_float, int bits, void
                 if (consumed) *consumed = (size_t)(p - text);
                 return WISP_OK;
             }
-            p = skip_ws(p, e);
+            p = skip_ws(p, e);                   /* (guarded: this ']' may be the last byte) */
             if (p >= e) return WISP_EPARSE;
             if (*p == ']') continue;
             if (*p != ',') return WISP_EPARSE;
@@ -127,4 +154,24 @@ int wisp_json_numbers(const char *text, size_t len, int is_float, int bits, void
             break;
         }
     }
+}
+#undef DIGIT_AT
+#undef IN
+#undef READ_DIGITS
+#undef SKIP_WS
+
+int wisp_json_numbers(const char *text, size_t len, int is_float, int bits, void *out, size_t cap,
+                      size_t *count, size_t *consumed)
+{
+    if (count) *count = 0;
+    if (consumed) *consumed = 0;
+    if (!text || !count || (cap && !out) || (bits != 32 && bits != 64)) return WISP_EINVAL;
+    if (len == 0 || *text != '[') return WISP_EPARSE;
+    if (text[len - 1] == ']') {                  /* the sentinel: no digit run reaches the end */
+        if (is_float) return bits == 32 ? read_list(text, len, 1, 32, out, cap, count, consumed, 0)
+                                        : read_list(text, len, 1, 64, out, cap, count, consumed, 0);
+        return bits == 32 ? read_list(text, len, 0, 32, out, cap, count, consumed, 0)
+                          : read_list(text, len, 0, 64, out, cap, count, consumed, 0);
+    }
+    return read_list(text, len, is_float, bits, out, cap, count, consumed, 1);
 }

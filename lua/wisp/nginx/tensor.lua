@@ -708,15 +708,17 @@ function M.decode(body, blen, hlen_text)
     return req
 end
 
--- element i (0-based) of a numeric tensor: a Lua number (INT64 binary: an int64 cdata)
-local function getter(t)
-    local ptr, list = t.ptr, t.list
-    if ptr then return function(i) return ptr[i] end end
-    return function(i) return list[i + 1] end
+-- element i (0-based) of an offsets tensor, its typed pointer or its Lua list: a Lua number.
+-- (No closure a request: a function made per request (FNEW) stops LuaJIT compiling the
+-- request's path, which then runs interpreted.)
+local function at(ptr, list, i)
+    if ptr then return tonumber(ptr[i]) end
+    return list[i + 1]
 end
 
 -- An offsets tensor (indptr, NAME_indptr): INT64 or INT32, 1-D, [rows + 1], starting at 0,
--- non-decreasing, ending at nnz. -> rows, get (0-based: a Lua number) | nil, status, message
+-- non-decreasing, ending at nnz. -> rows, ptr, list (read with at: 0-based, a Lua number) |
+-- nil, status, message
 local function offsets(t, nnz, what_nnz)
     local name = t.name
     if t.datatype ~= "INT64" and t.datatype ~= "INT32" then
@@ -727,11 +729,11 @@ local function offsets(t, nnz, what_nnz)
     end
     local n1 = t.count
     if n1 < 1 then return nil, 400, fmt("input '%s': shape [0]: at least [1] (zero rows) expected", name) end
-    local g = getter(t)
-    local prev = tonumber(g(0))
+    local ptr, list = t.ptr, t.list
+    local prev = at(ptr, list, 0)
     if prev ~= 0 then return nil, 400, fmt("input '%s': %s[0] is %s, 0 expected", name, name, tostring(prev)) end
     for r = 1, n1 - 1 do
-        local v = tonumber(g(r))
+        local v = at(ptr, list, r)
         if v < prev then
             return nil, 400, fmt("input '%s': %s[%d] = %s is below %s[%d] = %s (offsets must not decrease)", name, name, r,
                                  tostring(v), name, r - 1, tostring(prev))
@@ -741,9 +743,7 @@ local function offsets(t, nnz, what_nnz)
     if prev ~= nnz then
         return nil, 400, fmt("input '%s': %s[%d] = %s, but %s has %d elements", name, name, n1 - 1, tostring(prev), what_nnz, nnz)
     end
-    local ptr, list = t.ptr, t.list
-    if ptr then return n1 - 1, function(i) return tonumber(ptr[i]) end end
-    return n1 - 1, function(i) return list[i + 1] end
+    return n1 - 1, ptr, list
 end
 
 local function too_many(n, max_rows)
@@ -785,8 +785,8 @@ function M.build_ids(req, e, b, max_rows)
             return nil, 400, fmt("input 'values' has %d elements, 'indices' %d: one value per index expected", tv.count, nnz)
         end
     end
-    local n, ip, msg = offsets(tp, nnz, "indices")
-    if not n then return nil, ip, msg end
+    local n, ipp, ipl = offsets(tp, nnz, "indices")
+    if not n then return nil, ipp, ipl end
     if n == 0 then return nil, 400, "empty request: indptr [1] holds no rows" end
     if n > max_rows then return too_many(n, max_rows) end
     local h = b._h
@@ -800,9 +800,9 @@ function M.build_ids(req, e, b, max_rows)
         vptr = ffi.cast(PTYPE.FP32, al)
     end
     local errs, bad
-    local start = ip(0)
+    local start = at(ipp, ipl, 0)
     for r = 0, n - 1 do
-        local z = ip(r + 1)
+        local z = at(ipp, ipl, r + 1)
         local len = z - start
         if len > ids_cap then
             ids_cap = len > 2 * ids_cap and len or 2 * ids_cap
@@ -911,30 +911,25 @@ function M.build_raw(req, e, max_rows)
             if not DT_OK[inp.dtype][t.datatype] then
                 return nil, 400, fmt("input '%s' is %s: datatype %s expected, got %s", name, inp.dtype, DT_WANT[inp.dtype], t.datatype)
             end
-            local rows, start_of, len_of
+            -- each row's range in the values: ragged (offsets ipp/ipl), else k values a row
+            local rows, ipp, ipl, k
             local rt = ragged[name]
             if rt then
                 if #t.shape ~= 1 then
                     return nil, 400, fmt("input '%s' is ragged (%s_indptr): its values are a 1-D tensor, got shape %s", name, name, shape_text(t.shape))
                 end
-                local ip, msg
-                rows, ip, msg = offsets(rt, t.count, "'" .. name .. "'")
-                if not rows then return nil, ip, msg end
-                start_of = ip
-                len_of = function(r) return ip(r + 1) - ip(r) end
+                rows, ipp, ipl = offsets(rt, t.count, "'" .. name .. "'")
+                if not rows then return nil, ipp, ipl end
+                ipp = ipp or false
             elseif #t.shape == 1 then
-                rows = t.count
-                start_of = function(r) return r end
-                len_of = function() return 1 end
+                rows, k = t.count, 1
             elseif #t.shape == 2 then
                 rows = t.shape[1]
-                local k = t.shape[2]
+                k = t.shape[2]
                 if not inp.sparse and k ~= 1 then
                     return nil, 400, fmt("input '%s' is dense (one value a row): shape [rows] or [rows, 1] expected, got %s "
                         .. "(or ragged through %s_indptr)", name, shape_text(t.shape), name)
                 end
-                start_of = function(r) return r * k end
-                len_of = function() return k end
             else
                 return nil, 400, fmt("input '%s': shape [rows], [rows, k] or ragged (%s_indptr) expected, got %s", name, name, shape_text(t.shape))
             end
@@ -942,7 +937,7 @@ function M.build_raw(req, e, max_rows)
             elseif rows ~= n then
                 return nil, 400, fmt("the inputs disagree on the number of rows: '%s' has %d, '%s' has %d", plan[1].name, n, name, rows)
             end
-            plan[#plan + 1] = { name = name, index = inp.index, t = t, start_of = start_of, len_of = len_of,
+            plan[#plan + 1] = { name = name, index = inp.index, t = t, k = k, ipp = ipp, ipl = ipl,
                                 str = inp.dtype == "string", int = inp.dtype == "int64" }
         end
     end
@@ -956,7 +951,13 @@ function M.build_raw(req, e, max_rows)
         for p = 1, #plan do
             local pl = plan[p]
             local t, idx = pl.t, pl.index
-            local a, len = pl.start_of(r), pl.len_of(r)
+            local a, len
+            if pl.k then
+                a, len = r * pl.k, pl.k
+            else
+                a = at(pl.ipp, pl.ipl, r)
+                len = at(pl.ipp, pl.ipl, r + 1) - a
+            end
             if pl.str then
                 if t.offs then
                     local basep, offs, lens = t.base, t.offs, t.lens

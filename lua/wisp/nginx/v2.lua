@@ -48,6 +48,14 @@ end
 
 -- (name, version or nil) -> entry, slot | nil, status, message
 local function resolve(name, version)
+    if version == nil then
+        -- the default version, as MD.resolve's first rule picks it (the slot's serving entry,
+        -- unless retired), without its call: MD.resolve makes a closure (models.lua), which
+        -- LuaJIT does not compile, and an infer calls this twice
+        local slot = models[name]
+        local e = slot and slot.cur
+        if e and not e.retired then return e, slot end
+    end
     if MD.resolve then
         local e, slot, msg = MD.resolve(name, version)
         if e then return e, slot end
@@ -165,6 +173,7 @@ local function read_body()
 end
 
 local NAN = 0 / 0
+local function by_index(a, b) return a.index < b.index end
 local f32arr, i64arr = ffi.typeof("float[?]"), ffi.typeof("int64_t[?]")
 local bin_f, bin_f_cap = nil, 0
 
@@ -188,7 +197,7 @@ local function answer(sink, req, name, ver, e, n, out, errs, bad, device)
     end
     local params = { device = device }
     if errs and #errs > 0 then
-        sort(errs, function(a, b) return a.index < b.index end)
+        sort(errs, by_index)
         for _, er in ipairs(errs) do er.error = A.utf8_clean(tostring(er.error)); er.line = nil end
         params.bad_row_reasons = S.cjson.encode(errs)
     end
@@ -394,7 +403,7 @@ local function run_infer(sink, e, name, ver, body, blen, hlen_text, mode, max_ro
     local device = s:last_device()
     local status
     if nbad >= n then
-        sort(errs, function(a, c) return a.index < c.index end)
+        sort(errs, by_index)
         local why = {}
         for i = 1, #errs < 10 and #errs or 10 do why[i] = fmt("row %d: %s", errs[i].index, tostring(errs[i].error)) end
         inc("wisp_errors_total", 'kind="all_rows_bad"')
