@@ -45,6 +45,13 @@ value inside one, ids and values of different lengths, and what the engine
 refuses (a negative id, a value that is not a finite float32, a raw value the
 columns refuse). errors="raise" fails the task instead (wisp.BadRowError).
 Ids at or beyond the model's table are ignored, as everywhere in wisp.
+
+engine="jvm" scores in the executor JVM instead (vector and ids columns; not raw
+columns): wisp.spark.WispScorer (engine/spark, wisp.jar and wisp-spark.jar in
+spark.jars) over the DataFrame's internal rows, batchRows rows (4096 when 0) a
+Batch of direct buffers and one engine call each, the model opened once per
+executor JVM; no Python worker. The same columns, float32 results and reasons.
+Its engine threads are the JVM's (-Dwisp.threads; threads is ignored).
 """
 import hashlib
 import os
@@ -477,6 +484,9 @@ else:
         batchRows   rows per engine call (0: one call per Arrow batch Spark sends,
                     spark.sql.execution.arrow.maxRecordsPerBatch rows, 10,000 by default)
         errors      "null" (bad rows: null + reason) or "raise" (a bad row fails its task)
+        engine      "python" (the Arrow UDF in Python workers) or "jvm" (wisp.spark.WispScorer in the
+                    executor JVM: batchRows rows a JNI call, 4096 when 0; needs wisp.jar and
+                    wisp-spark.jar in spark.jars; vector and ids columns only)
         threads     the engine's CPU threads per executor Python process (0: spark.task.cpus)
         shipModel   ship the file with SparkContext.addFile (True) or read modelPath on every executor
         verifyChecksum  check, when an executor opens the file, that it is the driver's (True)
@@ -497,15 +507,17 @@ else:
                           typeConverter=TypeConverters.toBoolean)
         verifyChecksum = Param(Params._dummy(), "verifyChecksum", "executors check the file's checksum",
                                typeConverter=TypeConverters.toBoolean)
+        engine = Param(Params._dummy(), "engine", "python (Arrow UDF) or jvm (WispScorer in the executor JVM)",
+                       typeConverter=TypeConverters.toString)
 
         @keyword_only
         def __init__(self, modelPath=None, inputCol="features", outputCol="probability", device="auto",
                      batchRows=0, valuesCol="", inputCols=None, errorCol="", errors="null", threads=0,
-                     shipModel=True, verifyChecksum=True):
+                     shipModel=True, verifyChecksum=True, engine="python"):
             super().__init__()
             self._setDefault(inputCol="features", outputCol="probability", device="auto", batchRows=0,
                              valuesCol="", errorCol="", errors="null", threads=0, shipModel=True,
-                             verifyChecksum=True)
+                             verifyChecksum=True, engine="python")
             kwargs = self._input_kwargs
             self._set(**{k: v for k, v in kwargs.items() if v is not None})
 
@@ -536,6 +548,9 @@ else:
 
         def setErrors(self, v):
             return self._set(errors=v)
+
+        def setEngine(self, v):
+            return self._set(engine=v)
 
         def getModelPath(self):
             return self.getOrDefault(self.modelPath)
@@ -625,9 +640,14 @@ else:
             for c in (out_col, err_col):
                 if c in df.columns:
                     raise ValueError("WispModel: output column %r already exists" % c)
+            engine = self.getOrDefault(self.engine)
+            if engine not in ("python", "jvm"):
+                raise ValueError('WispModel: engine must be "python" or "jvm", not %r' % (engine,))
             path = os.path.abspath(path)
             model = wisp.load(path)                    # validates the file on the driver, tells its columns
             mode, names = self._mode(df, model)
+            if engine == "jvm":
+                return self._transform_jvm(df, path, mode, names, out_col, err_col, errors)
             checksum = self._checksum(path)
             shipped = self._ship(df.sparkSession.sparkContext, path, checksum) if self.getOrDefault(self.shipModel) else ""
             cfg = {"path": path, "checksum": checksum, "shipped": shipped, "mode": mode, "names": names,
@@ -641,6 +661,28 @@ else:
             keep = [F.col("`%s`" % c.replace("`", "``")) for c in df.columns]
             scored = df.withColumn(tmp, udf(*[F.col("`%s`" % c.replace("`", "``")) for c in names]))
             return scored.select(*keep, F.col(tmp + ".p").alias(out_col), F.col(tmp + ".e").alias(err_col))
+
+
+        def _transform_jvm(self, df, path, mode, names, out_col, err_col, errors):
+            from pyspark.sql import DataFrame
+            if mode == "raw":
+                raise ValueError('WispModel: engine="jvm" scores vector and ids columns; raw columns (%s) need '
+                                 'engine="python"' % names)
+            spark = df.sparkSession
+            jvm = spark.sparkContext._jvm
+            try:
+                scorer = jvm.wisp.spark.WispScorer
+                scorer.opens(path)
+            except Exception as e:
+                raise RuntimeError('WispModel: engine="jvm" needs wisp.jar and wisp-spark.jar in spark.jars '
+                                   '(wisp.spark.WispScorer is not on the driver\'s class path): %s' % e)
+            opts = jvm.java.util.HashMap()
+            for k, v in (("valuesCol", names[1] if len(names) > 1 else ""), ("errorCol", err_col),
+                         ("device", self.getOrDefault(self.device)), ("errors", errors),
+                         ("batchRows", str(max(self.getOrDefault(self.batchRows), 0))),
+                         ("ship", "true" if self.getOrDefault(self.shipModel) else "false")):
+                opts.put(k, v)
+            return DataFrame(scorer.transform(df._jdf, path, names[0], out_col, opts), spark)
 
 
 def _make_udf(cfg, ncols):
