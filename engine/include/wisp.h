@@ -704,6 +704,16 @@ int    wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **row_ptr, con
 int    wisp_json_numbers(const char *text, size_t len, int is_float, int bits, void *out, size_t cap,
                          size_t *count, size_t *consumed);
 
+/* Rows r0..r1-1 of CSR tensors appended to the growable batch b (engine/oip.c: the v2 infer of
+ * a model without columns): row r holds ids[indptr[r] .. indptr[r+1]) (int32 or int64 as
+ * indptr_bits / id_bits say; unaligned pointers allowed) with vals over the same range, or
+ * vals NULL (every feature binary), each row added as wisp_batch_add_row adds it. It stops
+ * before the first row holding a negative id: *bad_at is that id's index into ids (else -1),
+ * and the caller makes the row what it wants (a bad row). *added: the rows added. WISP_EINVAL
+ * for bad arguments or decreasing offsets, else wisp_batch_add_row's status (ELIMIT, ENOMEM). */
+int    wisp_batch_add_csr(wisp_batch *b, const void *indptr, int indptr_bits, size_t r0, size_t r1,
+                          const void *ids, int id_bits, const float *vals, size_t *added, int64_t *bad_at);
+
 /* The transform on the CPU: append one batch row per raw row to b (bad
  * rows as bad rows with their line and message). Numeric columns give
  * valued features, the others binary ones, in column order. Runs on the

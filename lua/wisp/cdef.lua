@@ -155,6 +155,8 @@ int    wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **row_ptr, con
                       const uint32_t **str_off);
 int    wisp_json_numbers(const char *text, size_t len, int is_float, int bits, void *out, size_t cap,
                          size_t *count, size_t *consumed);
+int    wisp_batch_add_csr(wisp_batch *b, const void *indptr, int indptr_bits, size_t r0, size_t r1,
+                          const void *ids, int id_bits, const float *vals, size_t *added, int64_t *bad_at);
 int    wisp_transform(const wisp_raw *r, wisp_batch *b);
 int    wisp_session_transform(wisp_session *s, const wisp_raw *r, wisp_batch *b);
 int    wisp_session_score_raw(wisp_session *s, const wisp_raw *r, float *out);

@@ -752,6 +752,13 @@ end
 
 -- scratch arrays, grown as needed (one request at a time per worker: no yield in between)
 local ids_buf, ids_cap = nil, 0
+local c_add_csr = nil            -- wisp_batch_add_csr (engine/oip.c), or false with an older libwisp
+local added_box, bad_box = ffi.new("size_t[1]"), ffi.new("int64_t[1]")
+local function add_csr_of(CL) return CL.wisp_batch_add_csr end
+local function find_add_csr()
+    local ok, fn = pcall(add_csr_of, lib())
+    return ok and fn or false
+end
 local vals_buf, vals_cap = nil, 0
 
 -- build_ids(req, e, b, max_rows) -> n, errs, bad | nil, status, message[, extra]
@@ -800,8 +807,34 @@ function M.build_ids(req, e, b, max_rows)
         vptr = ffi.cast(PTYPE.FP32, al)
     end
     local errs, bad
+    local done_c = false
+    if c_add_csr == nil then c_add_csr = find_add_csr() end
+    if c_add_csr and ipp and iptr and (vptr or not vlist) then
+        -- typed tensors (binary, or JSON read by wisp_json_numbers): the rows added in C
+        -- (engine/oip.c), which stops at a row holding a negative id: that row is made bad here
+        local ipb, idb = tp.datatype == "INT64" and 64 or 32, ti.datatype == "INT64" and 64 or 32
+        local r = 0
+        while r < n do
+            local rc = c_add_csr(h, ipp, ipb, r, n, iptr, idb, vptr, added_box, bad_box)
+            r = r + tonumber(added_box[0])
+            if rc ~= 0 then
+                local m = require("wisp").errmsg()
+                return nil, rc == lib_K("WISP_ENOMEM") and 500 or 400, fmt("row %d: %s", r, tostring(m))
+            end
+            if r < n then
+                local k = tonumber(bad_box[0])
+                rc = CL.wisp_batch_add_row(h, nil, nil, 0)
+                if rc ~= 0 then return nil, 500, fmt("row %d: %s", r, tostring(require("wisp").errmsg())) end
+                errs, bad = errs or {}, bad or {}
+                errs[#errs + 1] = { index = r, error = fmt("indices[%d] = %s: a feature id is a non-negative integer", k, tostring(tonumber(iptr[k]))) }
+                bad[r] = true
+                r = r + 1
+            end
+        end
+        done_c = true
+    end
     local start = at(ipp, ipl, 0)
-    for r = 0, n - 1 do
+    for r = done_c and n or 0, n - 1 do
         local z = at(ipp, ipl, r + 1)
         local len = z - start
         if len > ids_cap then
