@@ -33,6 +33,7 @@ import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.expressions.JoinedRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeArrayData;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.ByteType;
@@ -45,6 +46,7 @@ import org.apache.spark.sql.types.LongType;
 import org.apache.spark.sql.types.ShortType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.Platform;
 import org.apache.spark.unsafe.types.UTF8String;
 
 import wisp.Batch;
@@ -362,13 +364,17 @@ public final class WispScorer {
         final InternalRow[] rows;
         final String[] why;
         final int partition;
+        final boolean valued;
         long seen;                  // rows of this partition before the current batch
         int n, next;                // rows in the batch, the next to hand out
-        Batch batch;
-        int nnzCap;
-        IntBuffer indptr, indices;
-        FloatBuffer values, out;
-        final java.nio.ByteBuffer outBytes;
+        // the batch gathered on the heap (bulk reads from Spark's arrays), then copied in one go each
+        // into the direct buffers of the Batch the engine reads
+        final int[] ptr;
+        int[] idx;
+        float[] val;
+        Batch batch;                // direct buffers, batchRows rows, nnz capacity batchCap
+        int batchCap;
+        final FloatBuffer out;
 
         Scored(Config cfg, Iterator<InternalRow> in) {
             this.cfg = cfg;
@@ -376,34 +382,22 @@ public final class WispScorer {
             this.session = cfg.session();
             this.rows = new InternalRow[cfg.batchRows];
             this.why = new String[cfg.batchRows];
+            this.valued = cfg.kind == VECTOR || cfg.valCol >= 0;
+            this.ptr = new int[cfg.batchRows + 1];
+            this.idx = new int[cfg.batchRows * 64];
+            this.val = valued ? new float[idx.length] : null;
             TaskContext tc = TaskContext.get();
             this.partition = tc == null ? -1 : tc.partitionId();
-            this.outBytes = java.nio.ByteBuffer.allocateDirect(4 * cfg.batchRows).order(java.nio.ByteOrder.nativeOrder());
-            this.out = outBytes.asFloatBuffer();
-            alloc(cfg.batchRows * 64);
+            this.out = java.nio.ByteBuffer.allocateDirect(4 * cfg.batchRows).order(java.nio.ByteOrder.nativeOrder())
+                    .asFloatBuffer();
             if (tc != null) tc.addTaskCompletionListener(t -> { if (batch != null) batch.close(); });
         }
 
-        private void alloc(int cap) {
-            Batch old = batch;
-            Batch b = Batch.allocate(cfg.batchRows, cap, cfg.kind == VECTOR || cfg.valCol >= 0);
-            if (old != null) {
-                // keep what this batch already holds
-                int used = indptr.get(n);
-                for (int r = 0; r <= n; r++) b.indptr().put(r, indptr.get(r));
-                for (int k = 0; k < used; k++) b.indices().put(k, indices.get(k));
-                if (values != null) for (int k = 0; k < used; k++) b.values().put(k, values.get(k));
-                old.close();
-            }
-            batch = b;
-            nnzCap = cap;
-            indptr = b.indptr();
-            indices = b.indices();
-            values = b.values();
-        }
-
         private void ensure(int need) {
-            if (need > nnzCap) alloc(Math.max(need, nnzCap * 2));
+            if (need <= idx.length) return;
+            int cap = Math.max(need, idx.length * 2);
+            idx = java.util.Arrays.copyOf(idx, cap);
+            if (valued) val = java.util.Arrays.copyOf(val, cap);
         }
 
         @Override
@@ -428,7 +422,6 @@ public final class WispScorer {
             seen += n;
             n = 0;
             next = 0;
-            indptr.put(0, 0);
             int nnz = 0;
             while (n < cfg.batchRows && in.hasNext()) {
                 InternalRow row = in.next().copy();      // the scan reuses its row object
@@ -437,26 +430,32 @@ public final class WispScorer {
                 if (k < 0) k = nnz;                      // a bad row: no features, nulled after scoring
                 rows[n++] = row;
                 nnz = k;
-                indptr.put(n, nnz);
+                ptr[n] = nnz;
             }
             if (n == 0) return;
-            Batch b = n == cfg.batchRows ? batch : sub(n);
+            if (batch == null || nnz > batchCap) {
+                if (batch != null) batch.close();
+                batchCap = Math.max(nnz, idx.length);
+                batch = Batch.allocate(cfg.batchRows, batchCap, valued);
+            }
+            IntBuffer bp = batch.indptr(), bi = batch.indices();
+            bp.put(0, ptr, 0, n + 1);
+            bi.put(0, idx, 0, nnz);
+            if (valued) batch.values().put(0, val, 0, nnz);
+            Batch b = batch;
+            if (n < cfg.batchRows) {                     // the partition's last, short batch: its first n rows
+                IntBuffer p = bp.duplicate();
+                p.limit(n + 1);
+                b = Batch.wrap(p.slice(), bi, batch.values());
+            }
             session.score(b, out);
             if (b != batch) b.close();
-            List<BadRow> bad = session.lastBadRows();
-            for (BadRow br : bad) if (why[br.row] == null) why[br.row] = br.message;
+            for (BadRow br : session.lastBadRows()) if (why[br.row] == null) why[br.row] = br.message;
             if (cfg.raise)
                 for (int r = 0; r < n; r++)
                     if (why[r] != null)
                         throw new IllegalArgumentException("wisp: bad row " + (seen + r) + " of partition " + partition
                                 + ": " + why[r]);
-        }
-
-        /** A batch of the first rows rows (the partition's last, short batch). */
-        private Batch sub(int rows) {
-            IntBuffer p = indptr.duplicate();
-            p.limit(rows + 1);
-            return Batch.wrap(p.slice(), indices, values);
         }
 
         private int bad(String reason) {
@@ -476,8 +475,8 @@ public final class WispScorer {
                 for (int i = 0; i < len; i++) {
                     double x = vals.getDouble(i);
                     if (x != 0.0) {
-                        indices.put(nnz, i);
-                        values.put(nnz++, (float) x);
+                        idx[nnz] = i;
+                        val[nnz++] = (float) x;
                     }
                 }
                 return nnz;
@@ -487,11 +486,30 @@ public final class WispScorer {
             int len = ids.numElements();
             if (vals.numElements() != len) return bad("vector: " + len + " indices but " + vals.numElements() + " values");
             ensure(nnz + len);
+            if (ids instanceof UnsafeArrayData && vals instanceof UnsafeArrayData) {
+                // Spark's own layout (8-byte count, null bits, the elements): the ids copied as a block,
+                // the values narrowed to float32 in one loop
+                UnsafeArrayData ui = (UnsafeArrayData) ids, uv = (UnsafeArrayData) vals;
+                long head = UnsafeArrayData.calculateHeaderPortionInBytes(len);
+                Platform.copyMemory(ui.getBaseObject(), ui.getBaseOffset() + head, idx,
+                        Platform.INT_ARRAY_OFFSET + 4L * nnz, 4L * len);
+                Object vb = uv.getBaseObject();
+                long vo = uv.getBaseOffset() + head;
+                int neg = 0;
+                for (int i = 0; i < len; i++) {
+                    neg |= idx[nnz + i];
+                    val[nnz + i] = (float) Platform.getDouble(vb, vo + 8L * i);
+                }
+                if (neg < 0)
+                    for (int i = 0; i < len; i++)
+                        if (idx[nnz + i] < 0) return bad("a negative feature index (" + idx[nnz + i] + ")");
+                return nnz + len;
+            }
             for (int i = 0; i < len; i++) {
                 int id = ids.getInt(i);
                 if (id < 0) return bad("a negative feature index (" + id + ")");
-                indices.put(nnz + i, id);
-                values.put(nnz + i, (float) vals.getDouble(i));
+                idx[nnz + i] = id;
+                val[nnz + i] = (float) vals.getDouble(i);
             }
             return nnz + len;
         }
@@ -518,12 +536,12 @@ public final class WispScorer {
                     default: id = ids.getByte(i); break;
                 }
                 if (id < 0) return bad("a negative feature index (" + id + ")");     // the Python path's words
-                indices.put(nnz + i, id > Integer.MAX_VALUE ? Integer.MAX_VALUE : (int) id);   // beyond int32: ignored
+                idx[nnz + i] = id > Integer.MAX_VALUE ? Integer.MAX_VALUE : (int) id;   // beyond int32: ignored
             }
             if (vals != null) {
                 for (int i = 0; i < len; i++) {
                     if (vals.isNullAt(i)) return bad("a null value");
-                    values.put(nnz + i, cfg.valKind == F32 ? vals.getFloat(i) : (float) vals.getDouble(i));
+                    val[nnz + i] = cfg.valKind == F32 ? vals.getFloat(i) : (float) vals.getDouble(i);
                 }
             }
             return nnz + len;
