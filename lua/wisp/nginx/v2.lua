@@ -178,34 +178,62 @@ local f32arr, i64arr = ffi.typeof("float[?]"), ffi.typeof("int64_t[?]")
 local bin_f, bin_f_cap = nil, 0
 
 -- the answer of a scored request: JSON, or the binary tensor data extension
+-- the answer's constant parts, made once: the head by model and version name, the parameters
+-- by device when no row is bad, the outputs when the request names none (no tables, no cjson
+-- call a request: the v2 answer costs what v1's does)
+local head_memo, params_memo = {}, {}
+local OUTS_JSON = { { name = "probability", binary = false }, { name = "bad_rows", binary = false } }
+local OUTS_BIN = { { name = "probability", binary = true }, { name = "bad_rows", binary = true } }
+local NO_BAD = {}
+local function head_of(name, ver)
+    local byv = head_memo[name]
+    if not byv then byv = {}; head_memo[name] = byv end
+    local h = byv[ver]
+    if not h then
+        local cj = S.cjson
+        h = '{"model_name":' .. cj.encode(name) .. ',"model_version":' .. cj.encode(ver)
+        byv[ver] = h
+    end
+    return h
+end
+local function params_of(device)
+    local k = device or false
+    local t = params_memo[k]
+    if not t then t = S.cjson.encode { device = device }; params_memo[k] = t end
+    return t
+end
+
 local function answer(sink, req, name, ver, e, n, out, errs, bad, device)
     local want = req.outputs
-    local outs = {}
+    local outs
     if want then
+        outs = {}
         for _, o in ipairs(want) do            -- (names checked by infer_entry)
             local bin = o.binary
             if bin == nil then bin = req.binary_output end
             outs[#outs + 1] = { name = o.name, binary = bin }
         end
     else
-        outs[1] = { name = "probability", binary = req.binary_output }
-        outs[2] = { name = "bad_rows", binary = req.binary_output }
+        outs = req.binary_output and OUTS_BIN or OUTS_JSON
     end
-    local badlist = {}
+    local badlist = NO_BAD
     if bad then
+        badlist = {}
         for i = 0, n - 1 do if bad[i] then badlist[#badlist + 1] = i end end
     end
-    local params = { device = device }
+    local cj = S.cjson
+    local params_json
     if errs and #errs > 0 then
         sort(errs, by_index)
         for _, er in ipairs(errs) do er.error = A.utf8_clean(tostring(er.error)); er.line = nil end
-        params.bad_row_reasons = S.cjson.encode(errs)
+        params_json = cj.encode { device = device, bad_row_reasons = cj.encode(errs) }
+    else
+        params_json = params_of(device)
     end
-    local cj = S.cjson
-    local parts = { '{"model_name":', cj.encode(name), ',"model_version":', cj.encode(ver) }
+    local parts = { head_of(name, ver) }
     if req.id then parts[#parts + 1] = ',"id":'; parts[#parts + 1] = cj.encode(A.utf8_clean(req.id)) end
     parts[#parts + 1] = ',"parameters":'
-    parts[#parts + 1] = cj.encode(params)
+    parts[#parts + 1] = params_json
     parts[#parts + 1] = ',"outputs":['
     local bins = {}
     for k, o in ipairs(outs) do
