@@ -142,13 +142,16 @@ local function all_ready()
 end
 
 -- the label of wisp_requests_total for a v2 endpoint, memoised
-local req_labels = {}
+local req_labels = {}          -- name -> endpoint -> status -> label (no string made a request)
 local function count(name, endpoint, status)
-    local k = name .. "\t" .. endpoint .. "\t" .. status
-    local l = req_labels[k]
+    local byn = req_labels[name]
+    if not byn then byn = {}; req_labels[name] = byn end
+    local bye = byn[endpoint]
+    if not bye then bye = {}; byn[endpoint] = bye end
+    local l = bye[status]
     if not l then
         l = lbl(name, fmt('endpoint="v2_%s",code="%d"', endpoint, status))
-        req_labels[k] = l
+        bye[status] = l
     end
     inc("wisp_requests_total", l)
     return status
