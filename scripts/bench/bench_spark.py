@@ -108,6 +108,7 @@ def spark_mode(args):
         raw = spark.range(0, args.rows, numPartitions=cores * 4).select("id", *cols)
         hasher = FeatureHasher(inputCols=NUMERIC + CATEG, outputCol="features", numFeatures=NUM_FEATURES)
         df = hasher.transform(raw).select("id", "features").cache()
+        load_before = os.getloadavg()
         t0 = time.perf_counter()
         n = df.count()
         prep_s = time.perf_counter() - t0
@@ -245,6 +246,7 @@ def spark_mode(args):
             "machine_detail": {"pyspark": pyspark.__version__, "java": _java_version(),
                                "wisp_threads": "spark.task.cpus (1) per Python worker; -Dwisp.threads=1 in the JVM"},
             "setup": {"prep_seconds_cache_count": prep_s, "reps": args.reps,
+                      "load_average_1_5_15_before_after": [list(load_before), list(os.getloadavg())],
                       "arrow_batch_rows": spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch"),
                 "sql_function": "wisp_score from %s" % ",".join(jars) if have_jars else "not measured (no jars)"},
             "results": results,
