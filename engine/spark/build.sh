@@ -1,5 +1,5 @@
 #!/bin/sh
-# engine/spark/build.sh — builds $BUILD/wisp-spark.jar (package wisp.spark: the Spark SQL function over the Java binding) against the Spark jars of the pyspark wheel.
+# engine/spark/build.sh — builds $BUILD/wisp-spark.jar (package wisp.spark: the Spark SQL function and the batched WispScorer over the Java binding) against the Spark jars of the pyspark wheel.
 #
 #   sh engine/spark/build.sh BUILD SPARK_JARS_DIR      (SPARK_JARS_DIR: site-packages/pyspark/jars)
 #

@@ -1,4 +1,4 @@
-# engine/spark/spark.mk — `make spark`: $(BUILD)/wisp-spark.jar (the Spark SQL function wisp_score over the Java binding) and `make spark-test`; included by the Makefile.
+# engine/spark/spark.mk — `make spark`: $(BUILD)/wisp-spark.jar (the Spark SQL function wisp_score and the batched WispScorer over the Java binding) and `make spark-test`; included by the Makefile.
 #
 #   make spark         $(BUILD)/wisp-spark.jar, compiled against the Spark jars of a pyspark install:
 #                      SPARK_JARS=DIR (default: $(BUILD)/spark-venv's pyspark/jars, which
