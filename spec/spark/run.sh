@@ -19,32 +19,21 @@ BUILD=${WISP_BUILD:-build}
 case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 VENV=${WISP_SPARK_VENV:-$BUILD/spark-venv}
 case $VENV in /*) ;; *) VENV=$ROOT/$VENV ;; esac
-PY=${PYTHON:-python3}
 LOG=$BUILD/spark-spec.log
+SUITE=spark
+. "$ROOT/spec/lib/pyvenv.sh"
 
-fail() {
-    echo "spec/spark: $*" >&2
-    echo "spark: 0 passed, 1 failed"
-    exit 1
-}
-
-[ -x "$BUILD/wisp" ] || fail "$BUILD/wisp is missing: build it first (make BUILD=$BUILD)"
-[ -f "$BUILD/wisp.jar" ] || fail "$BUILD/wisp.jar is missing: build it first (make BUILD=$BUILD java)"
-command -v java >/dev/null 2>&1 || fail "no java (Debian: apt-get install default-jdk-headless)"
-if [ ! -x "$VENV/bin/python" ]; then
-    "$PY" -m venv "$VENV" || fail "cannot create a virtual environment in $VENV with $PY (Debian: apt-get install python3-venv)"
-fi
-VPY=$VENV/bin/python
-if ! "$VPY" -c "import pyspark, pyarrow, pandas, numpy, scipy, sklearn, pytest, wheel, setuptools; assert int(setuptools.__version__.split('.')[0]) >= 61; assert int(pyspark.__version__.split('.')[0]) >= 4" 2>/dev/null; then
-    "$VPY" -m pip install -q --disable-pip-version-check "pyspark>=4.1" pyarrow pandas numpy scipy scikit-learn pytest "setuptools>=61" wheel >"$LOG" 2>&1 ||
-        { cat "$LOG" >&2; fail "pip could not install pyspark, pyarrow, pandas, numpy, scipy, scikit-learn, pytest into $VENV"; }
-fi
-(cd "$ROOT" && WISP_PY_BUILD=$BUILD/spark-py-build WISP_NVCC=${WISP_PY_NVCC-} \
-    "$VPY" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall . \
-    >"$LOG" 2>&1) || { cat "$LOG" >&2; fail "pip install . failed (log above)"; }
+[ -x "$BUILD/wisp" ] || pyvenv_fail "$BUILD/wisp is missing: build it first (make BUILD=$BUILD)"
+[ -f "$BUILD/wisp.jar" ] || pyvenv_fail "$BUILD/wisp.jar is missing: build it first (make BUILD=$BUILD java)"
+command -v java >/dev/null 2>&1 || pyvenv_fail "no java (Debian: apt-get install default-jdk-headless)"
+pyvenv_make
+: >"$LOG"
+pyvenv_need "import pyspark, pyarrow, pandas, numpy, scipy, sklearn, pytest, wheel, setuptools; assert int(setuptools.__version__.split('.')[0]) >= 61; assert int(pyspark.__version__.split('.')[0]) >= 4" \
+    "pyspark>=4.1" pyarrow pandas numpy scipy scikit-learn pytest "setuptools>=61" wheel
+pyvenv_install_wisp "$BUILD/spark-py-build"
 JARS=$("$VPY" -c "import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), 'jars'))") ||
-    fail "cannot find pyspark's jars"
-sh "$ROOT/engine/spark/build.sh" "$BUILD" "$JARS" >>"$LOG" 2>&1 || { cat "$LOG" >&2; fail "wisp-spark.jar did not build (log above)"; }
+    pyvenv_fail "cannot find pyspark's jars"
+sh "$ROOT/engine/spark/build.sh" "$BUILD" "$JARS" >>"$LOG" 2>&1 || { cat "$LOG" >&2; pyvenv_fail "wisp-spark.jar did not build (log above)"; }
 
 OUT=$BUILD/spark-pytest.out
 # from a directory outside the tree, so `import wisp` is the installed package
@@ -52,18 +41,5 @@ OUT=$BUILD/spark-pytest.out
     "$VPY" -m pytest -p no:cacheprovider -q -rfE "$ROOT/spec/spark") >"$OUT" 2>&1
 rc=$?
 cat "$OUT"
-"$VPY" - "$OUT" "$rc" <<'PYEOF'
-import re, sys
-text = open(sys.argv[1]).read().strip().splitlines()
-last = text[-1] if text else ""
-counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|skipped|errors?)", last)}
-passed = counts.get("passed", 0)
-failed = counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0)
-if sys.argv[2] != "0" and failed == 0:
-    failed = 1            # pytest failed without a summary (a collection or usage error)
-line = "spark: %d passed, %d failed" % (passed, failed)
-if counts.get("skipped"):
-    line += ", %d skipped" % counts["skipped"]
-print(line)
-PYEOF
+pyvenv_summary "$OUT" "$rc"
 [ "$rc" = 0 ]
