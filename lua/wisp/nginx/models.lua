@@ -639,8 +639,9 @@ local function resolve(name, version)
     if version == nil or version == "" then
         local e = slot.cur
         if e and not e.retired then return e, slot end
-        return nil, 503, "model '" .. name .. "' has no ready version"
-            .. (function() local r = not_ready_reason(slot, slot.versions[slot.wanted_top or "1"]); return r and (": " .. r) or "" end)()
+        -- (no closure here: a function made per call stops LuaJIT compiling resolve and its callers)
+        local r = not_ready_reason(slot, slot.versions[slot.wanted_top or "1"])
+        return nil, 503, "model '" .. name .. "' has no ready version" .. (r and (": " .. r) or "")
     end
     version = tostring(version)
     local vs = slot.versions[version]
