@@ -23,6 +23,30 @@ local log = S.log
 
 local M = {}
 
+-- The one row of batch b as the batcher takes it, in each of the batch's value modes
+-- (wisp.h): no vals (every feature binary), vals without val_ptr (every feature valued:
+-- what the libsvm parser makes of "1 1:0.5", and batch:add of ids with vals), or mixed (the
+-- first val_ptr[1] - val_ptr[0] features valued, the rest binary) -> ids, vals, binary ids.
+-- v1's predict and v2's infer (wisp.nginx.v2) both use it.
+local function batcher_row(b)
+    local csr = b:csr()
+    local ids, vals, bids = csr.ids, nil, nil
+    if csr.vals then
+        if csr.val_ptr then
+            local nv = csr.val_ptr[2] - csr.val_ptr[1]
+            if nv > 0 then
+                local v, bb = {}, {}
+                for k = 1, #ids do if k <= nv then v[k] = ids[k] else bb[#bb + 1] = ids[k] end end
+                ids, vals, bids = v, csr.vals, bb
+            end
+        else
+            vals = csr.vals
+        end
+    end
+    return ids, vals, bids
+end
+
+
 -- mode = "async": session:submit, a yield (other requests run while the device works), then
 -- session:wait until this request's batch is done. The session's queue (the C ring's mirror)
 -- is the one FIFO: wait() answers the batch C completed, whose owner (e.waiting[batch]) is
@@ -230,24 +254,7 @@ predict_entry = function(e, slot, name, kind, body, blen, mode)
     local status, text
     if n == 1 and e.batcher and not raw and not (bad and bad[0]) then
         -- one row: coalesced with the other single-row requests of this worker
-        -- the row as the batcher takes it, in each of the batch's value modes (wisp.h): no
-        -- vals (every feature binary), vals without val_ptr (every feature valued: what the
-        -- libsvm parser makes of "1 1:0.5", and batch:add of ids with vals), or mixed (the
-        -- first val_ptr[1] - val_ptr[0] features valued, the rest binary)
-        local csr = b:csr()
-        local ids, vals, bids = csr.ids, nil, nil
-        if csr.vals then
-            if csr.val_ptr then
-                local nv = csr.val_ptr[2] - csr.val_ptr[1]
-                if nv > 0 then
-                    local v, bb = {}, {}
-                    for k = 1, #ids do if k <= nv then v[k] = ids[k] else bb[#bb + 1] = ids[k] end end
-                    ids, vals, bids = v, csr.vals, bb
-                end
-            else
-                vals = csr.vals
-            end
-        end
+        local ids, vals, bids = batcher_row(b)
         local p, err = e.batcher:score(ids, vals, bids)
         put_batch(e, b)
         if p == nil then
@@ -294,5 +301,6 @@ M.predict = predict
 M.score_async = score_async        -- the v2 infer path (wisp.nginx.v2) shares the batch pool and async scoring
 M.get_batch = get_batch
 M.put_batch = put_batch
+M.batcher_row = batcher_row
 
 return M

@@ -301,24 +301,8 @@ function M.thread_sink()
     return k
 end
 
--- one row of the batch b as the batcher takes it (predict.lua's rule): ids, vals, binary ids
-local function batcher_row(b)
-    local csr = b:csr()
-    local ids, vals, bids = csr.ids, nil, nil
-    if csr.vals then
-        if csr.val_ptr then
-            local nv = csr.val_ptr[2] - csr.val_ptr[1]
-            if nv > 0 then
-                local v, bb = {}, {}
-                for k = 1, #ids do if k <= nv then v[k] = ids[k] else bb[#bb + 1] = ids[k] end end
-                ids, vals, bids = v, csr.vals, bb
-            end
-        else
-            vals = csr.vals
-        end
-    end
-    return ids, vals, bids
-end
+-- one row of the batch b as the batcher takes it: predict.lua's rule, shared
+local batcher_row = P.batcher_row
 
 local one_f32 = ffi.new("float[1]")
 
