@@ -152,12 +152,10 @@ end
 
 local function sort_by_index(a, b) return a.index < b.index end
 
--- -> status, JSON text of the answer ending in "\n". bad: 0-based set of unscored rows
--- (or nil); errs: list of {index, error[, line]} (or nil).
-local function encode_answer(e, n, out, bad, errs, device)
-    -- the invariant of every answer: a null has its errors entry. A row scored NaN (or
-    -- anything but a probability) that no parser or transform marked bad gets one here,
-    -- whatever the path (inline, async, the batcher, a thread)
+-- mark_unscored(n, out, bad, errs) -> bad, errs: every row that is not a probability and
+-- that no parser or transform marked bad gets an errors entry (the invariant of every
+-- answer, v1's and v2's: a null has its reason); bad and errs are made when needed.
+local function mark_unscored(n, out, bad, errs)
     for i = 0, n - 1 do
         local p = out[i]
         if not (p >= 0 and p <= 1) and not (bad and bad[i]) then
@@ -166,6 +164,17 @@ local function encode_answer(e, n, out, bad, errs, device)
             bad[i] = true
         end
     end
+    return bad, errs
+end
+M.mark_unscored = mark_unscored
+
+-- -> status, JSON text of the answer ending in "\n". bad: 0-based set of unscored rows
+-- (or nil); errs: list of {index, error[, line]} (or nil).
+local function encode_answer(e, n, out, bad, errs, device)
+    -- the invariant of every answer: a null has its errors entry. A row scored NaN (or
+    -- anything but a probability) that no parser or transform marked bad gets one here,
+    -- whatever the path (inline, async, the batcher, a thread)
+    bad, errs = mark_unscored(n, out, bad, errs)
     local heads = e.heads
     if not heads then heads = {}; e.heads = heads end
     local head = heads[device]

@@ -83,4 +83,26 @@ M.fail = fail
 M.method_not_allowed = method_not_allowed
 M.body_kind = body_kind
 
+-- read_body(in_place) -> body, length: the request body (read first), as a pointer into
+-- nginx's buffer when in_place and body_ptr can give one (no Lua string), else as a Lua
+-- string (also a body nginx spooled to a temporary file); nil, 0 when there is none.
+-- v1's predict and v2's infer both read their bodies here.
+function M.read_body(in_place)
+    ngx.req.read_body()
+    local body, blen
+    if in_place and M.body_ptr then body, blen = M.body_ptr() end
+    if body == nil then
+        body = ngx.req.get_body_data()
+        if not body then
+            local file = ngx.req.get_body_file()
+            if file then
+                local f = io.open(file, "rb")
+                if f then body = f:read("*a"); f:close() end
+            end
+        end
+        blen = body and #body or 0
+    end
+    return body, blen
+end
+
 return M

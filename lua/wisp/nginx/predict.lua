@@ -134,25 +134,11 @@ local function predict(slot, name, method)
         inc("wisp_errors_total", 'kind="not_ready"')
         return fail(503, "model '" .. name .. "' is not loaded", { reload_error = slot.reload_error and slot.reload_error.error })
     end
-    ngx.req.read_body()
     -- libsvm and JSON lines go to the C parsers straight from nginx's body buffer (no Lua
     -- string: no copy, no interning, no garbage); JSON, the thread pool and a body in a
     -- temporary file take the Lua string
     local mode = S.cfg.mode
-    local body, blen
-    local body_ptr = H.body_ptr
-    if body_ptr and kind ~= "json" and mode ~= "thread" then body, blen = body_ptr() end
-    if body == nil then
-        body = ngx.req.get_body_data()
-        if not body then
-            local file = ngx.req.get_body_file()
-            if file then
-                local f = io.open(file, "rb")
-                if f then body = f:read("*a"); f:close() end
-            end
-        end
-        blen = body and #body or 0
-    end
+    local body, blen = H.read_body(kind ~= "json" and mode ~= "thread")
     if blen == 0 then
         inc("wisp_errors_total", 'kind="empty_body"')
         return fail(400, "empty request body")

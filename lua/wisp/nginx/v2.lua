@@ -157,23 +157,7 @@ local function count(name, endpoint, status)
     return status
 end
 
-local function read_body()
-    ngx.req.read_body()
-    local body, blen
-    if H.body_ptr then body, blen = H.body_ptr() end
-    if body == nil then
-        body = ngx.req.get_body_data()
-        if not body then
-            local file = ngx.req.get_body_file()
-            if file then
-                local f = io.open(file, "rb")
-                if f then body = f:read("*a"); f:close() end
-            end
-        end
-        blen = body and #body or 0
-    end
-    return body, blen
-end
+local read_body = H.read_body      -- read_body(true): in place when nginx can
 
 local NAN = 0 / 0
 local function by_index(a, b) return a.index < b.index end
@@ -404,14 +388,7 @@ local function run_infer(sink, e, name, ver, body, blen, hlen_text, mode, max_ro
         return fail(500, "score: " .. tostring(err))
     end
     -- every row that is not a probability is a bad row with its reason (v1's invariant)
-    for i = 0, n - 1 do
-        local p = out[i]
-        if not (p >= 0 and p <= 1) and not (bad and bad[i]) then
-            errs, bad = errs or {}, bad or {}
-            errs[#errs + 1] = { index = i, error = "the row scored " .. tostring(p) .. ", not a probability" }
-            bad[i] = true
-        end
-    end
+    bad, errs = A.mark_unscored(n, out, bad, errs)
     local nbad = errs and #errs or 0
     inc("wisp_rows_total", lbl(name), n)
     if nbad > 0 then inc("wisp_row_errors_total", lbl(name), nbad) end
@@ -494,7 +471,7 @@ local function infer(name, version, method)
     end
     local e, st, msg = resolve(name, version)
     if not e then return fail(st, msg) end
-    local body, blen = read_body()
+    local body, blen = read_body(true)
     if blen == 0 then
         inc("wisp_errors_total", 'kind="empty_body"')
         return fail(400, "empty request body (an inference request {\"inputs\": [...]} expected)")
@@ -526,7 +503,7 @@ local function repository(uri, method, closed)
     if uri == "/v2/repository/index" then
         if not MD.repository_index then return fail(501, "the model repository extension is not available in this build") end
         local ready_only = false
-        local body, blen = read_body()
+        local body, blen = read_body(true)
         if body ~= nil and blen > 0 then
             local text = type(body) == "string" and body or ffi.string(body, blen)
             if text:find("%S") then
