@@ -16,7 +16,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.NoSuchElementException;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.atomic.AtomicInteger;
 
 import org.apache.spark.SparkContext;
 import org.apache.spark.SparkFiles;
@@ -92,9 +91,6 @@ public final class WispScorer {
 
     static final int DEFAULT_BATCH_ROWS = 4096;
 
-    private static final ConcurrentHashMap<String, Model> MODELS = new ConcurrentHashMap<>();
-    private static final ConcurrentHashMap<String, AtomicInteger> OPENS = new ConcurrentHashMap<>();
-    private static final ThreadLocal<Map<String, Session>> SESSIONS = ThreadLocal.withInitial(HashMap::new);
     /** driver: (SparkContext, path, size, mtime) -> the name given to addFile */
     private static final ConcurrentHashMap<String, String> SHIPPED = new ConcurrentHashMap<>();
 
@@ -179,11 +175,7 @@ public final class WispScorer {
 
     /** How many times this JVM opened a model file whose driver path is path (for the specs). */
     public static int opens(String path) {
-        int n = 0;
-        String abs = new File(path).getAbsolutePath();
-        for (Map.Entry<String, AtomicInteger> e : OPENS.entrySet())
-            if (e.getKey().startsWith(abs + "\u0000")) n += e.getValue().get();
-        return n;
+        return WispUDF.opens(path);     // one cache for the JVM's paths (WispUDF.sessionFor)
     }
 
     /**
@@ -325,20 +317,7 @@ public final class WispScorer {
 
         /** This thread's session on the model (opened once per JVM). */
         Session session() {
-            String dev = taskDevice();
-            String local = localPath();
-            File f = new File(local);
-            String key = path + "\u0000" + local + "\u0000" + f.length() + "\u0000" + f.lastModified();
-            Map<String, Session> mine = SESSIONS.get();
-            Session s = mine.get(key + "\u0000" + dev);
-            if (s != null) return s;
-            Model m = MODELS.computeIfAbsent(key, k -> {
-                OPENS.computeIfAbsent(k, x -> new AtomicInteger()).incrementAndGet();
-                return Model.load(local);
-            });
-            s = m.session(dev);
-            mine.put(key + "\u0000" + dev, s);
-            return s;
+            return WispUDF.sessionFor(path, localPath(), taskDevice());
         }
     }
 

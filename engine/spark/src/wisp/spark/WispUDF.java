@@ -174,8 +174,15 @@ public final class WispUDF implements UDF1<Object, Float> {
     }
 
     private Session session() {
-        String dev = taskDevice();
-        String local = localPath();
+        return sessionFor(path, localPath(), taskDevice());
+    }
+
+    /**
+     * This thread's session on the model at local (driver path path) on device dev: the model
+     * opened once per JVM for every path into it (this UDF and WispScorer share the cache, so a
+     * JVM running both still opens a file once), a session per thread and device.
+     */
+    static Session sessionFor(String path, String local, String dev) {
         File f = new File(local);
         String key = path + "\u0000" + local + "\u0000" + f.length() + "\u0000" + f.lastModified();
         Map<String, Session> mine = SESSIONS.get();
