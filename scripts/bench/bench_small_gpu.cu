@@ -1,0 +1,252 @@
+/* bench_small_gpu.cu — a tiny batch end to end, timed from C, with the floors beside it
+ * (the C half of issue 20's small-batch figure; scripts/bench/bench_small_gpu.py runs it).
+ *
+ *   bench_small_gpu [--lib LIBWISP.so] [--device gpu] [--rows 10] [--calls 20000] [--floors]
+ *                   [--model PATH] [--log2-features 26]
+ *
+ * The batch is bench_gpu.py's: ROWS rows of 39 features (13 valued, 26 binary: value mode MIXED),
+ * uniform ids over a 2^26-weight fp32 table, wrapped once (wisp_batch_wrap) and scored CALLS times
+ * with wisp_session_score into one host array; each call is timed with CLOCK_MONOTONIC.
+ * The library is opened with dlopen, so one binary times any commit's libwisp.so (the calls it
+ * uses have kept their signatures since fb769f3).
+ *
+ * --floors: what the hardware costs for the same job, timed the same way in the same process:
+ *   launch_sync      an empty kernel, then cudaStreamSynchronize
+ *   param_flag_spin  a kernel with a 3,840-byte __grid_constant__ parameter (the size wisp's tiny
+ *                    batch carries) that writes one word to mapped host memory, the host spinning
+ *                    on it (the design of wisp's inline path, with no scoring)
+ *   copy_round_trip  a 2 KB host->device copy, an empty kernel, a 40-byte copy back, a sync
+ *                    (the plain-launch path's floor)
+ * Prints one JSON object on stdout.
+ */
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <algorithm>
+#include <vector>
+
+typedef struct wisp_engine wisp_engine;
+typedef struct wisp_model wisp_model;
+typedef struct wisp_batch wisp_batch;
+typedef struct wisp_session wisp_session;
+
+static struct {
+    int (*engine_new)(int, wisp_engine **);
+    int (*model_write)(const char *, const float *, uint64_t, double, int, const char *, const char *);
+    int (*model_load)(wisp_engine *, const char *, wisp_model **);
+    int (*batch_wrap)(wisp_engine *, size_t, const uint32_t *, const uint32_t *, const uint32_t *, const float *,
+                      wisp_batch **);
+    int (*session_new)(wisp_engine *, wisp_model *, const char *, wisp_session **);
+    int (*session_score)(wisp_session *, const wisp_batch *, float *);
+    uint64_t (*session_stat)(const wisp_session *, int);
+    void (*session_reset_stats)(wisp_session *);
+    const char *(*session_last_device)(const wisp_session *);
+    const char *(*errmsg)(void);
+} W;
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static void *sym(void *h, const char *name)
+{
+    void *p = dlsym(h, name);
+    if (!p) { fprintf(stderr, "bench_small_gpu: %s has no %s\n", "the library", name); exit(2); }
+    return p;
+}
+
+static void ok(int st, const char *what)
+{
+    if (st != 0) { fprintf(stderr, "bench_small_gpu: %s: %d %s\n", what, st, W.errmsg()); exit(1); }
+}
+
+struct summary { double median, p90, p99, min, mean; };
+
+static summary summarize(std::vector<double> &t)
+{
+    std::sort(t.begin(), t.end());
+    summary s;
+    size_t n = t.size();
+    s.median = t[n / 2];
+    s.p90 = t[(size_t)(0.90 * (double)(n - 1))];
+    s.p99 = t[(size_t)(0.99 * (double)(n - 1))];
+    s.min = t[0];
+    double sum = 0;
+    for (double x : t) sum += x;
+    s.mean = sum / (double)n;
+    return s;
+}
+
+static void print_summary(const char *name, const summary &s, int comma)
+{
+    printf("\"%s\": {\"median_us\": %.3f, \"p90_us\": %.3f, \"p99_us\": %.3f, \"min_us\": %.3f, \"mean_us\": %.3f}%s\n",
+           name, s.median, s.p90, s.p99, s.min, s.mean, comma ? "," : "");
+}
+
+#define TINY_WORDS 960
+struct tiny_param { uint32_t words[TINY_WORDS]; volatile uint32_t *flag; uint32_t seq; };
+
+__global__ void empty_kernel(void) {}
+
+__global__ void param_flag_kernel(const __grid_constant__ tiny_param p)
+{
+    __shared__ uint32_t sw[TINY_WORDS];
+    for (uint32_t i = threadIdx.x; i < TINY_WORDS; i += blockDim.x) sw[i] = p.words[i];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence_system();
+        *p.flag = p.seq + (sw[0] & 0u);
+    }
+}
+
+static void cu(cudaError_t e, const char *what)
+{
+    if (e != cudaSuccess) { fprintf(stderr, "bench_small_gpu: %s: %s\n", what, cudaGetErrorString(e)); exit(1); }
+}
+
+static void floors(long calls)
+{
+    cudaStream_t st;
+    cu(cudaSetDevice(0), "cudaSetDevice");
+    cu(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+    std::vector<double> t((size_t)calls);
+    for (long i = -200; i < calls; i++) {
+        uint64_t t0 = now_ns();
+        empty_kernel<<<1, 32, 0, st>>>();
+        cu(cudaStreamSynchronize(st), "sync");
+        if (i >= 0) t[(size_t)i] = (double)(now_ns() - t0) / 1e3;
+    }
+    summary a = summarize(t);
+
+    uint32_t *hflag, *dflag;
+    cu(cudaHostAlloc((void **)&hflag, 64, cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc");
+    cu(cudaHostGetDevicePointer((void **)&dflag, hflag, 0), "cudaHostGetDevicePointer");
+    static tiny_param p;
+    for (int i = 0; i < TINY_WORDS; i++) p.words[i] = (uint32_t)i;
+    p.flag = dflag;
+    *(volatile uint32_t *)hflag = 0;
+    for (long i = -200; i < calls; i++) {
+        uint64_t t0 = now_ns();
+        p.seq = (uint32_t)(i + 1000);
+        param_flag_kernel<<<1, 128, 0, st>>>(p);
+        while (*(volatile uint32_t *)hflag != p.seq) { }
+        if (i >= 0) t[(size_t)i] = (double)(now_ns() - t0) / 1e3;
+    }
+    cu(cudaStreamSynchronize(st), "sync");
+    summary b = summarize(t);
+
+    void *hin, *hout, *din;
+    cu(cudaHostAlloc(&hin, 2048, 0), "cudaHostAlloc");
+    cu(cudaHostAlloc(&hout, 64, 0), "cudaHostAlloc");
+    cu(cudaMalloc(&din, 4096), "cudaMalloc");
+    memset(hin, 1, 2048);
+    for (long i = -200; i < calls; i++) {
+        uint64_t t0 = now_ns();
+        cu(cudaMemcpyAsync(din, hin, 2048, cudaMemcpyHostToDevice, st), "h2d");
+        empty_kernel<<<1, 32, 0, st>>>();
+        cu(cudaMemcpyAsync(hout, din, 40, cudaMemcpyDeviceToHost, st), "d2h");
+        cu(cudaStreamSynchronize(st), "sync");
+        if (i >= 0) t[(size_t)i] = (double)(now_ns() - t0) / 1e3;
+    }
+    summary c = summarize(t);
+    printf("\"floors\": {\n");
+    print_summary("launch_sync", a, 1);
+    print_summary("param_flag_spin", b, 1);
+    print_summary("copy_round_trip", c, 0);
+    printf("},\n");
+    cudaFreeHost(hin); cudaFreeHost(hout); cudaFreeHost(hflag); cudaFree(din);
+    cudaStreamDestroy(st);
+}
+
+int main(int argc, char **argv)
+{
+    const char *lib = "build/libwisp.so", *device = "gpu", *model = NULL;
+    long rows = 10, calls = 20000;
+    int want_floors = 0, log2nf = 26;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--floors")) { want_floors = 1; continue; }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: bench_small_gpu [--lib LIBWISP.so] [--device gpu] [--rows 10] [--calls 20000] [--floors]\n"
+                   "                       [--model PATH] [--log2-features 26]\n");
+            return 0;
+        }
+        if (!v) { fprintf(stderr, "bench_small_gpu: %s needs a value\n", a); return 2; }
+        if (!strcmp(a, "--lib")) lib = v;
+        else if (!strcmp(a, "--device")) device = v;
+        else if (!strcmp(a, "--rows")) rows = atol(v);
+        else if (!strcmp(a, "--calls")) calls = atol(v);
+        else if (!strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--log2-features")) log2nf = atoi(v);
+        else { fprintf(stderr, "bench_small_gpu: unknown option %s (try --help)\n", a); return 2; }
+        i++;
+    }
+    if (rows < 1 || rows > 4096 || calls < 10 || log2nf < 10 || log2nf > 30) {
+        fprintf(stderr, "bench_small_gpu: --rows 1..4096, --calls >= 10, --log2-features 10..30\n");
+        return 2;
+    }
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h) { fprintf(stderr, "bench_small_gpu: %s\n", dlerror()); return 2; }
+    *(void **)&W.engine_new = sym(h, "wisp_engine_new");
+    *(void **)&W.model_write = sym(h, "wisp_model_write");
+    *(void **)&W.model_load = sym(h, "wisp_model_load");
+    *(void **)&W.batch_wrap = sym(h, "wisp_batch_wrap");
+    *(void **)&W.session_new = sym(h, "wisp_session_new");
+    *(void **)&W.session_score = sym(h, "wisp_session_score");
+    *(void **)&W.session_stat = sym(h, "wisp_session_stat");
+    *(void **)&W.session_reset_stats = sym(h, "wisp_session_reset_stats");
+    *(void **)&W.session_last_device = sym(h, "wisp_session_last_device");
+    *(void **)&W.errmsg = sym(h, "wisp_errmsg");
+
+    const uint64_t nf = (uint64_t)1 << log2nf;
+    const int K = 39, KV = 13;
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    auto next = [&rng]() { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng; };
+    char tmp[] = "/tmp/bench_small_gpu.XXXXXX.wisp";
+    if (!model) {
+        int fd = mkstemps(tmp, 5);
+        if (fd < 0) { perror("mkstemps"); return 1; }
+        std::vector<float> w(nf);
+        for (uint64_t i = 0; i < nf; i++) w[i] = (float)((double)(next() >> 11) / 9007199254740992.0 - 0.5) * 0.1f;
+        ok(W.model_write(tmp, w.data(), nf, 0.25, 0, "source=bench_small_gpu\n", NULL), "wisp_model_write");
+        model = tmp;
+    }
+    wisp_engine *eng;
+    wisp_model *m;
+    wisp_session *s;
+    wisp_batch *b;
+    ok(W.engine_new(0, &eng), "wisp_engine_new");
+    ok(W.model_load(eng, model, &m), "wisp_model_load");
+    if (model == tmp) unlink(tmp);
+    std::vector<uint32_t> row_ptr(rows + 1), val_ptr(rows + 1), ids(rows * K);
+    std::vector<float> vals(rows * KV), out(rows);
+    for (long r = 0; r <= rows; r++) { row_ptr[r] = (uint32_t)(r * K); val_ptr[r] = (uint32_t)(r * KV); }
+    for (auto &x : ids) x = (uint32_t)(next() % nf);
+    for (auto &x : vals) x = (float)((double)(next() >> 11) / 9007199254740992.0 * 2 - 1);
+    ok(W.batch_wrap(eng, (size_t)rows, row_ptr.data(), ids.data(), val_ptr.data(), vals.data(), &b), "wisp_batch_wrap");
+    ok(W.session_new(eng, m, device, &s), "wisp_session_new");
+    for (int i = 0; i < 200; i++) ok(W.session_score(s, b, out.data()), "wisp_session_score");
+    W.session_reset_stats(s);
+    std::vector<double> t((size_t)calls);
+    for (long i = 0; i < calls; i++) {
+        uint64_t t0 = now_ns();
+        W.session_score(s, b, out.data());
+        t[(size_t)i] = (double)(now_ns() - t0) / 1e3;
+    }
+    /* stat indices: read by name would need the header; these have been stable (wisp.h enum order) */
+    summary e = summarize(t);
+    printf("{\n\"lib\": \"%s\", \"device\": \"%s\", \"ran_on\": \"%s\", \"rows\": %ld, \"calls\": %ld,\n", lib, device,
+           W.session_last_device(s), rows, calls);
+    if (want_floors) floors(calls);
+    print_summary("wisp_session_score", e, 0);
+    printf("}\n");
+    return 0;
+}
