@@ -63,12 +63,37 @@ end
 M.median = median
 
 ---------------------------------------------------------------------------
--- policies: measured points -> the faster device per batch size
+-- policies: measured points -> the device per batch size
 ---------------------------------------------------------------------------
+--
+-- A point is { rows = N, ms = {device = median ms a call}, spread = {device = {lo =, hi =,
+-- min =, max =}}, passes = P }: the median, quartiles (lo, hi) and extremes of the P timed
+-- passes of each device at N rows (calibrate). spread and passes are optional: a point
+-- without them (a hand-written one, or a policy saved before version 2) has no spread
+-- (lo = hi = ms).
+--
+-- THE CHOICE RULE. At a measured size, let B be the device of the smallest median.
+-- A device D is acceptable there when its band reaches B's: lo(D) <= hi(B), i.e. D's
+-- median is slower than B's by no more than the two devices' measured spread,
+--     ms(D) - ms(B) <= (ms(D) - lo(D)) + (hi(B) - ms(B)).
+-- Devices within each other's spread are equally good; otherwise only the faster one
+-- is. (With no spread recorded only the fastest median is acceptable.)
+-- The policy gives every measured size an acceptable device, choosing among the
+-- sequences that do so (1) the one with the fewest switches, then (2) the least total
+-- relative excess over the fastest median, sum of (ms(D) - ms(B)) / ms(B) over the sizes
+-- (ties: the device listed first); so a device that is faster only within the noise at
+-- one size does not make a pair of breaks, and a break sits where the medians cross.
+-- Between two measured sizes a and b (a < b) choosing different devices A and B the break
+-- is where A's and B's medians, linear in rows between a and b, cross; where they do not
+-- cross inside (the choice was within the spread) at the geometric middle; rounded and
+-- kept in a+1 .. b, so the measured sizes get exactly the devices chosen. Below the
+-- smallest measured size the first choice holds, above the largest the last.
+-- policy:check() verifies every measured size against the rule; policy:check(points)
+-- holds the policy to another measurement of the same devices (a fresh run).
 
 -- Time (ms) of device d at r rows: linear in rows between measured sizes (a batch costs
 -- a fixed part plus a per-row part), the smallest size's time below it, the last
--- segment's line extended above the largest.
+-- segment's line extended above the largest (predict only: the breaks do not extrapolate).
 local function time_at(points, d, r)
     local n = #points
     if r <= points[1].rows then return points[1].ms[d] end
@@ -94,44 +119,103 @@ local function best_at(points, devices, r)
     return bd, bt
 end
 
--- breaks: { {upto = R, device = D}, ... } meaning D for rows < R (the last upto = inf);
--- crossover: { {rows = R, from = D1, to = D2} } where the faster device changes.
-local function derive(points, devices)
-    sort(points, function(a, b) return a.rows < b.rows end)
-    local cand = {}
-    for i, p in ipairs(points) do
-        cand[#cand + 1] = p.rows
-        local q = points[i + 1]
-        if q then   -- pairwise crossings of the devices' lines inside the segment
-            for x = 1, #devices do
-                for y = x + 1, #devices do
-                    local dx, dy = devices[x], devices[y]
-                    local d0 = p.ms[dx] - p.ms[dy]
-                    local d1 = q.ms[dx] - q.ms[dy]
-                    if d0 and d1 and d0 * d1 < 0 then
-                        cand[#cand + 1] = p.rows + (q.rows - p.rows) * d0 / (d0 - d1)
+-- The band (lo, hi ms) of device d at point p: its quartiles, or its median twice.
+local function band(p, d)
+    local s = p.spread and p.spread[d]
+    if s then return s.lo, s.hi end
+    local t = p.ms[d]
+    return t, t
+end
+
+-- The fastest device at p by median (ties: the first listed) and its median.
+local function fastest(p, devices)
+    local bd, bt = nil, huge
+    for _, d in ipairs(devices) do
+        local t = p.ms[d]
+        if t < bt then bd, bt = d, t end
+    end
+    return bd, bt
+end
+
+-- The choice rule at one point: is device d acceptable at p (lo(d) <= hi(fastest))?
+local function acceptable(p, devices, d)
+    local b = fastest(p, devices)
+    local _, bhi = band(p, b)
+    local dlo = band(p, d)
+    return dlo <= bhi
+end
+
+-- How many devices are acceptable at p (1: the point is decided).
+local function n_acceptable(p, devices)
+    local n = 0
+    for _, d in ipairs(devices) do if acceptable(p, devices, d) then n = n + 1 end end
+    return n
+end
+
+-- The device for each point (sorted by rows) under the choice rule: fewest switches,
+-- then the least total relative excess, by dynamic programming over (point, device).
+local function assign(points, devices)
+    local n, nd = #points, #devices
+    local sw, ex, back = {}, {}, {}
+    for i = 1, n do
+        local p = points[i]
+        local _, bt = fastest(p, devices)
+        sw[i], ex[i], back[i] = {}, {}, {}
+        for k = 1, nd do
+            local d = devices[k]
+            if acceptable(p, devices, d) then
+                local cost = (p.ms[d] - bt) / max(bt, 1e-12)
+                if i == 1 then
+                    sw[i][k], ex[i][k] = 0, cost
+                else
+                    local bs, be, bj = huge, huge, nil
+                    for j = 1, nd do
+                        if sw[i - 1][j] then
+                            local s = sw[i - 1][j] + (j == k and 0 or 1)
+                            local e = ex[i - 1][j] + cost
+                            if s < bs or (s == bs and e < be) then bs, be, bj = s, e, j end
+                        end
                     end
+                    sw[i][k], ex[i][k], back[i][k] = bs, be, bj
                 end
             end
         end
     end
-    sort(cand)
-    -- runs of the best device between candidate points (judged at each interval's middle)
-    local segs = { { from = 0, device = best_at(points, devices, cand[1]) } }
-    for i = 1, #cand do
-        local lo, hi = cand[i], cand[i + 1]
-        if not hi or hi > lo then
-            local d = best_at(points, devices, hi and (lo + hi) / 2 or lo * 1.5)
-            if d ~= segs[#segs].device then segs[#segs + 1] = { from = lo, device = d } end
+    local bs, be, bk = huge, huge, nil
+    for k = 1, nd do
+        if sw[n][k] and (sw[n][k] < bs or (sw[n][k] == bs and ex[n][k] < be)) then bs, be, bk = sw[n][k], ex[n][k], k end
+    end
+    local chosen = {}
+    for i = n, 1, -1 do
+        chosen[i] = devices[bk]
+        bk = back[i][bk]
+    end
+    return chosen
+end
+
+-- breaks: { {upto = R, device = D}, ... } meaning D for rows < R (the last upto = inf);
+-- crossover: { {rows = R, from = D1, to = D2} } where the chosen device changes.
+local function derive(points, devices)
+    sort(points, function(a, b) return a.rows < b.rows end)
+    local chosen = assign(points, devices)
+    local breaks, crossover = {}, {}
+    local cur = chosen[1]
+    for i = 1, #points - 1 do
+        local nxt = chosen[i + 1]
+        if nxt ~= cur then
+            local a, b = points[i], points[i + 1]
+            local d0 = a.ms[cur] - a.ms[nxt]
+            local d1 = b.ms[cur] - b.ms[nxt]
+            local x
+            if d0 < 0 and d1 > 0 then x = a.rows + (b.rows - a.rows) * d0 / (d0 - d1)
+            else x = math.sqrt(a.rows * b.rows) end
+            local at = min(b.rows, max(a.rows + 1, floor(x + 0.5)))
+            breaks[#breaks + 1] = { upto = at, device = cur }
+            crossover[#crossover + 1] = { rows = at, from = cur, to = nxt }
+            cur = nxt
         end
     end
-    local breaks, crossover = {}, {}
-    for i, sg in ipairs(segs) do
-        local nxt = segs[i + 1]
-        local at = nxt and max(1, floor(nxt.from + 0.5)) or huge
-        breaks[i] = { upto = at, device = sg.device }
-        if nxt then crossover[#crossover + 1] = { rows = at, from = sg.device, to = nxt.device } end
-    end
+    breaks[#breaks + 1] = { upto = huge, device = cur }
     return breaks, crossover
 end
 
@@ -141,34 +225,73 @@ local function new_policy(t)
     return p
 end
 
--- M.policy{devices = {"cpu", "gpu:0"}, points = { {rows = 10, ms = {cpu = 0.01, ["gpu:0"] = 0.02}}, ... }}
--- A policy from measured (or hand-written) points; every point needs a time for every device.
-function M.policy(t)
-    if type(t) ~= "table" then error("bad argument #1 to 'policy' (table expected, got " .. type(t) .. ")", 2) end
-    local devices, points = t.devices, t.points
-    if type(devices) ~= "table" or #devices == 0 then error("bad argument #1 to 'policy' (devices: a list of device names expected)", 2) end
-    for i, d in ipairs(devices) do
-        if not is_device(d) then error(fmt("bad argument #1 to 'policy' (devices[%d]: '%s' is not a device)", i, tostring(d)), 2) end
-    end
-    if type(points) ~= "table" or #points == 0 then error("bad argument #1 to 'policy' (points: a non-empty list expected)", 2) end
-    local copy = {}
+-- Checked copies of points (for policy{} and check); errors say "points[i]: ..." (level: error's).
+local function copy_points(points, devices, what, level)
+    local fail = function(s) error(fmt("bad argument #1 to '%s' (%s)", what, s), level + 2) end
+    if type(points) ~= "table" or #points == 0 then fail("points: a non-empty list expected") end
+    local copy, seen = {}, {}
     for i, p in ipairs(points) do
-        if type(p) ~= "table" or type(p.rows) ~= "number" or p.rows < 1 or type(p.ms) ~= "table" then
-            error(fmt("bad argument #1 to 'policy' (points[%d]: {rows = N >= 1, ms = {device = milliseconds}} expected)", i), 2)
+        if type(p) ~= "table" or type(p.rows) ~= "number" or p.rows < 1 or p.rows ~= floor(p.rows) or p.rows == huge
+            or type(p.ms) ~= "table" then
+            fail(fmt("points[%d]: {rows = N >= 1 (a whole number), ms = {device = milliseconds}} expected", i))
         end
-        local ms = {}
+        if seen[p.rows] then fail(fmt("points[%d]: %d rows measured twice (points[%d])", i, p.rows, seen[p.rows])) end
+        seen[p.rows] = i
+        if p.spread ~= nil and type(p.spread) ~= "table" then
+            fail(fmt("points[%d]: spread: {device = {lo =, hi =, min =, max =}} expected", i))
+        end
+        local ms, spread = {}, nil
         for _, d in ipairs(devices) do
             local v = tonumber(p.ms[d])
-            if not v or v < 0 or v ~= v then
-                error(fmt("bad argument #1 to 'policy' (points[%d]: no time for device '%s')", i, d), 2)
+            if not v or v < 0 or v ~= v or v == huge then
+                fail(fmt("points[%d]: no time for device '%s'", i, d))
             end
             ms[d] = v
+            local s = p.spread and p.spread[d]
+            if s ~= nil then
+                local lo, hi = type(s) == "table" and tonumber(s.lo), type(s) == "table" and tonumber(s.hi)
+                if not lo or not hi or lo ~= lo or hi ~= hi or lo < 0 or lo > v or hi < v or hi == huge then
+                    fail(fmt("points[%d]: spread of '%s': {lo = L, hi = H} with 0 <= L <= ms (%.17g) <= H expected", i, d, v))
+                end
+                local mn, mx = tonumber(s.min) or lo, tonumber(s.max) or hi
+                if mn > lo or mx < hi then
+                    fail(fmt("points[%d]: spread of '%s': min <= lo and hi <= max expected", i, d))
+                end
+                spread = spread or {}
+                spread[d] = { lo = lo, hi = hi, min = mn, max = mx }
+            end
         end
-        copy[i] = { rows = p.rows, ms = ms }
+        local passes = p.passes
+        if passes ~= nil and (type(passes) ~= "number" or passes < 1 or passes ~= floor(passes)) then
+            fail(fmt("points[%d]: passes: a whole number >= 1 expected", i))
+        end
+        copy[i] = { rows = p.rows, ms = ms, spread = spread, passes = passes }
     end
+    sort(copy, function(a, b) return a.rows < b.rows end)
+    return copy
+end
+
+-- M.policy{devices = {"cpu", "gpu:0"}, points = { {rows = 10, ms = {cpu = 0.01, ["gpu:0"] = 0.02},
+--          spread = {cpu = {lo = 0.009, hi = 0.012}, ...}}, ... }}
+-- A policy from measured (or hand-written) points; every point needs a time for every
+-- device, spread is optional (see the choice rule above). Versions 1 (no spread) and 2 load.
+function M.policy(t)
+    if type(t) ~= "table" then error("bad argument #1 to 'policy' (table expected, got " .. type(t) .. ")", 2) end
+    local devices = t.devices
+    if type(devices) ~= "table" or #devices == 0 then error("bad argument #1 to 'policy' (devices: a list of device names expected)", 2) end
+    local dup = {}
+    for i, d in ipairs(devices) do
+        if not is_device(d) then error(fmt("bad argument #1 to 'policy' (devices[%d]: '%s' is not a device)", i, tostring(d)), 2) end
+        if dup[d] then error(fmt("bad argument #1 to 'policy' (devices[%d]: '%s' twice)", i, d), 2) end
+        dup[d] = true
+    end
+    if t.version ~= nil and t.version ~= 1 and t.version ~= 2 then
+        error(fmt("bad argument #1 to 'policy' (version %s: versions 1 and 2 are known)", tostring(t.version)), 2)
+    end
+    local copy = copy_points(t.points, devices, "policy", 2)
     local dev = {}
     for i, d in ipairs(devices) do dev[i] = d end
-    return new_policy { kind = "calibrated", version = 1, devices = dev, points = copy,
+    return new_policy { kind = "calibrated", version = 2, devices = dev, points = copy,
                         machine = t.machine, model = t.model, date = t.date, options = t.options }
 end
 
@@ -190,19 +313,62 @@ function Policy:predict(rows, d)
     return best_at(self.points, self.devices, rows)
 end
 
+-- policy:check([points]) -> rows, all_ok: the choice rule at every measured size (the
+-- policy's own points, or `points`, another measurement of the same devices in the same
+-- format). rows[i] = { rows =, chosen =, chosen_ms =, chosen_lo =, chosen_hi =, best =,
+-- best_ms =, best_lo =, best_hi =, slower_ms = chosen_ms - best_ms, allowed_ms = (chosen_ms
+-- - chosen_lo) + (best_hi - best_ms): the measured spread, ok = slower_ms <= allowed_ms
+-- (lo(chosen) <= hi(best)), ratio = chosen_ms / best_ms }.
+function Policy:check(points)
+    local pts = points and copy_points(points, self.devices, "check", 2) or self.points
+    local rows, all = {}, true
+    for i, p in ipairs(pts) do
+        local c = self:choose(p.rows)
+        local b, bt = fastest(p, self.devices)
+        local clo, chi = band(p, c)
+        local blo, bhi = band(p, b)
+        local ct = p.ms[c]
+        local ok = clo <= bhi
+        all = all and ok
+        rows[i] = { rows = p.rows, chosen = c, chosen_ms = ct, chosen_lo = clo, chosen_hi = chi,
+                    best = b, best_ms = bt, best_lo = blo, best_hi = bhi,
+                    slower_ms = ct - bt, allowed_ms = (ct - clo) + (bhi - bt), ok = ok,
+                    ratio = bt > 0 and ct / bt or 1, passes = p.passes }
+    end
+    return rows, all
+end
+
+-- The lines of a check's rows where it was not ok (an empty list: none).
+function M.check_failures(rows)
+    local out = {}
+    for _, r in ipairs(rows) do
+        if not r.ok then
+            out[#out + 1] = fmt("%d rows: chose %s at %.4f ms [%.4f..%.4f], %s is faster at %.4f ms [%.4f..%.4f]: slower by %.4f ms, the spread allows %.4f",
+                                r.rows, r.chosen, r.chosen_ms, r.chosen_lo, r.chosen_hi, r.best, r.best_ms, r.best_lo,
+                                r.best_hi, r.slower_ms, r.allowed_ms)
+        end
+    end
+    return out
+end
+
 -- The plain data of the policy (what save writes).
 function Policy:to_table()
     local pts = {}
     for i, p in ipairs(self.points) do
         local ms = {}
         for k, v in pairs(p.ms) do ms[k] = v end
-        pts[i] = { rows = p.rows, ms = ms }
+        local spread
+        if p.spread then
+            spread = {}
+            for k, s in pairs(p.spread) do spread[k] = { lo = s.lo, hi = s.hi, min = s.min, max = s.max } end
+        end
+        pts[i] = { rows = p.rows, ms = ms, spread = spread, passes = p.passes }
     end
     local cross = {}
     for i, c in ipairs(self.crossover) do cross[i] = { rows = c.rows, from = c.from, to = c.to } end
     local dev = {}
     for i, d in ipairs(self.devices) do dev[i] = d end
-    return { kind = "calibrated", version = 1, devices = dev, points = pts, crossover = cross,
+    return { kind = "calibrated", version = 2, devices = dev, points = pts, crossover = cross,
              machine = self.machine, model = self.model, date = self.date, options = self.options }
 end
 
@@ -295,19 +461,23 @@ function M.load(path)
     return p
 end
 
--- A readable table of the policy: measured points, the best device, the crossover.
+-- A readable table of the policy: measured points (median [quartiles] of each device),
+-- the chosen device, the crossover.
 function Policy:describe()
     local lines = {}
     local head = fmt("%10s", "rows")
-    for _, d in ipairs(self.devices) do head = head .. fmt(" %12s", d .. " ms") end
-    lines[1] = head .. "   best"
+    for _, d in ipairs(self.devices) do head = head .. fmt(" %28s", d .. " ms [lo..hi]") end
+    lines[1] = head .. "   chosen"
     for _, p in ipairs(self.points) do
         local l = fmt("%10d", p.rows)
-        for _, d in ipairs(self.devices) do l = l .. fmt(" %12.4f", p.ms[d]) end
+        for _, d in ipairs(self.devices) do
+            local lo, hi = band(p, d)
+            l = l .. fmt(" %10.4f [%7.4f..%7.4f]", p.ms[d], lo, hi)
+        end
         lines[#lines + 1] = l .. "   " .. self:choose(p.rows)
     end
     if #self.crossover == 0 then
-        lines[#lines + 1] = fmt("no crossover: %s is faster at every measured size", self.breaks[1].device)
+        lines[#lines + 1] = fmt("no crossover: %s at every measured size", self.breaks[1].device)
     end
     for _, c in ipairs(self.crossover) do
         lines[#lines + 1] = fmt("crossover at %d rows: %s below, %s from there", c.rows, c.from, c.to)
@@ -381,7 +551,7 @@ function M.usable_devices(eng)
     return out, list.gpu_status
 end
 
--- Median time (ns) of one session:score call over rotating batches.
+-- Median time (ns) of one session:score call over rotating batches (one device, passes in a row).
 local function time_calls(sess, batches, out, repeats, min_ns, warm)
     local k, nb = 1, #batches
     for _ = 1, warm do
@@ -405,20 +575,153 @@ local function time_calls(sess, batches, out, repeats, min_ns, warm)
 end
 M.time_calls = time_calls
 
+-- One timed pass of a session: ns a call over calls for at least min_ns, batches rotated
+-- from position k, after one untimed call (the first after the other devices' passes).
+-- Returns ns a call and the next position.
+local function time_pass(sess, batches, out, k, min_ns)
+    local nb = #batches
+    local ok, err = sess:score(batches[k], out)
+    if not ok then error("calibrate: " .. tostring(err), 0) end
+    k = k % nb + 1
+    local calls, t0 = 0, now_ns()
+    local t
+    repeat
+        ok, err = sess:score(batches[k], out)
+        if not ok then error("calibrate: " .. tostring(err), 0) end
+        k = k % nb + 1
+        calls = calls + 1
+        t = now_ns() - t0
+    until t >= min_ns
+    return t / calls, k
+end
+M.time_pass = time_pass
+
+-- The q-quantile of a sorted list, linear between order statistics.
+local function quantile(s, q)
+    local n = #s
+    if n == 0 then return nil end
+    local h = (n - 1) * q + 1
+    local i = floor(h)
+    if i >= n then return s[n] end
+    return s[i] + (h - i) * (s[i + 1] - s[i])
+end
+
+-- M.summarize(passes) -> median, {lo = first quartile, hi = third quartile, min =, max =}:
+-- one device's pass times at one size, as a point keeps them.
+function M.summarize(list)
+    local s = {}
+    for i = 1, #list do s[i] = list[i] end
+    sort(s)
+    return quantile(s, 0.5), { lo = quantile(s, 0.25), hi = quantile(s, 0.75), min = s[1], max = s[#s] }
+end
+
+-- The sizes of a sweep: whole numbers >= 1, sorted, each once (nil, why: not a list of them).
+local function check_sizes(sizes)
+    if type(sizes) ~= "table" or #sizes == 0 then return nil, "sizes: a non-empty list of batch sizes expected" end
+    local out, seen = {}, {}
+    for i, s in ipairs(sizes) do
+        if type(s) ~= "number" or s < 1 or s ~= floor(s) or s == huge then
+            return nil, fmt("sizes[%d]: a whole number >= 1 expected, got %s", i, tostring(s))
+        end
+        if not seen[s] then seen[s] = true; out[#out + 1] = s end
+    end
+    sort(out)
+    return out
+end
+
+-- M.sweep(measure, devices, sizes[, opts]) -> points, refined: what calibrate measures, apart
+-- from the timing itself (so a spec can drive it with any measure).
+--   measure(size, n) -> {device = {n pass times, ms}}: n passes of every device at `size`,
+--             interleaved (pass 1 of each device, then pass 2 of each, ...)
+-- Every size gets opts.repeats passes a device (5); a point where more than one device is
+-- acceptable (the choice rule: their bands overlap) gets more, opts.repeats at a time, up to
+-- opts.max_repeats (3 x repeats), so a close call rests on more passes. Then, between two
+-- neighbouring measured sizes whose fastest device (by median) differs, the geometric
+-- middle is measured, and again in each half where it still differs, until the bracket
+-- is within opts.refine_ratio (1.25) or opts.refine_levels (8) deep, at most opts.max_points
+-- (64) sizes in all. opts.refine = false: the sizes only. opts.progress(size, device, ms,
+-- point) after each point. refined: the sizes the refinement added, in the order measured.
+function M.sweep(measure, devices, sizes, opts)
+    opts = opts or {}
+    local list, why = check_sizes(sizes)
+    if not list then error("calibrate: " .. why, 2) end
+    local repeats = opts.repeats or 5
+    local max_repeats = max(repeats, opts.max_repeats or 3 * repeats)
+    local ratio = opts.refine_ratio or 1.25
+    local levels = opts.refine_levels or 8
+    local max_points = opts.max_points or 64
+    local points, refined = {}, {}
+    local function point(size)
+        local passes = {}
+        for _, d in ipairs(devices) do passes[d] = {} end
+        local p
+        repeat
+            local want = min(repeats, max_repeats - #passes[devices[1]])
+            local got = measure(size, want)
+            for _, d in ipairs(devices) do
+                local l = type(got) == "table" and got[d]
+                if type(l) ~= "table" or #l ~= want then
+                    error(fmt("calibrate: measure(%d, %d) gave %s pass times for '%s'", size, want,
+                              type(l) == "table" and tostring(#l) or "no", d), 0)
+                end
+                for _, v in ipairs(l) do
+                    if type(v) ~= "number" or v < 0 or v ~= v or v == huge then
+                        error(fmt("calibrate: measure(%d, %d) gave a bad time for '%s': %s", size, want, d, tostring(v)), 0)
+                    end
+                    passes[d][#passes[d] + 1] = v
+                end
+            end
+            local ms, spread = {}, {}
+            for _, d in ipairs(devices) do ms[d], spread[d] = M.summarize(passes[d]) end
+            p = { rows = size, ms = ms, spread = spread, passes = #passes[devices[1]] }
+        until n_acceptable(p, devices) <= 1 or p.passes >= max_repeats
+        points[#points + 1] = p
+        if opts.progress then for _, d in ipairs(devices) do opts.progress(size, d, p.ms[d], p) end end
+        return p
+    end
+    local coarse = {}
+    for i, s in ipairs(list) do coarse[i] = point(s) end
+    local function refine(a, b, level)
+        if opts.refine == false or level > levels or b.rows / a.rows <= ratio or #points >= max_points then return end
+        local m = floor(math.sqrt(a.rows * b.rows) + 0.5)
+        if m <= a.rows or m >= b.rows then return end
+        local pm = point(m)
+        refined[#refined + 1] = m
+        local fa, fm, fb = fastest(a, devices), fastest(pm, devices), fastest(b, devices)
+        if fa ~= fm then refine(a, pm, level + 1) end
+        if fm ~= fb then refine(pm, b, level + 1) end
+    end
+    for i = 1, #coarse - 1 do
+        if fastest(coarse[i], devices) ~= fastest(coarse[i + 1], devices) then refine(coarse[i], coarse[i + 1], 1) end
+    end
+    sort(points, function(a, b) return a.rows < b.rows end)
+    return points, refined
+end
+
 -- wisp.calibrate(model[, opts]) -> policy or nil, err.
 -- Measures session:score on every usable device of the model's engine (the CPU and each
--- usable GPU) over a sweep of batch sizes, at the model's own row width, with prebuilt
--- batches rotated so every call sees fresh rows; median per-call times. opts:
+-- usable GPU; a session each) over a sweep of batch sizes, at the model's own row width,
+-- with prebuilt batches rotated so every call sees fresh rows. The devices are timed
+-- interleaved, one pass each in turn (cpu, gpu:0, cpu, gpu:0, ...), so drift and other
+-- processes' load hit all of them alike; each point keeps the median and the spread
+-- (quartiles, extremes) of its passes. After the sizes, the sizes around each change of
+-- the fastest device are measured too (M.sweep: geometric middles until the bracket is
+-- within 1.25x), and the breaks follow the choice rule (see "policies" above), which
+-- policy:check() verifies. opts:
 --   sizes     batch sizes (default 1, 10, 100, 1k, 10k, 100k, 200k)
---   devices   devices to compare (default: cpu and each usable gpu:N)
+--   devices   devices to compare (default: cpu and each usable gpu:N), each once
 --   features  features a row (default: see row_width)
---   repeats   timed passes per point (default 5; 3 with quick)
+--   repeats   timed passes a device per size (default 5; 3 with quick)
+--   max_repeats  passes a device where the devices are within each other's spread
+--             (default 3 x repeats; 2 x with quick)
 --   min_ms    each pass runs calls for at least this long (default 10; 3 with quick)
+--   refine    false: the sizes only (default: refine around each crossover)
+--   refine_ratio  refine until the bracket is within this ratio (default 1.25)
 --   max_rows_built  rows of batches built per size (default 400k), at most 16 batches a size
 --   batches   function(size) -> a list of batches of that size to time (yours: real rows),
---             or nil for random ones; the caller keeps ownership
+--             or nil for random ones; the caller keeps ownership. Called for refined sizes too.
 --   quick     fewer, shorter passes
---   progress  function(size, device, ms) called after each point
+--   progress  function(size, device, ms, point) called after each point
 function M.calibrate(model, opts)
     if getmetatable(model) ~= wisp.Model then
         error("bad argument #1 to 'calibrate' (model expected, got " .. type(model) .. ")", 2)
@@ -429,48 +732,87 @@ function M.calibrate(model, opts)
     eng:gpu_count()                                      -- the backend live: builder batches are pinned
     local devices = opts.devices
     if not devices then devices = M.usable_devices(eng) end
+    local dup = {}
     for i, d in ipairs(devices) do
         if not is_device(d) then error(fmt("bad argument #2 to 'calibrate' (devices[%d]: '%s' is not a device)", i, tostring(d)), 2) end
+        if dup[d] then error(fmt("bad argument #2 to 'calibrate' (devices[%d]: '%s' twice)", i, d), 2) end
+        dup[d] = true
     end
-    local sizes = opts.sizes or { 1, 10, 100, 1000, 10000, 100000, 200000 }
+    local sizes, why = check_sizes(opts.sizes or { 1, 10, 100, 1000, 10000, 100000, 200000 })
+    if not sizes then error("bad argument #2 to 'calibrate' (" .. why .. ")", 2) end
     local width = row_width(model, opts)
     local nf = model:num_features()
     local repeats = opts.repeats or (opts.quick and 3 or 5)
+    local max_repeats = max(repeats, opts.max_repeats or (opts.quick and 2 or 3) * repeats)
     local min_ns = (opts.min_ms or (opts.quick and 3 or 10)) * 1e6
     local budget = opts.max_rows_built or 400000
-    local sess, err = model:session(devices[1])
-    if not sess then return nil, "calibrate: " .. tostring(err) end
-    local maxs = 0
-    for _, s in ipairs(sizes) do maxs = max(maxs, s) end
+    local ratio = opts.refine_ratio or 1.25
+    local sessions = {}
+    for i, d in ipairs(devices) do
+        local s, err = model:session(d)
+        if not s then
+            for _, o in ipairs(sessions) do o:close() end
+            return nil, "calibrate: " .. tostring(err)
+        end
+        sessions[i] = s
+    end
+    local maxs = sizes[#sizes]
     local out_keep = ffi.new("float[?]", maxs)
     local out = ffi.cast("float *", out_keep)           -- a pointer: session:score's JIT-friendly path
-    local points = {}
-    for si, size in ipairs(sizes) do
-        local batches, own = opts.batches and opts.batches(size), false
-        if not batches then
-            local count = max(1, min(16, floor(budget / size)))
-            batches, own = M.random_batches(eng, nf, size, width, count, 1000 + si), true
-        end
-        local ms = {}
-        for _, d in ipairs(devices) do
-            local ok, serr = sess:set_device(d)
-            if not ok then sess:close(); return nil, "calibrate: " .. tostring(serr) end
-            local t = time_calls(sess, batches, out, repeats, min_ns, 2)
-            ms[d] = t / 1e6
-            if opts.progress then opts.progress(size, d, ms[d]) end
-        end
-        if own then for _, b in ipairs(batches) do b:close() end end
-        points[#points + 1] = { rows = size, ms = ms }
-        collectgarbage()
+    -- the batches of the size being measured (measure is called for one size at a time)
+    local cur_size, cur, own, pos = nil, nil, false, {}
+    local function release()
+        if own then for _, b in ipairs(cur) do b:close() end end
+        cur_size, cur, own = nil, nil, false
     end
-    sess:close()
+    local function batches_of(size)
+        if size == cur_size then return cur end
+        release()
+        collectgarbage()
+        local bs = opts.batches and opts.batches(size)
+        if bs then own = false
+        else
+            bs, own = M.random_batches(eng, nf, size, width, max(1, min(16, floor(budget / size))), 1000 + size), true
+        end
+        if type(bs) ~= "table" or #bs == 0 then error(fmt("calibrate: batches(%d) gave no batches", size), 0) end
+        cur_size, cur = size, bs
+        for i, s in ipairs(sessions) do                 -- warm-up: weights on the device, buffers of this size
+            for w = 1, 2 do
+                local ok, err = s:score(bs[(w - 1) % #bs + 1], out)
+                if not ok then error("calibrate: " .. tostring(err), 0) end
+            end
+            pos[i] = 1
+        end
+        return bs
+    end
+    local function measure(size, n)
+        local bs = batches_of(size)
+        local res = {}
+        for _, d in ipairs(devices) do res[d] = {} end
+        for rep = 1, n do
+            for i, d in ipairs(devices) do
+                local t
+                t, pos[i] = time_pass(sessions[i], bs, out, pos[i], min_ns)
+                res[d][rep] = t / 1e6
+            end
+        end
+        return res
+    end
+    local ok, points, refined = pcall(M.sweep, measure, devices, sizes, {
+        repeats = repeats, max_repeats = max_repeats, refine = opts.refine, refine_ratio = ratio,
+        refine_levels = opts.refine_levels, max_points = opts.max_points, progress = opts.progress })
+    release()
+    for _, s in ipairs(sessions) do s:close() end
     out_keep = nil
+    if not ok then return nil, tostring(points) end
     local _, gpu_status = M.usable_devices(eng)
     return M.policy { devices = devices, points = points,
                       machine = { cpu_threads = eng:threads(), gpu_status = gpu_status },
                       model = { num_features = nf, features_per_row = width, dtype = model:dtype() },
                       date = os.date("!%Y-%m-%dT%H:%M:%SZ"),
-                      options = { repeats = repeats, min_ms = min_ns / 1e6 } }
+                      options = { repeats = repeats, max_repeats = max_repeats, min_ms = min_ns / 1e6,
+                                  interleaved = true, sizes = sizes, refined = refined,
+                                  refine_ratio = opts.refine ~= false and ratio or nil } }
 end
 
 ---------------------------------------------------------------------------
