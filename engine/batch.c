@@ -3,7 +3,7 @@
  * Design (read with struct wisp_batch in internal.h and section 4 of wisp.h).
  *
  * Arrays. An owned batch keeps its four arrays in ONE block of host memory
- * from wisp_host_alloc (pinned when the GPU backend is live), the arena,
+ * from wisp_host_alloc_batch (plain memory; pinned with WISP_BATCH_PINNED=1), the arena,
  * laid out as regions at 256-byte aligned offsets, in this order:
  *     val_ptr (row_cap + 1) | row_ptr (row_cap + 1) | vals (val_cap) | ids (id_cap)
  * (b->off_vp, off_rp, off_vals, off_ids; b->arena_bytes in all). So the
@@ -98,7 +98,7 @@ static int relayout(wisp_batch *b, size_t rc, size_t ic, size_t vc)
     rp_off = o;   o = arena_up(o + (rc + 1) * sizeof(uint32_t));
     vals_off = o; o = arena_up(o + vc * sizeof(float));
     ids_off = o;  o = arena_up(o + ic * sizeof(uint32_t));
-    char *p = wisp_host_alloc(b->eng, o);
+    char *p = wisp_host_alloc_batch(b->eng, o);
     if (!p) return wisp_fail(WISP_ENOMEM, "batch: cannot allocate %zu bytes of batch memory (%zu rows, %zu feature ids, %zu feature values)",
                              o, rc, ic, vc);
     uint32_t *rp = (uint32_t *)(p + rp_off), *vp = (uint32_t *)(p + vp_off), *ids = (uint32_t *)(p + ids_off);

@@ -131,7 +131,9 @@ static const char usage_score[] =
     "  -m, --model MODEL   the .wisp model file (required)\n"
     "  -f, --format FMT    input format: auto (the default), libsvm, vw, tsv, csv or jsonl\n"
     "  -s, --schema S      tsv/csv field names: header (the default), criteo, or \"a,b,,c\"\n"
-    "  -d, --device DEV    cpu, gpu, gpu:N, gpus, gpus:N (the first N) or auto (default: auto = a GPU if usable)\n"
+    "  -d, --device DEV    cpu, gpu, gpu:N, gpus, gpus:N (the first N) or auto (the default: the CPU while the\n"
+    "                      GPUs start in the background, then each batch where it is faster, by a crossover\n"
+    "                      calibrated on the model; --stats says which)\n"
     "  -b, --batch N       rows per batch (default 65536)\n"
     "  -t, --threads N     CPU threads (default: one per core)\n"
     "      --hugepages     ask for huge pages for a model below 2 MiB too (larger ones always get them)\n"
@@ -726,6 +728,27 @@ static int cmd_score(int argc, char **argv)
                     (unsigned long long)st[WISP_STAT_OUT_OF_RANGE], (unsigned long long)wisp_model_num_features(m));
         if (st[WISP_STAT_FALLBACKS])
             fprintf(stderr, "  %llu batches fell back from the GPU to the CPU\n", (unsigned long long)st[WISP_STAT_FALLBACKS]);
+        uint64_t need_one = 0;
+        switch (wisp_session_auto_state(pc[0].session, &need_one, NULL)) {
+        case WISP_AUTO_STARTING:
+            fprintf(stderr, "  auto: the GPUs were still starting when the input ended: every batch ran on the CPU\n");
+            break;
+        case WISP_AUTO_CPU:
+            fprintf(stderr, "  auto: the CPU (%s)\n", wisp_engine_gpu_count(eng) ? "no GPU was faster at any calibrated size"
+                                                                           : wisp_engine_gpu_status(eng));
+            break;
+        case WISP_AUTO_ROUTING:
+            fprintf(stderr, "  auto: batches of %llu features or more on the GPU, smaller ones on the CPU (calibrated on the model)\n",
+                    (unsigned long long)need_one);
+            break;
+        default: break;
+        }
+    }
+    if (wisp_engine_gpu_starting(eng)) {
+        /* the answers are out; the GPUs an "auto" session started in the background are not
+         * up yet: end now rather than wait for them (wisp_engine_free would) */
+        if (fflush(NULL) != 0 && rc == 0) rc = 1;
+        _exit(rc);
     }
 done:
     if (out && out != stdout) fclose(out);

@@ -276,6 +276,7 @@ void wisp__cuda_dv_free(sess *s)
 static sess *backend_of(wisp_session *ws)
 {
     wisp_engine *eng = ws->eng;
+    wisp__session_auto_refresh(ws, true);   /* "auto" with the data on a GPU: the GPUs now */
     const wisp_backend *be = eng->gpu;
     if (ws->kind == WISP_PLACE_CPU || ws->ngpu == 0 || !be || ws->npend) return NULL;
     for (int i = 0; i < ws->ngpu; i++)

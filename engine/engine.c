@@ -31,8 +31,16 @@ int wisp_engine_new(int threads, wisp_engine **out)
         wisp_free(eng);
         return wisp_fail(WISP_ENOMEM, "wisp_engine_new: cannot create a mutex");
     }
+    if (pthread_mutex_init(&eng->gpu_lock, NULL) != 0) {
+        pthread_mutex_destroy(&eng->lock);
+        wisp_free(eng);
+        return wisp_fail(WISP_ENOMEM, "wisp_engine_new: cannot create a mutex");
+    }
+    atomic_init(&eng->gpu_state, 0);
+    atomic_init(&eng->bring, 0);
     int st = wisp_pool_new(threads, &eng->pool);
     if (st != WISP_OK) {
+        pthread_mutex_destroy(&eng->gpu_lock);
         pthread_mutex_destroy(&eng->lock);
         wisp_free(eng);
         return wisp_fail_context(st, "wisp_engine_new");
@@ -49,8 +57,15 @@ void wisp_engine_retain(wisp_engine *eng)
 void wisp_engine_free(wisp_engine *eng)
 {
     if (!eng || atomic_fetch_sub(&eng->refs, 1) != 1) return;
+    /* the bring-up thread holds a reference while it runs: it is done (or it is this thread,
+     * dropping the last reference as it ends) */
+    if (atomic_load(&eng->bring) != 0) {
+        if (pthread_equal(pthread_self(), eng->bring_thread)) pthread_detach(eng->bring_thread);
+        else pthread_join(eng->bring_thread, NULL);
+    }
     if (eng->gpu && eng->gpu->shutdown) eng->gpu->shutdown(eng->gpu_ctx);
     wisp_pool_free(eng->pool);
+    pthread_mutex_destroy(&eng->gpu_lock);
     pthread_mutex_destroy(&eng->lock);
     wisp_free(eng);
 }
@@ -64,8 +79,11 @@ int wisp_engine_threads(const wisp_engine *eng)
 
 static void discover(wisp_engine *eng)
 {
-    pthread_mutex_lock(&eng->lock);
-    if (!eng->gpu_state) {
+    if (atomic_load_explicit(&eng->gpu_state, memory_order_acquire)) return;
+    /* its own lock, not eng->lock: starting CUDA takes a quarter of a second, and a
+     * background bring-up (autoplace.c) must not hold up logging meanwhile */
+    pthread_mutex_lock(&eng->gpu_lock);
+    if (!atomic_load_explicit(&eng->gpu_state, memory_order_relaxed)) {
         const wisp_backend *be = wisp_cuda_backend();
         const char *off = getenv("WISP_NO_GPU");
         if (off && *off && strcmp(off, "0") != 0) {
@@ -78,25 +96,35 @@ static void discover(wisp_engine *eng)
             int n = be->init(eng, &ctx, why, sizeof why);
             if (n > 0) {
                 eng->gpu_ctx = ctx;
-                /* published last: wisp_host_alloc/free read it without the lock */
-                __atomic_store_n(&eng->gpu, be, __ATOMIC_RELEASE);
                 eng->gpu_count = n > WISP_MAX_GPUS ? WISP_MAX_GPUS : n;
                 snprintf(eng->gpu_status, sizeof eng->gpu_status, "%d CUDA device%s", eng->gpu_count,
                          eng->gpu_count == 1 ? "" : "s");
+                /* published after its context: wisp_host_alloc/free read it without a lock */
+                __atomic_store_n(&eng->gpu, be, __ATOMIC_RELEASE);
             } else {
                 if (ctx && be->shutdown) be->shutdown(ctx);
                 snprintf(eng->gpu_status, sizeof eng->gpu_status, "no CUDA device: %s", why[0] ? why : "none found");
             }
         }
-        eng->gpu_state = 1;
+        atomic_store_explicit(&eng->gpu_state, 1, memory_order_release);
         if (!eng->gpu) {
-            /* outside the lock below would be nicer, but logging takes the same lock */
-            pthread_mutex_unlock(&eng->lock);
+            pthread_mutex_unlock(&eng->gpu_lock);
             wisp_log(eng, WISP_LOG_INFO, "%s; scoring runs on the CPU", eng->gpu_status);
             return;
         }
     }
-    pthread_mutex_unlock(&eng->lock);
+    pthread_mutex_unlock(&eng->gpu_lock);
+}
+
+void wisp__engine_discover(wisp_engine *eng)
+{
+    if (eng) discover(eng);
+}
+
+int wisp__engine_gpu_settled(wisp_engine *eng)
+{
+    return eng && atomic_load_explicit(&eng->gpu_state, memory_order_acquire)
+        && atomic_load_explicit(&eng->bring, memory_order_acquire) != 1;
 }
 
 int wisp_engine_gpu_count(wisp_engine *eng)

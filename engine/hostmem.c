@@ -2,6 +2,8 @@
 #include "internal.h"
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* ---- host memory for batch arrays ----------------------------------------
  * 64-byte aligned; pinned (page-locked) when the GPU backend is live, so one
@@ -12,12 +14,12 @@
 struct host_hdr { void *base; int pinned; };
 #define HOST_PAD 64
 
-void *wisp_host_alloc(wisp_engine *eng, size_t n)
+static void *host_alloc(wisp_engine *eng, size_t n, int pin)
 {
     if (n > SIZE_MAX - 2 * HOST_PAD) return NULL;
     void *base = NULL;
     int pinned = 0;
-    const wisp_backend *gpu = eng ? __atomic_load_n(&eng->gpu, __ATOMIC_ACQUIRE) : NULL;
+    const wisp_backend *gpu = eng && pin ? __atomic_load_n(&eng->gpu, __ATOMIC_ACQUIRE) : NULL;
     if (gpu && gpu->host_alloc) {
         base = gpu->host_alloc(eng->gpu_ctx, n + 2 * HOST_PAD);
         pinned = base != NULL;
@@ -29,6 +31,24 @@ void *wisp_host_alloc(wisp_engine *eng, size_t n)
     h->base = base;
     h->pinned = pinned;
     return (void *)a;
+}
+
+void *wisp_host_alloc(wisp_engine *eng, size_t n) { return host_alloc(eng, n, 1); }
+
+/* A batch's own arrays (batch.c) are plain memory unless WISP_BATCH_PINNED=1. Measured on the
+ * H200 (scripts/results/bench_auto-h200-baseline.json and the issue 20 note): pinning each
+ * growth of a batch (cudaHostAlloc, mapped) cost the CLI's 16 parsing threads 5.0 s of thread
+ * time on a 1M-row file against 1.1 s in plain memory, while the staging copy a GPU session
+ * makes of a plain batch costs about 0.06 ms a MB. Callers that reuse one batch's memory for
+ * many GPU calls allocate it pinned themselves (wisp_engine_host_alloc + wisp_batch_wrap). */
+void *wisp_host_alloc_batch(wisp_engine *eng, size_t n)
+{
+    static int pin = -1;
+    if (pin < 0) {
+        const char *v = getenv("WISP_BATCH_PINNED");
+        pin = v && *v && strcmp(v, "0") != 0;
+    }
+    return host_alloc(eng, n, pin);
 }
 
 void wisp_host_free(wisp_engine *eng, void *p)

@@ -57,6 +57,8 @@ typedef struct wisp_pool wisp_pool;
 int  wisp_pool_new(int threads, wisp_pool **out);
 void wisp_pool_free(wisp_pool *p);
 int  wisp_pool_threads(const wisp_pool *p);
+/* true when the calling thread is running a task of p (work it starts runs inline) */
+bool wisp_pool_inside(const wisp_pool *p);
 /* Runs the tasks; concurrent callers are serialised. Never fails. */
 void wisp_pool_run(wisp_pool *p, size_t ntasks, wisp_task_fn fn, void *ctx);
 
@@ -124,10 +126,14 @@ struct wisp_engine {
     atomic_int refs;
     wisp_pool *pool;
     int log_level;
-    pthread_mutex_t lock;        /* guards device discovery and last_log */
+    pthread_mutex_t lock;        /* guards last_log */
     char last_log[512];
     /* GPUs */
-    int gpu_state;               /* 0: not discovered yet, 1: discovered */
+    pthread_mutex_t gpu_lock;    /* guards discovery; held while CUDA starts (a quarter of a second) */
+    atomic_int gpu_state;        /* 0: not discovered yet, 1: discovered */
+    /* the background bring-up an "auto" session starts (engine/autoplace.c): 0 none, 1 running, 2 done */
+    atomic_int bring;
+    pthread_t bring_thread;
     int gpu_count;
     char gpu_status[256];
     const wisp_backend *gpu;     /* NULL when no GPU backend is usable */
@@ -135,10 +141,16 @@ struct wisp_engine {
 };
 
 void wisp_engine_retain(wisp_engine *eng);
+/* Discover the devices now (wisp_engine_gpu_count without the count). */
+void wisp__engine_discover(wisp_engine *eng);
+/* 1 once discovery is done and no background bring-up is still running: the GPU facts are final. */
+int  wisp__engine_gpu_settled(wisp_engine *eng);
 /* Log through the engine (stderr by default) and keep warnings/errors. */
 void wisp_log(wisp_engine *eng, int level, const char *fmt, ...) WISP_PRINTF(3, 4);
 /* Host memory for batch arrays: pinned when the GPU backend is live. */
 void *wisp_host_alloc(wisp_engine *eng, size_t n);
+/* A batch's own arrays: plain memory unless WISP_BATCH_PINNED=1 (why: hostmem.c). */
+void *wisp_host_alloc_batch(wisp_engine *eng, size_t n);
 void  wisp_host_free(wisp_engine *eng, void *p);
 
 /* ---- model (model.c) ------------------------------------------------------- */
@@ -165,6 +177,11 @@ struct wisp_model {
     /* Device copies, owned by the GPU backend (freed via model_release). */
     pthread_mutex_t dev_lock;
     void *dev[WISP_MAX_GPUS];
+    /* the "auto" device's crossover for this model (autoplace.c): auto_cal 0 not
+     * calibrated, 1 calibrating, 2 done; the fewest nonzeros a batch needs to go to
+     * the GPU, scored from a pool task / from another thread (UINT64_MAX: never) */
+    atomic_int auto_cal;
+    _Atomic uint64_t auto_nnz_one, auto_nnz_pool;
 };
 
 void wisp_model_retain(wisp_model *m);
@@ -238,6 +255,7 @@ struct wisp_session {
     int gpus[WISP_MAX_GPUS];
     void *gpu_sctx;              /* backend session state, opened lazily */
     bool gpu_open_failed;
+    bool auto_pending;           /* "auto" before the engine's GPUs settled: gpus not filled in yet */
     uint64_t stats[WISP_STAT_COUNT];
     /* batches submitted and not yet waited for (wisp_session_submit/wait):
      * a ring of WISP_MAX_PENDING, oldest at pend_head */
@@ -264,6 +282,13 @@ struct wisp_session {
 };
 
 enum { WISP_PLACE_CPU = 0, WISP_PLACE_GPU = 1, WISP_PLACE_AUTO = 2 };
+
+/* The "auto" device (autoplace.c): start the GPUs' bring-up in the background (once per
+ * engine; calibrates m there too), and whether a batch of nnz nonzeros goes to the GPU now. */
+void wisp__auto_bring_up(wisp_engine *eng, wisp_model *m);
+int  wisp__auto_route(wisp_session *s, uint64_t nnz);
+/* An "auto" session takes the GPUs its engine discovered since (wait: discover now). */
+void wisp__session_auto_refresh(wisp_session *s, bool wait);
 
 /* Make b's bad rows the session's (wisp_session_bad_row), a copy; for the scoring paths
  * that own a batch the caller never sees (wisp_session_score_device). */

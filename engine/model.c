@@ -672,6 +672,9 @@ int wisp_model_load_ex(wisp_engine *eng, const char *path, unsigned flags, wisp_
     if (!m) { wisp_free(L); munmap(img, len); return wisp_fail(WISP_ENOMEM, "%s: out of memory", path); }
     atomic_init(&m->refs, 1);
     pthread_mutex_init(&m->dev_lock, NULL);
+    atomic_init(&m->auto_cal, 0);
+    atomic_init(&m->auto_nnz_one, UINT64_MAX);
+    atomic_init(&m->auto_nnz_pool, UINT64_MAX);
     m->map = img;
     m->map_size = size;
     m->map_len = len;
@@ -750,10 +753,8 @@ void wisp_model_free(wisp_model *m)
     const wisp_backend *gpu = NULL;
     void *gpu_ctx = NULL;
     if (eng) {
-        pthread_mutex_lock(&eng->lock);
-        gpu = eng->gpu;
-        gpu_ctx = eng->gpu_ctx;
-        pthread_mutex_unlock(&eng->lock);
+        gpu = __atomic_load_n(&eng->gpu, __ATOMIC_ACQUIRE);   /* published after its context (engine.c) */
+        gpu_ctx = gpu ? eng->gpu_ctx : NULL;
     }
     if (gpu && gpu->model_release) gpu->model_release(gpu_ctx, m);
     model_destroy(m);

@@ -66,6 +66,10 @@ static int parse_device(wisp_engine *eng, const char *dev, int *kind, int *gpus,
     int st = wisp_device_parse(dev, &dk, &n);
     if (st != WISP_OK) return st;
     if (dk == WISP_DEVICE_CPU) { *kind = WISP_PLACE_CPU; return WISP_OK; }
+    if (dk == WISP_DEVICE_AUTO && !atomic_load_explicit(&eng->gpu_state, memory_order_acquire)) {
+        *kind = WISP_PLACE_AUTO;         /* the GPUs come up in the background (autoplace.c): none yet */
+        return WISP_OK;
+    }
     int count = wisp_engine_gpu_count(eng);
     if (dk == WISP_DEVICE_AUTO || (dk == WISP_DEVICE_GPUS && n == 0)) {
         *kind = dk == WISP_DEVICE_AUTO ? WISP_PLACE_AUTO : WISP_PLACE_GPU;
@@ -110,7 +114,34 @@ int wisp_session_set_device(wisp_session *s, const char *device)
     s->kind = kind;
     s->ngpu = ngpu;
     memcpy(s->gpus, gpus, sizeof gpus);
+    s->auto_pending = kind == WISP_PLACE_AUTO && !atomic_load_explicit(&s->eng->gpu_state, memory_order_acquire);
+    if (kind == WISP_PLACE_AUTO && s->model) wisp__auto_bring_up(s->eng, s->model);
     return WISP_OK;
+}
+
+/* An "auto" session whose engine discovered its GPUs since: take them (every usable one).
+ * wait: discover now if need be (a caller whose data is on a GPU already). */
+void wisp__session_auto_refresh(wisp_session *s, bool wait)
+{
+    if (!s->auto_pending) return;
+    if (wait) wisp__engine_discover(s->eng);
+    if (!atomic_load_explicit(&s->eng->gpu_state, memory_order_acquire)) return;
+    int count = s->eng->gpu_count, n = 0;
+    for (int i = 0; i < count && i < WISP_MAX_GPUS; i++) s->gpus[n++] = i;
+    s->ngpu = n;
+    s->auto_pending = false;
+}
+
+/* Whether batch b goes to the session's GPUs: a named GPU whenever there is one; "auto"
+ * when its GPUs are up and b is past the model's calibrated crossover (autoplace.c). */
+static bool want_gpu(wisp_session *s, const wisp_batch *b)
+{
+    if (!b->rows || s->kind == WISP_PLACE_CPU) return false;
+    if (s->kind == WISP_PLACE_AUTO) {
+        wisp__session_auto_refresh(s, false);
+        return s->ngpu > 0 && s->eng->gpu && wisp__auto_route(s, b->nnz);
+    }
+    return s->ngpu > 0 && s->eng->gpu;
 }
 
 int wisp_session_new(wisp_engine *eng, wisp_model *m, const char *device, wisp_session **out)
@@ -128,7 +159,7 @@ int wisp_session_new(wisp_engine *eng, wisp_model *m, const char *device, wisp_s
         long n = strtol(fl, NULL, 10);
         s->max_in_flight = n < 1 ? 1 : n > WISP_MAX_IN_FLIGHT ? WISP_MAX_IN_FLIGHT : (int)n;
     }
-    int st = wisp_session_set_device(s, device ? device : "auto");
+    int st = wisp_session_set_device(s, device ? device : "auto");   /* s->model set: auto starts its bring-up */
     if (st != WISP_OK) {
         wisp_free(s);
         return st;
@@ -274,7 +305,7 @@ static void drain_gpu(wisp_session *s)
 static void score_batch(wisp_session *s, const wisp_batch *b, float *out)
 {
     bool done = false;
-    if (b->rows && s->kind != WISP_PLACE_CPU && s->ngpu > 0 && s->eng->gpu) {
+    if (want_gpu(s, b)) {
         done = score_gpu(s, b, out) == WISP_OK;
         if (!done) s->stats[WISP_STAT_FALLBACKS]++;
     } else if (b->rows && s->kind == WISP_PLACE_GPU) {
@@ -309,7 +340,7 @@ int wisp_session_submit(wisp_session *s, const wisp_batch *b, float *out)
     memcpy(before, s->stats, sizeof before);
     const wisp_backend *be = s->eng->gpu;
     bool on_gpu = false, done = false;
-    if (b->rows && s->kind != WISP_PLACE_CPU && s->ngpu > 0 && be) {
+    if (want_gpu(s, b)) {
         if (be->submit && be->wait) {
             if (s->ngpu_pend >= s->max_in_flight) complete_oldest_gpu(s);
             if (gpu_ready(s) == WISP_OK) {
@@ -396,8 +427,14 @@ void wisp_session_add_stat(wisp_session *s, int which, uint64_t amount)
  * score_raw's CPU path counts its own, through score_batch). */
 static const wisp_backend *transform_gpu(wisp_session *s, size_t rows, bool count)
 {
-    const wisp_backend *be = s->eng->gpu;
     if (!rows || s->kind == WISP_PLACE_CPU) return NULL;
+    if (s->kind == WISP_PLACE_AUTO) {
+        /* auto: once the GPUs are up, by the crossover (a raw row counted as 39 features,
+         * a Criteo row's columns: the probes' width) */
+        wisp__session_auto_refresh(s, false);
+        if (s->ngpu == 0 || !wisp__auto_route(s, (uint64_t)rows * 39)) return NULL;
+    }
+    const wisp_backend *be = s->eng->gpu;
     if (s->ngpu == 0 || !be || !be->transform || !be->score_raw) {
         if (count && s->kind == WISP_PLACE_GPU) s->stats[WISP_STAT_FALLBACKS]++;
         return NULL;

@@ -337,3 +337,5 @@ int wisp_engine_run(wisp_engine *eng, size_t ntasks, wisp_task_fn fn, void *ctx)
     wisp_pool_run(eng->pool, ntasks, fn, ctx);
     return WISP_OK;
 }
+
+bool wisp_pool_inside(const wisp_pool *p) { return p && tls_running == p; }

@@ -152,6 +152,10 @@ int  wisp_engine_run(wisp_engine *eng, size_t ntasks, wisp_task_fn fn, void *ctx
  * wisp_engine_gpu_status() then says which, in words. */
 int  wisp_engine_gpu_count(wisp_engine *eng);
 const char *wisp_engine_gpu_status(wisp_engine *eng);
+/* 1 while an "auto" session's background bring-up of the GPUs is still running
+ * (engine/autoplace.c); wisp_engine_free waits for it. A process about to exit
+ * may skip that wait by ending without freeing the engine (the CLI does). */
+int  wisp_engine_gpu_starting(wisp_engine *eng);
 
 /* Facts about GPU i (0 <= i < gpu count); NULL / 0 when i is out of range.
  * The name string lives as long as the engine. */
@@ -394,8 +398,12 @@ const float    *wisp_batch_vals(const wisp_batch *b);
  *
  * Device names: "cpu"; "gpu" (= "gpu:0"); "gpu:N"; "gpus" (every usable
  * GPU, the batch split across them); "gpus:N" (the first N GPUs); "auto"
- * (every usable GPU if any, else the CPU). A session placed on a GPU falls back to the CPU, logs why and
- * counts it, when the device is absent, out of memory or failed.
+ * (the default: the CPU while the GPUs start in the background, then, batch
+ * by batch, the GPUs for a batch large enough to be faster there and the CPU
+ * for the others, by a crossover calibrated on the model; the CPU when no GPU
+ * is usable: engine/autoplace.c, wisp_session_auto_state). A session placed
+ * on a GPU falls back to the CPU, logs why and counts it, when the device is
+ * absent, out of memory or failed.
  * Batches are scored one call at a time (wisp_session_score) or as a
  * stream (wisp_session_submit / wisp_session_wait, double-buffered).
  * ------------------------------------------------------------------------- */
@@ -426,6 +434,18 @@ int  wisp_session_set_device(wisp_session *s, const char *device);
  * ("cpu", "gpu:0", "gpus:2"...). Valid until the next call on s. */
 const char *wisp_session_device(const wisp_session *s);
 const char *wisp_session_last_device(const wisp_session *s);
+
+/* Where an "auto" session stands: WISP_AUTO_STARTING while the GPUs are still
+ * being brought up and the model calibrated (its batches go to the CPU
+ * meanwhile), WISP_AUTO_CPU when no GPU is usable or none was faster at any
+ * calibrated size, WISP_AUTO_ROUTING when a batch with at least *min_nnz_one
+ * nonzeros (scored from a task of the engine's pool, such as the CLI's) or
+ * *min_nnz_pool (from any other thread) goes to the GPUs; WISP_AUTO_FIXED for
+ * a session placed on a named device. The minima are UINT64_MAX when unknown
+ * or never; either pointer may be NULL. WISP_AUTO_MIN_NNZ=N fixes both at N,
+ * WISP_AUTO_WAIT=1 makes the first auto session wait for the bring-up. */
+enum { WISP_AUTO_FIXED = 0, WISP_AUTO_STARTING = 1, WISP_AUTO_CPU = 2, WISP_AUTO_ROUTING = 3 };
+int  wisp_session_auto_state(wisp_session *s, uint64_t *min_nnz_one, uint64_t *min_nnz_pool);
 
 /* Score every row of b into out[0 .. rows): out[r] = sigmoid(bias + sum
  * w[id] * value); NaN for bad rows. Blocking. The result does not depend

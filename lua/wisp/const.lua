@@ -74,6 +74,12 @@ return {
     WISP_DEVICE_GPUS = 2,
     WISP_DEVICE_AUTO = 3,
 
+    -- where an "auto" session stands (wisp_session_auto_state)
+    WISP_AUTO_FIXED = 0,
+    WISP_AUTO_STARTING = 1,
+    WISP_AUTO_CPU = 2,
+    WISP_AUTO_ROUTING = 3,
+
     WISP_MAX_STRING_BYTES = 2^16,
     WISP_MAX_COLUMNS      = 65536,
     WISP_MAX_SPEC_BYTES   = 2^30,

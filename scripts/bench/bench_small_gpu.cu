@@ -1,5 +1,5 @@
 /* bench_small_gpu.cu — a tiny batch end to end, timed from C, with the floors beside it
- * (the C half of issue 20's small-batch figure; scripts/bench/bench_small_gpu.py runs it).
+ * (the C half of issue 20's small-batch figure; scripts/bench/bench_gpu.py runs it, and the lead's bisect did).
  *
  *   bench_small_gpu [--lib LIBWISP.so] [--device gpu] [--rows 10] [--calls 20000] [--floors]
  *                   [--model PATH] [--log2-features 26]
@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 typedef struct wisp_engine wisp_engine;
@@ -136,7 +137,7 @@ static void floors(long calls)
     for (long i = -200; i < calls; i++) {
         uint64_t t0 = now_ns();
         p.seq = (uint32_t)(i + 1000);
-        param_flag_kernel<<<1, 128, 0, st>>>(p);
+        param_flag_kernel<<<1, 256, 0, st>>>(p);   /* wisp's tiny kernel's block */
         while (*(volatile uint32_t *)hflag != p.seq) { }
         if (i >= 0) t[(size_t)i] = (double)(now_ns() - t0) / 1e3;
     }
@@ -236,15 +237,26 @@ int main(int argc, char **argv)
     for (int i = 0; i < 200; i++) ok(W.session_score(s, b, out.data()), "wisp_session_score");
     W.session_reset_stats(s);
     std::vector<double> t((size_t)calls);
+    int failed = 0;
     for (long i = 0; i < calls; i++) {
         uint64_t t0 = now_ns();
-        W.session_score(s, b, out.data());
+        failed |= W.session_score(s, b, out.data());
         t[(size_t)i] = (double)(now_ns() - t0) / 1e3;
     }
-    /* stat indices: read by name would need the header; these have been stable (wisp.h enum order) */
+    ok(failed, "wisp_session_score (timed loop)");
+    /* the library's own time: WISP_STAT_NS_TOTAL (13) over WISP_STAT_BATCHES (0), indices unchanged since fb769f3 */
+    const double inside_us = (double)W.session_stat(s, 13) / (double)(W.session_stat(s, 0) ? W.session_stat(s, 0) : 1) / 1e3;
+    /* the answers against a CPU session's */
+    wisp_session *cs;
+    std::vector<float> ref(rows);
+    ok(W.session_new(eng, m, "cpu", &cs), "wisp_session_new cpu");
+    ok(W.session_score(cs, b, ref.data()), "wisp_session_score cpu");
+    double maxdiff = 0;
+    for (long r = 0; r < rows; r++) maxdiff = std::max(maxdiff, (double)std::fabs(out[r] - ref[r]));
     summary e = summarize(t);
     printf("{\n\"lib\": \"%s\", \"device\": \"%s\", \"ran_on\": \"%s\", \"rows\": %ld, \"calls\": %ld,\n", lib, device,
            W.session_last_device(s), rows, calls);
+    printf("\"inside_wisp_us\": %.3f, \"max_abs_diff_vs_cpu\": %.3g,\n", inside_us, maxdiff);
     if (want_floors) floors(calls);
     print_summary("wisp_session_score", e, 0);
     printf("}\n");

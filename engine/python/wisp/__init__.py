@@ -502,8 +502,9 @@ class Session:
     """A model placed on a device. Create with Model.session(device).
 
     Device names: "cpu", "gpu" (= "gpu:0"), "gpu:N", "gpus" (every usable
-    GPU), "gpus:N", "auto" (every usable GPU if any, else the CPU), the
-    grammar of the CLI's --device. A session on a GPU falls back to the
+    GPU), "gpus:N", "auto" (the CPU while the GPUs start in the background,
+    then each batch on the device a crossover calibrated on the model picks
+    for its size; the CPU without a GPU), the grammar of the CLI's --device. A session on a GPU falls back to the
     CPU (logged, counted in stats()["fallbacks"]) when the device is absent,
     out of memory or failed.
 
