@@ -1,4 +1,4 @@
--- placement_spec.lua — placement: function policies per batch, calibrated policies (crossover, interpolation), saving and loading them (JSON and Lua), pipelines switching devices only on change, calibrate on this machine.
+-- placement_spec.lua — placement: function policies per batch, calibrated policies (the choice rule within the measured spread, breaks, policy:check), saving and loading them (JSON and Lua, version 1 and 2), the sweep's refinement around a crossover (a synthetic measure), pipelines switching devices only on change, calibrate on this machine (CPU: devices cpu and auto, interleaved).
 local wisp = require "wisp"
 local H = require "helpers"
 local placement = require "wisp.placement"
@@ -126,6 +126,292 @@ describe("wisp.placement", function()
         q, err = placement.load("/nonexistent/policy.json")
         assert.is_nil(q)
         assert.matches("nonexistent", err)
+    end)
+
+    -- a point from {device = {median, lo, hi}}
+    local function pt(rows, t)
+        local ms, spread = {}, {}
+        for d, v in pairs(t) do
+            ms[d] = v[1]
+            if v[2] then spread[d] = { lo = v[2], hi = v[3] } end
+        end
+        return { rows = rows, ms = ms, spread = next(spread) and spread or nil }
+    end
+    local G = "gpu:0"
+
+    it("chooses within the measured spread: a device faster only within the noise makes no pair of breaks", function()
+        local p = placement.policy { devices = { "cpu", G }, points = {
+            pt(10, { cpu = { 1.0, 0.9, 1.1 }, [G] = { 2.0, 1.9, 2.1 } }),
+            pt(100, { cpu = { 1.50, 1.40, 1.60 }, [G] = { 1.45, 1.35, 1.55 } }),     -- gpu faster by median, within the spread
+            pt(178, { cpu = { 1.6, 1.5, 1.7 }, [G] = { 1.9, 1.85, 1.95 } }),
+            pt(1000, { cpu = { 5.0, 4.9, 5.1 }, [G] = { 2.0, 1.9, 2.1 } }) } }
+        -- one break, where the medians cross between 178 and 1000: 178 + 822 * 0.3 / 3.3 = 252.7
+        assert.equal(1, #p.crossover)
+        assert.same({ rows = 253, from = "cpu", to = G }, p.crossover[1])
+        for r = 1, 1500 do assert.equal(r < 253 and "cpu" or G, p:choose(r), "rows " .. r) end
+        local rows, ok = p:check()
+        assert.is_true(ok)
+        assert.equal(4, #rows)
+        local r100 = rows[2]
+        assert.equal(100, r100.rows)
+        assert.equal("cpu", r100.chosen); assert.equal(G, r100.best)
+        assert.near(0.05, r100.slower_ms, 1e-12)
+        assert.near(0.10 + 0.10, r100.allowed_ms, 1e-12)      -- (1.50 - 1.40) + (1.55 - 1.45)
+        assert.equal(1.40, r100.chosen_lo); assert.equal(1.55, r100.best_hi)
+        assert.is_true(r100.ok)
+        assert.same({}, placement.check_failures(rows))
+        -- the same points with the spread narrowed at 100 (bands apart): the faster one must be chosen there
+        local q = placement.policy { devices = { "cpu", G }, points = {
+            pt(10, { cpu = { 1.0, 0.9, 1.1 }, [G] = { 2.0, 1.9, 2.1 } }),
+            pt(100, { cpu = { 1.50, 1.47, 1.52 }, [G] = { 1.45, 1.43, 1.46 } }),
+            pt(178, { cpu = { 1.6, 1.5, 1.7 }, [G] = { 1.9, 1.85, 1.95 } }),
+            pt(1000, { cpu = { 5.0, 4.9, 5.1 }, [G] = { 2.0, 1.9, 2.1 } }) } }
+        assert.equal(3, #q.crossover)
+        assert.equal("cpu", q:choose(10)); assert.equal(G, q:choose(100))
+        assert.equal("cpu", q:choose(178)); assert.equal(G, q:choose(1000))
+        -- breaks where the medians cross: 10 + 90 * 1 / 1.05 = 95.7; 100 + 78 * 0.05 / 0.35 = 111.1
+        assert.same({ 96, 111, 253 }, { q.crossover[1].rows, q.crossover[2].rows, q.crossover[3].rows })
+        assert.is_true(select(2, q:check()))
+        -- with no spread recorded only the faster median is acceptable
+        local strict = placement.policy { devices = { "cpu", G }, points = {
+            pt(10, { cpu = { 1.0 }, [G] = { 2.0 } }), pt(100, { cpu = { 1.50 }, [G] = { 1.45 } }),
+            pt(178, { cpu = { 1.6 }, [G] = { 1.9 } }), pt(1000, { cpu = { 5.0 }, [G] = { 2.0 } }) } }
+        assert.equal(3, #strict.crossover)
+        assert.equal(G, strict:choose(100))
+        -- a crossing just above a measured size still leaves that size its own device: the break is
+        -- kept in a+1 .. b (100 + 0.1 / 0.5 = 100.2 would round to 100)
+        local near = placement.policy { devices = { "cpu", G }, points = {
+            pt(100, { cpu = { 1.0 }, [G] = { 1.1 } }), pt(101, { cpu = { 1.5 }, [G] = { 1.1 } }) } }
+        assert.equal(101, near.crossover[1].rows)
+        assert.equal("cpu", near:choose(100)); assert.equal(G, near:choose(101))
+        assert.is_true(select(2, near:check()))
+    end)
+
+    it("the 100-row case: a naive interpolation between coarse sizes picks the slower device; measured, it does not", function()
+        -- coarse sizes only: the medians' lines cross at 10 + 990 * 0.0101 / 0.1801 = 65.5 rows,
+        -- so 100 rows goes to the GPU although the CPU is clearly faster there (0.0204 against 0.0247 ms)
+        local c10 = pt(10, { cpu = { 0.0014, 0.0013, 0.0015 }, [G] = { 0.0115, 0.0112, 0.0118 } })
+        local c100 = pt(100, { cpu = { 0.0204, 0.0200, 0.0210 }, [G] = { 0.0247, 0.0240, 0.0255 } })
+        local c1000 = pt(1000, { cpu = { 0.2, 0.19, 0.21 }, [G] = { 0.03, 0.029, 0.031 } })
+        local naive = placement.policy { devices = { "cpu", G }, points = { c10, c1000 } }
+        assert.equal(66, naive.crossover[1].rows)
+        assert.equal(G, naive:choose(100))
+        -- held to a measurement that has the 100-row point, its check says where it is not ok
+        local rows, ok = naive:check { c10, c100, c1000 }
+        assert.is_false(ok)
+        assert.is_true(rows[1].ok); assert.is_false(rows[2].ok); assert.is_true(rows[3].ok)
+        assert.equal(G, rows[2].chosen); assert.equal("cpu", rows[2].best)
+        assert.near(0.0043, rows[2].slower_ms, 1e-12)
+        assert.near((0.0247 - 0.0240) + (0.0210 - 0.0204), rows[2].allowed_ms, 1e-12)
+        local lines = placement.check_failures(rows)
+        assert.equal(1, #lines)
+        assert.matches("^100 rows: chose gpu:0 at 0.0247 ms", lines[1])
+        -- with the point measured (what calibrate's refinement does), the CPU gets 100 rows
+        local measured = placement.policy { devices = { "cpu", G }, points = { c10, c100, c1000 } }
+        assert.equal("cpu", measured:choose(100))
+        assert.is_true(select(2, measured:check()))
+        -- between 100 and 1000: 100 + 900 * 0.0043 / 0.1743 = 122.2
+        assert.equal(122, measured.crossover[1].rows)
+        for r = 1, 2000 do assert.equal(r < 122 and "cpu" or G, measured:choose(r), "rows " .. r) end
+        -- a check against points missing a device is refused clearly
+        assert.has_error(function() measured:check { { rows = 10, ms = { cpu = 1 } } } end, "bad argument #1 to 'check' (points[1]: no time for device 'gpu:0')")
+    end)
+
+    it("checks three devices and breaks between any two of them", function()
+        local G1 = "gpu:1"
+        local p = placement.policy { devices = { "cpu", G, G1 }, points = {
+            pt(10, { cpu = { 1, 0.9, 1.1 }, [G] = { 3, 2.9, 3.1 }, [G1] = { 4, 3.9, 4.1 } }),
+            pt(100, { cpu = { 3, 2.9, 3.1 }, [G] = { 2, 1.9, 2.1 }, [G1] = { 2.5, 2.4, 2.6 } }),
+            pt(1000, { cpu = { 9, 8.9, 9.1 }, [G] = { 5, 4.9, 5.1 }, [G1] = { 3, 2.9, 3.1 } }) } }
+        assert.equal("cpu", p:choose(10)); assert.equal(G, p:choose(100)); assert.equal(G1, p:choose(1000))
+        assert.equal(2, #p.crossover)
+        assert.equal(G, p.crossover[1].to); assert.equal(G1, p.crossover[2].to)
+        assert.is_true(select(2, p:check()))
+        -- where gpu:0 and gpu:1 are within each other's spread at 100, gpu:1 is kept: one break fewer
+        local q = placement.policy { devices = { "cpu", G, G1 }, points = {
+            pt(10, { cpu = { 1, 0.9, 1.1 }, [G] = { 3, 2.9, 3.1 }, [G1] = { 4, 3.9, 4.1 } }),
+            pt(100, { cpu = { 3, 2.9, 3.1 }, [G] = { 2, 1.8, 2.2 }, [G1] = { 2.1, 1.95, 2.3 } }),
+            pt(1000, { cpu = { 9, 8.9, 9.1 }, [G] = { 5, 4.9, 5.1 }, [G1] = { 3, 2.9, 3.1 } }) } }
+        assert.equal(1, #q.crossover)
+        assert.equal(G1, q:choose(100))
+        local rows, ok = q:check()
+        assert.is_true(ok)
+        assert.equal(G, rows[2].best); assert.equal(G1, rows[2].chosen)
+    end)
+
+    it("refuses bad spreads, duplicate sizes or devices and unknown versions", function()
+        local function bad(pts, want, extra)
+            local t = { devices = { "cpu", G }, points = pts }
+            for k, v in pairs(extra or {}) do t[k] = v end
+            local ok, err = pcall(placement.policy, t)
+            assert.is_false(ok)
+            assert.matches(want, err, 1, true)
+        end
+        bad({ { rows = 10, ms = { cpu = 1, [G] = 2 }, spread = { cpu = { lo = 1.1, hi = 1.2 } } } }, "spread of 'cpu'")
+        bad({ { rows = 10, ms = { cpu = 1, [G] = 2 }, spread = { cpu = { lo = 0.9 } } } }, "spread of 'cpu'")
+        bad({ { rows = 10, ms = { cpu = 1, [G] = 2 }, spread = { [G] = { lo = 1, hi = 1.9 } } } }, "spread of 'gpu:0'")
+        bad({ { rows = 10, ms = { cpu = 1, [G] = 2 }, spread = "wide" } }, "points[1]: spread")
+        bad({ { rows = 10, ms = { cpu = 1, [G] = 2 } }, { rows = 10, ms = { cpu = 1, [G] = 2 } } }, "10 rows measured twice")
+        bad({ { rows = 10.5, ms = { cpu = 1, [G] = 2 } } }, "a whole number")
+        bad({ { rows = 10, ms = { cpu = 1, [G] = 2 }, passes = 0 } }, "passes")
+        bad({ { rows = 10, ms = { cpu = 1, [G] = 2 } } }, "version 3", { version = 3 })
+        local ok, err = pcall(placement.policy, { devices = { "cpu", "cpu" }, points = { { rows = 1, ms = { cpu = 1 } } } })
+        assert.is_false(ok)
+        assert.matches("'cpu' twice", err, 1, true)
+    end)
+
+    it("saves and loads the spread (JSON and Lua) and still loads a version-1 policy without it", function()
+        local p = placement.policy { devices = { "cpu", G }, points = {
+            pt(10, { cpu = { 1.0, 0.9, 1.1 }, [G] = { 2.0, 1.9, 2.1 } }),
+            pt(100, { cpu = { 1.50, 1.40, 1.60 }, [G] = { 1.45, 1.35, 1.55 } }),
+            pt(178, { cpu = { 1.6, 1.5, 1.7 }, [G] = { 1.9, 1.85, 1.95 } }),
+            pt(1000, { cpu = { 5.0, 4.9, 5.1 }, [G] = { 2.0, 1.9, 2.1 } }) } }
+        p.points[2].passes = 7
+        local t = p:to_table()
+        assert.equal(2, t.version)
+        assert.same({ lo = 1.40, hi = 1.60, min = 1.40, max = 1.60 }, t.points[2].spread.cpu)
+        for _, ext in ipairs({ ".json", ".lua" }) do
+            local path = H.tmpname(ext)
+            assert(p:save(path))
+            local q = assert(placement.load(path))
+            assert.equal(2, q.version)
+            for i, pp in ipairs(p.points) do
+                for _, d in ipairs({ "cpu", G }) do
+                    assert.near(pp.spread[d].lo, q.points[i].spread[d].lo, 1e-12)
+                    assert.near(pp.spread[d].hi, q.points[i].spread[d].hi, 1e-12)
+                end
+            end
+            assert.equal(7, q.points[2].passes)
+            for r = 1, 1500, 7 do assert.equal(p:choose(r), q:choose(r), ext .. " " .. r) end
+            local a, b = p:check(), q:check()
+            for i = 1, #a do
+                assert.equal(a[i].chosen, b[i].chosen); assert.equal(a[i].ok, b[i].ok)
+                assert.near(a[i].allowed_ms, b[i].allowed_ms, 1e-12)
+            end
+        end
+        -- a version-1 file (what calibrate saved before: the H200's points of commit fb769f3)
+        local old = H.tmpname(".json")
+        H.write_file(old, [[{"points": [{"ms": {"cpu": 0.0013880914642609, "gpu:0": 0.011477013761468}, "rows": 10},
+            {"ms": {"cpu": 0.016242926948052, "gpu:0": 0.027567746556474}, "rows": 100},
+            {"ms": {"cpu": 0.064167166666667, "gpu:0": 0.046681162790698}, "rows": 1000},
+            {"ms": {"cpu": 0.16438752459016, "gpu:0": 0.092042844036697}, "rows": 10000},
+            {"ms": {"cpu": 1.402714875, "gpu:0": 0.46483181818182}, "rows": 100000},
+            {"ms": {"cpu": 2.720758, "gpu:0": 0.869532}, "rows": 200000}],
+            "model": {"dtype": "f32", "num_features": 6815757, "features_per_row": 39}, "devices": ["cpu", "gpu:0"],
+            "options": {"min_ms": 10, "repeats": 5}, "crossover": [{"from": "cpu", "to": "gpu:0", "rows": 454}],
+            "kind": "calibrated", "date": "2026-11-29T16:26:25Z", "version": 1,
+            "machine": {"cpu_threads": 16, "gpu_status": "1 CUDA device"}}]])
+        local q = assert(placement.load(old))
+        assert.is_nil(q.points[1].spread)
+        assert.equal(454, q.crossover[1].rows)                  -- as it was saved
+        local rows, ok = q:check()
+        assert.is_true(ok)
+        assert.equal(0, rows[2].allowed_ms)                     -- no spread: only the faster median is acceptable
+        -- and the same in a Lua file
+        local oldlua = H.tmpname(".lua")
+        H.write_file(oldlua, "return { version = 1, devices = { 'cpu', 'gpu:0' }, points = { { rows = 10, ms = { cpu = 1, ['gpu:0'] = 2 } }, { rows = 1000, ms = { cpu = 3, ['gpu:0'] = 2 } } } }")
+        q = assert(placement.load(oldlua))
+        assert.equal("cpu", q:choose(10)); assert.equal(G, q:choose(1000))
+    end)
+
+    it("sweeps: refines between the sizes where the fastest device changes until within 1.25x, with more passes on close calls", function()
+        -- synthetic devices: cpu 0.001 + 1e-4 r, gpu 0.02 + 1e-5 r ms: equal at 211.1 rows; passes +-1 %
+        local calls = {}
+        local function measure(size, n)
+            calls[#calls + 1] = { size, n }
+            local res = { cpu = {}, [G] = {} }
+            for i = 1, n do
+                local j = 1 + 0.01 * ((i % 3) - 1)
+                res.cpu[i] = (0.001 + 1e-4 * size) * j
+                res[G][i] = (0.02 + 1e-5 * size) * j
+            end
+            return res
+        end
+        local points, refined = placement.sweep(measure, { "cpu", G }, { 10000, 1, 10, 100, 1000, 10 }, { repeats = 5 })
+        -- 100 -> 1000: 316 (gpu), 178 (cpu), 237 (gpu), 205 (cpu); 205 .. 237 is within 1.25x
+        assert.same({ 316, 178, 237, 205 }, refined)
+        local rows = {}
+        for i, p in ipairs(points) do rows[i] = p.rows end
+        assert.same({ 1, 10, 100, 178, 205, 237, 316, 1000, 10000 }, rows)
+        for _, p in ipairs(points) do
+            assert.equal(5, p.passes)                           -- every point decided: no extra passes
+            for _, d in ipairs({ "cpu", G }) do
+                assert.is_true(p.spread[d].lo <= p.ms[d] and p.ms[d] <= p.spread[d].hi and p.spread[d].lo < p.spread[d].hi)
+                assert.is_true(p.spread[d].min <= p.spread[d].lo and p.spread[d].hi <= p.spread[d].max)
+            end
+        end
+        local pol = placement.policy { devices = { "cpu", G }, points = points }
+        assert.equal(1, #pol.crossover)
+        local at = pol.crossover[1].rows
+        assert.is_true(at > 205 and at <= 237)
+        assert.equal(211, at)                                   -- where the medians' lines cross
+        assert.is_true(select(2, pol:check()))
+        -- refine = false: the sizes only
+        local p2, r2 = placement.sweep(measure, { "cpu", G }, { 1, 100, 1000 }, { repeats = 3, refine = false })
+        assert.equal(3, #p2); assert.same({}, r2)
+        -- a close call (the bands overlap at 300 rows) gets more passes, up to max_repeats
+        calls = {}
+        local function close(size, n)
+            calls[#calls + 1] = { size, n }
+            local res = { cpu = {}, [G] = {} }
+            for i = 1, n do
+                local j = size == 300 and (1 + 0.1 * ((i % 3) - 1)) or 1 + 0.001 * i
+                res.cpu[i] = (size == 300 and 1.0 or size / 100) * j
+                res[G][i] = (size == 300 and 1.02 or 3) * j
+            end
+            return res
+        end
+        local p3 = placement.sweep(close, { "cpu", G }, { 100, 300 }, { repeats = 4, max_repeats = 10, refine = false })
+        assert.equal(4, p3[1].passes)
+        assert.equal(10, p3[2].passes)
+        assert.same({ { 100, 4 }, { 300, 4 }, { 300, 4 }, { 300, 2 } }, calls)
+        -- a measure that returns too few passes is an error that says so
+        assert.has_error(function() placement.sweep(function() return { cpu = { 1 } } end, { "cpu", G }, { 1 }, { repeats = 1 }) end,
+                         "calibrate: measure(1, 1) gave no pass times for 'gpu:0'")
+        assert.has_error(function() placement.sweep(measure, { "cpu" }, { 0 }) end)
+    end)
+
+    it("calibrates interleaved on the CPU (devices cpu and auto: no GPU needed), keeps the spread, and its check holds", function()
+        local m = model_and_rows()
+        -- each session's calls in order: interleaving shows as runs of one device, 2 a pass
+        local Session = wisp.Session
+        local orig = Session.score
+        local log = {}
+        Session.score = function(self, ...)
+            local d = self:device()
+            if log[#log] ~= d then log[#log + 1] = d end
+            return orig(self, ...)
+        end
+        local pol, err = wisp.calibrate(m, { devices = { "cpu", "auto" }, sizes = { 1, 300 }, repeats = 3, max_repeats = 3,
+                                             min_ms = 0.2, refine = false })
+        Session.score = orig
+        assert(pol, err)
+        assert.equal(2, #pol.points)
+        for _, p in ipairs(pol.points) do
+            assert.is_true(p.passes >= 3)
+            for _, d in ipairs({ "cpu", "auto" }) do
+                local s = p.spread[d]
+                assert.is_true(s.min <= s.lo and s.lo <= p.ms[d] and p.ms[d] <= s.hi and s.hi <= s.max)
+                assert.is_true(s.min > 0)
+            end
+        end
+        -- a size: the warm-up calls (cpu, auto), then 3 passes of each in turn: 2 + 2 x 3 runs of one
+        -- device (timed one device after the other it would be 2 + 2)
+        assert.equal(2 * (2 + 2 * 3), #log)
+        for i = 2, #log do assert.are_not.equal(log[i - 1], log[i]) end
+        assert.is_true(pol.options.interleaved)
+        local rows, ok = pol:check()
+        assert.is_true(ok, table.concat(placement.check_failures(rows), "\n"))
+        assert.equal(2, #rows)
+        -- saved with its spread and loaded
+        local path = H.tmpname(".json")
+        assert(pol:save(path))
+        local q = assert(placement.load(path))
+        assert.is_table(q.points[1].spread.auto)
+        assert.equal(pol:choose(1), q:choose(1)); assert.equal(pol:choose(300), q:choose(300))
+        -- the same device twice is refused
+        assert.has_error(function() wisp.calibrate(m, { devices = { "cpu", "cpu" } }) end, "bad argument #2 to 'calibrate' (devices[2]: 'cpu' twice)")
+        assert.has_error(function() wisp.calibrate(m, { sizes = { 0 } }) end)
     end)
 
     it("calibrates this machine: every usable device measured at every size, applied to a session", function()
