@@ -636,8 +636,9 @@ end
 -- Every size gets opts.repeats passes a device (5); a point where more than one device is
 -- acceptable (the choice rule: their bands overlap) gets more, opts.repeats at a time, up to
 -- opts.max_repeats (3 x repeats), so a close call rests on more passes. Then, between two
--- neighbouring measured sizes whose fastest device (by median) differs, the geometric
--- middle is measured, and again in each half where it still differs, until the bracket
+-- neighbouring measured sizes whose fastest device (by median) differs, other than within
+-- the spread (each end's fastest acceptable at the other end: then either is fine at both),
+-- the geometric middle is measured, and again in each half where it still differs, until the bracket
 -- is within opts.refine_ratio (1.25) or opts.refine_levels (8) deep, at most opts.max_points
 -- (64) sizes in all. opts.refine = false: the sizes only. opts.progress(size, device, ms,
 -- point) after each point. refined: the sizes the refinement added, in the order measured.
@@ -681,18 +682,23 @@ function M.sweep(measure, devices, sizes, opts)
     end
     local coarse = {}
     for i, s in ipairs(list) do coarse[i] = point(s) end
+    -- the fastest device changes between a and b, and not merely within the spread (where
+    -- each end's fastest is acceptable at the other end, either device is fine at both)
+    local function changes(a, b)
+        local fa, fb = fastest(a, devices), fastest(b, devices)
+        return fa ~= fb and not (acceptable(a, devices, fb) and acceptable(b, devices, fa))
+    end
     local function refine(a, b, level)
         if opts.refine == false or level > levels or b.rows / a.rows <= ratio or #points >= max_points then return end
         local m = floor(math.sqrt(a.rows * b.rows) + 0.5)
         if m <= a.rows or m >= b.rows then return end
         local pm = point(m)
         refined[#refined + 1] = m
-        local fa, fm, fb = fastest(a, devices), fastest(pm, devices), fastest(b, devices)
-        if fa ~= fm then refine(a, pm, level + 1) end
-        if fm ~= fb then refine(pm, b, level + 1) end
+        if changes(a, pm) then refine(a, pm, level + 1) end
+        if changes(pm, b) then refine(pm, b, level + 1) end
     end
     for i = 1, #coarse - 1 do
-        if fastest(coarse[i], devices) ~= fastest(coarse[i + 1], devices) then refine(coarse[i], coarse[i + 1], 1) end
+        if changes(coarse[i], coarse[i + 1]) then refine(coarse[i], coarse[i + 1], 1) end
     end
     sort(points, function(a, b) return a.rows < b.rows end)
     return points, refined

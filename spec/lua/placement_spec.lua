@@ -346,6 +346,19 @@ describe("wisp.placement", function()
         assert.is_true(at > 205 and at <= 237)
         assert.equal(211, at)                                   -- where the medians' lines cross
         assert.is_true(select(2, pol:check()))
+        -- two devices within each other's spread everywhere (the fastest flips by noise): nothing to refine
+        local function twins(size, n)
+            local res = { cpu = {}, [G] = {} }
+            for i = 1, n do
+                local j = 1 + 0.05 * ((i % 3) - 1)
+                res.cpu[i] = size * j
+                res[G][i] = size * (size % 20 == 0 and 0.99 or 1.01) * j
+            end
+            return res
+        end
+        local pt4, r4 = placement.sweep(twins, { "cpu", G }, { 10, 100, 1000, 10000 }, { repeats = 3, max_repeats = 3 })
+        assert.equal(4, #pt4); assert.same({}, r4)
+        assert.equal(G, placement.policy { devices = { "cpu", G }, points = { pt4[2] } }:choose(1))   -- fastest at 100 by median
         -- refine = false: the sizes only
         local p2, r2 = placement.sweep(measure, { "cpu", G }, { 1, 100, 1000 }, { repeats = 3, refine = false })
         assert.equal(3, #p2); assert.same({}, r2)
