@@ -4,6 +4,7 @@ local H = require "helpers"
 local placement = require "wisp.placement"
 
 local NF = 5000
+local fmt = string.format
 
 local function model_and_rows()
     local path, w, bias = H.random_model(wisp, NF)
@@ -427,16 +428,50 @@ describe("wisp.placement", function()
         assert.has_error(function() wisp.calibrate(m, { sizes = { 0 } }) end)
     end)
 
+    it("on a GPU: calibrates cpu against gpu:0, refined to within 1.25x wherever the fastest changes beyond the spread", function()
+        local m = model_and_rows()
+        local devs = placement.usable_devices(m.engine)
+        if not devs[2] then return pending("no usable GPU here (" .. tostring(select(2, placement.usable_devices(m.engine))) .. ")") end
+        local pol = assert(wisp.calibrate(m, { devices = { "cpu", devs[2] }, sizes = { 1, 10, 100, 1000, 10000, 100000 },
+                                               quick = true }))
+        local rows, ok = pol:check()
+        assert.is_true(ok, table.concat(placement.check_failures(rows), "\n"))
+        -- wherever two neighbouring points' fastest devices differ, each outside the other's
+        -- acceptable set, the bracket is within 1.25x (the refinement went that far)
+        local function fastest(p)
+            return p.ms.cpu <= p.ms[devs[2]] and "cpu" or devs[2]
+        end
+        local function accepts(p, d)
+            local b = fastest(p)
+            return p.spread[d].lo <= p.spread[b].hi
+        end
+        for i = 1, #pol.points - 1 do
+            local a, b = pol.points[i], pol.points[i + 1]
+            local fa, fb = fastest(a), fastest(b)
+            if fa ~= fb and not (accepts(a, fb) and accepts(b, fa)) then
+                assert.is_true(b.rows / a.rows <= 1.25, fmt("%d .. %d rows: %s then %s", a.rows, b.rows, fa, fb))
+            end
+        end
+        for _, p in ipairs(pol.points) do assert.is_true(p.passes >= 3) end
+    end)
+
     it("calibrates this machine: every usable device measured at every size, applied to a session", function()
         local m = model_and_rows()
         local got = {}
         local pol = assert(wisp.calibrate(m, { sizes = { 1, 100, 2000 }, quick = true, repeats = 1, min_ms = 1,
                                                progress = function(size, d, ms) got[#got + 1] = { size, d, ms } end }))
         local devs = placement.usable_devices(m.engine)
-        assert.equal(3 * #devs, #got)
+        -- every size, and those the refinement added between them (with a GPU: around the crossover)
+        assert.equal(3 + #pol.options.refined, #pol.points)
+        assert.equal(#pol.points * #devs, #got)
+        local measured = {}
         for _, p in ipairs(pol.points) do
+            measured[p.rows] = true
             for _, d in ipairs(devs) do assert.is_true(p.ms[d] > 0) end
         end
+        assert.is_true(measured[1] and measured[100] and measured[2000])
+        local rows, ok = pol:check()
+        assert.is_true(ok, table.concat(placement.check_failures(rows), "\n"))
         assert.equal(39, pol.model.features_per_row)
         -- saved and loaded, then applied to a session
         local path = H.tmpname(".json")
