@@ -23,8 +23,11 @@
  *    WISP_AUTO_MIN_NNZ=N fixes the crossover at N nonzeros (tests, operators);
  *    WISP_AUTO_WAIT=1 makes the first "auto" session wait for the bring-up (the old
  *    behaviour: the GPU from the first batch).
- * 3. Routing (wisp__auto_route, per batch, a few loads): the GPU when it is up and the
- *    batch has at least the crossover's nonzeros for the calling thread, else the CPU.
+ * 3. Routing (wisp__auto_route, per batch, a few loads): the CPU below the crossover for the
+ *    calling thread's context, or while the GPUs are not up. Past it, what batches really
+ *    cost on each device in this process is measured too (the calibration timed one caller
+ *    alone; the CLI's sixteen parsing threads share one GPU): the GPU while it costs no more
+ *    per nonzero than the CPU, else the CPU, trying the other device with one batch in 64.
  */
 #include "internal.h"
 
@@ -37,7 +40,10 @@
 #define CAL_REPS 7
 #define CAL_WIDTH 39
 #define CAL_VALUED 13
-#define POOL_WAKE_NS 4000        /* waking the pool's threads for one job (an estimate: see calibrate) */
+#define POOL_WAKE_NS 4000
+#define EXPLORE 64               /* past the crossover, with the GPU measured slower: one batch in 64 tries it again */
+#define OBSERVE_MIN_NNZ 4096     /* before the crossover is known: CPU batches this large teach the CPU's rate */
+#define PROBE_NS 1000000000ull  /* a first GPU batch unanswered this long may be tried by another */        /* waking the pool's threads for one job (an estimate: see calibrate) */
 
 static uint64_t env_u64(const char *name, uint64_t dflt)
 {
@@ -227,7 +233,14 @@ void wisp__auto_bring_up(wisp_engine *eng, wisp_model *m)
 
 /* ---- routing ---------------------------------------------------------------------- */
 
-int wisp__auto_route(wisp_session *s, uint64_t nnz)
+/* The caller's context: a task of the engine's pool (the CLI's pieces: the CPU runs the
+ * batch on this one thread) or any other thread (the CPU runs it on the whole pool). */
+static int context_of(wisp_session *s)
+{
+    return wisp_pool_inside(s->eng->pool) || wisp_pool_threads(s->eng->pool) <= 1 ? 0 : 1;
+}
+
+int wisp__auto_route(wisp_session *s, uint64_t nnz, bool gpu_open)
 {
     wisp_model *m = s->model;
     if (atomic_load_explicit(&m->auto_cal, memory_order_acquire) != 2) {
@@ -235,10 +248,47 @@ int wisp__auto_route(wisp_session *s, uint64_t nnz)
         wisp__auto_bring_up(s->eng, m);  /* another model of a settled engine: calibrate it now */
         if (atomic_load_explicit(&m->auto_cal, memory_order_acquire) != 2) return 0;
     }
-    uint64_t need = wisp_pool_inside(s->eng->pool) || wisp_pool_threads(s->eng->pool) <= 1
-                  ? atomic_load_explicit(&m->auto_nnz_one, memory_order_relaxed)
-                  : atomic_load_explicit(&m->auto_nnz_pool, memory_order_relaxed);
-    return need != UINT64_MAX && nnz >= need;
+    const int c = context_of(s);
+    uint64_t need = atomic_load_explicit(c == 0 ? &m->auto_nnz_one : &m->auto_nnz_pool, memory_order_relaxed);
+    if (need == UINT64_MAX || nnz < need) return 0;
+    /* Past the crossover. The calibration timed one caller alone; here the GPU may be shared
+     * by many threads at once (the CLI's 16 parsing threads each scoring its piece), so what
+     * batches really cost is measured too (wisp__auto_observe) and wins once both are known:
+     * the GPU while it costs no more per nonzero than the CPU, else the CPU, with one batch in
+     * EXPLORE sent to the GPU to see whether that changed (from a session whose GPU is open
+     * already, so exploring never opens one). The first GPU batch of a context is one at a
+     * time: the other sessions keep the CPU until it has told what the GPU costs. */
+    uint64_t rc = atomic_load_explicit(&m->auto_rate[c][0], memory_order_relaxed);
+    uint64_t rg = atomic_load_explicit(&m->auto_rate[c][1], memory_order_relaxed);
+    if (rg == 0) {
+        /* a probe unanswered for PROBE_NS (a submitted batch tells no time) may be taken again */
+        uint64_t now = wisp_now_ns(), t = atomic_load_explicit(&m->auto_probe[c], memory_order_relaxed);
+        if (t != 0 && now - t < PROBE_NS) return 0;
+        return atomic_compare_exchange_strong(&m->auto_probe[c], &t, now);
+    }
+    if (rc == 0) return 0;               /* the CPU's side is measured by this batch */
+    unsigned tick = atomic_fetch_add_explicit(&m->auto_tick[c], 1, memory_order_relaxed);
+    const int explore = tick % EXPLORE == EXPLORE - 1;   /* now and then the other device, to see whether that changed */
+    if (rg <= rc) return !explore;
+    return gpu_open && explore;
+}
+
+void wisp__auto_observe(wisp_session *s, int gpu, uint64_t nnz, uint64_t ns)
+{
+    wisp_model *m = s->model;
+    const int c = context_of(s);
+    /* only the batches the choice is about: past the crossover (before it is known, the
+     * CPU's batches of OBSERVE_MIN_NNZ or more, so its side is known when the GPU comes up) */
+    uint64_t need = atomic_load_explicit(&m->auto_cal, memory_order_acquire) != 2 ? (gpu ? UINT64_MAX : OBSERVE_MIN_NNZ)
+                  : atomic_load_explicit(c == 0 ? &m->auto_nnz_one : &m->auto_nnz_pool, memory_order_relaxed);
+    if (need == UINT64_MAX || nnz < need || nnz == 0) return;
+    uint64_t x = ns * 1024 / nnz;
+    if (x == 0) x = 1;
+    _Atomic uint64_t *r = &m->auto_rate[c][gpu];
+    uint64_t old = atomic_load_explicit(r, memory_order_relaxed);
+    /* a moving average (a quarter to the new batch); concurrent updates may lose one: harmless */
+    atomic_store_explicit(r, old ? (3 * old + x) / 4 : x, memory_order_relaxed);
+    if (gpu) atomic_store_explicit(&m->auto_probe[c], 0, memory_order_relaxed);
 }
 
 /* ---- the public face (wisp.h) ------------------------------------------------------- */

@@ -182,6 +182,11 @@ struct wisp_model {
      * the GPU, scored from a pool task / from another thread (UINT64_MAX: never) */
     atomic_int auto_cal;
     _Atomic uint64_t auto_nnz_one, auto_nnz_pool;
+    /* what batches past the crossover really cost here (autoplace.c, "measured"): ns per
+     * 1024 nonzeros, [context: 0 pool task, 1 other][device: 0 cpu, 1 gpu]; 0 unknown */
+    _Atomic uint64_t auto_rate[2][2];
+    atomic_uint auto_tick[2];            /* batches past the crossover routed, per context */
+    _Atomic uint64_t auto_probe[2];      /* when a first GPU batch of a context went (ns), 0 none */
 };
 
 void wisp_model_retain(wisp_model *m);
@@ -286,7 +291,9 @@ enum { WISP_PLACE_CPU = 0, WISP_PLACE_GPU = 1, WISP_PLACE_AUTO = 2 };
 /* The "auto" device (autoplace.c): start the GPUs' bring-up in the background (once per
  * engine; calibrates m there too), and whether a batch of nnz nonzeros goes to the GPU now. */
 void wisp__auto_bring_up(wisp_engine *eng, wisp_model *m);
-int  wisp__auto_route(wisp_session *s, uint64_t nnz);
+int  wisp__auto_route(wisp_session *s, uint64_t nnz, bool gpu_open);
+/* What a batch of nnz nonzeros cost on the CPU (gpu 0) or the GPUs (1), wall ns: auto learns from it. */
+void wisp__auto_observe(wisp_session *s, int gpu, uint64_t nnz, uint64_t ns);
 /* An "auto" session takes the GPUs its engine discovered since (wait: discover now). */
 void wisp__session_auto_refresh(wisp_session *s, bool wait);
 

@@ -675,6 +675,12 @@ int wisp_model_load_ex(wisp_engine *eng, const char *path, unsigned flags, wisp_
     atomic_init(&m->auto_cal, 0);
     atomic_init(&m->auto_nnz_one, UINT64_MAX);
     atomic_init(&m->auto_nnz_pool, UINT64_MAX);
+    for (int c = 0; c < 2; c++) {
+        atomic_init(&m->auto_rate[c][0], 0);
+        atomic_init(&m->auto_rate[c][1], 0);
+        atomic_init(&m->auto_tick[c], 0);
+        atomic_init(&m->auto_probe[c], 0);
+    }
     m->map = img;
     m->map_size = size;
     m->map_len = len;

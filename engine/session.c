@@ -139,7 +139,7 @@ static bool want_gpu(wisp_session *s, const wisp_batch *b)
     if (!b->rows || s->kind == WISP_PLACE_CPU) return false;
     if (s->kind == WISP_PLACE_AUTO) {
         wisp__session_auto_refresh(s, false);
-        return s->ngpu > 0 && s->eng->gpu && wisp__auto_route(s, b->nnz);
+        return s->ngpu > 0 && s->eng->gpu && wisp__auto_route(s, b->nnz, s->gpu_sctx != NULL);
     }
     return s->ngpu > 0 && s->eng->gpu;
 }
@@ -231,7 +231,9 @@ static int score_gpu(wisp_session *s, const wisp_batch *b, float *out)
 {
     int st = gpu_ready(s);
     if (st != WISP_OK) return st;
+    uint64_t t0 = wisp_now_ns();         /* after opening: the cost auto learns is the batch's own */
     st = s->eng->gpu->score(s->gpu_sctx, s->model, b, out, s->stats);
+    if (s->kind == WISP_PLACE_AUTO && st == WISP_OK) wisp__auto_observe(s, 1, b->nnz, wisp_now_ns() - t0);
     if (st != WISP_OK) {
         log_batch_failed(s, b);
         return st;
@@ -311,7 +313,11 @@ static void score_batch(wisp_session *s, const wisp_batch *b, float *out)
     } else if (b->rows && s->kind == WISP_PLACE_GPU) {
         s->stats[WISP_STAT_FALLBACKS]++;   /* a GPU was asked for by name and there is none */
     }
-    if (!done) score_on_cpu(s, b, out);
+    if (!done) {
+        uint64_t t0 = wisp_now_ns();
+        score_on_cpu(s, b, out);
+        if (s->kind == WISP_PLACE_AUTO) wisp__auto_observe(s, 0, b->nnz, wisp_now_ns() - t0);
+    }
     finish_batch(s, b, out);
 }
 
@@ -432,7 +438,7 @@ static const wisp_backend *transform_gpu(wisp_session *s, size_t rows, bool coun
         /* auto: once the GPUs are up, by the crossover (a raw row counted as 39 features,
          * a Criteo row's columns: the probes' width) */
         wisp__session_auto_refresh(s, false);
-        if (s->ngpu == 0 || !wisp__auto_route(s, (uint64_t)rows * 39)) return NULL;
+        if (s->ngpu == 0 || !wisp__auto_route(s, (uint64_t)rows * 39, true)) return NULL;
     }
     const wisp_backend *be = s->eng->gpu;
     if (s->ngpu == 0 || !be || !be->transform || !be->score_raw) {
