@@ -3,7 +3,7 @@
  * Design (read with struct wisp_batch in internal.h and section 4 of wisp.h).
  *
  * Arrays. An owned batch keeps its four arrays in ONE block of host memory
- * from wisp_host_alloc_batch (plain memory; pinned with WISP_BATCH_PINNED=1), the arena,
+ * from wisp_host_alloc_batch (pinned while the GPU backend is live, unless the engine says plain), the arena,
  * laid out as regions at 256-byte aligned offsets, in this order:
  *     val_ptr (row_cap + 1) | row_ptr (row_cap + 1) | vals (val_cap) | ids (id_cap)
  * (b->off_vp, off_rp, off_vals, off_ids; b->arena_bytes in all). So the

@@ -612,6 +612,9 @@ static int cmd_score(int argc, char **argv)
         rc = 1;
     }
     if (wisp_engine_new((int)threads, &eng) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
+    /* the pieces' batches in plain memory: pinning each growth while 16 threads parse cost
+     * more than the one copy a GPU session then makes of them (engine/hostmem.c) */
+    if (!getenv("WISP_BATCH_PINNED")) wisp_engine_set_pinned_batches(eng, 0);
     if (wisp_model_load_ex(eng, model_path, hugepages ? WISP_LOAD_HUGEPAGES : 0, &m) != WISP_OK) {
         die("%s", wisp_errmsg()); goto done;
     }

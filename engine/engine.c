@@ -38,6 +38,8 @@ int wisp_engine_new(int threads, wisp_engine **out)
     }
     atomic_init(&eng->gpu_state, 0);
     atomic_init(&eng->bring, 0);
+    const char *pb = getenv("WISP_BATCH_PINNED");   /* the default for wisp_engine_set_pinned_batches */
+    atomic_init(&eng->pinned_batches, !(pb && !strcmp(pb, "0")));
     int st = wisp_pool_new(threads, &eng->pool);
     if (st != WISP_OK) {
         pthread_mutex_destroy(&eng->gpu_lock);

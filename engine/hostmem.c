@@ -2,8 +2,6 @@
 #include "internal.h"
 
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
 
 /* ---- host memory for batch arrays ----------------------------------------
  * 64-byte aligned; pinned (page-locked) when the GPU backend is live, so one
@@ -35,20 +33,22 @@ static void *host_alloc(wisp_engine *eng, size_t n, int pin)
 
 void *wisp_host_alloc(wisp_engine *eng, size_t n) { return host_alloc(eng, n, 1); }
 
-/* A batch's own arrays (batch.c) are plain memory unless WISP_BATCH_PINNED=1. Measured on the
- * H200 (scripts/results/bench_auto-h200-baseline.json and the issue 20 note): pinning each
- * growth of a batch (cudaHostAlloc, mapped) cost the CLI's 16 parsing threads 5.0 s of thread
- * time on a 1M-row file against 1.1 s in plain memory, while the staging copy a GPU session
- * makes of a plain batch costs about 0.06 ms a MB. Callers that reuse one batch's memory for
- * many GPU calls allocate it pinned themselves (wisp_engine_host_alloc + wisp_batch_wrap). */
+/* A batch's own arrays (batch.c): pinned while the GPU backend is live, as wisp_host_alloc,
+ * unless the engine was told otherwise (wisp_engine_set_pinned_batches; WISP_BATCH_PINNED=0/1
+ * sets the default). Pinned, a GPU session ships a batch in one DMA: on the H200 a 200k-row
+ * builder batch went in 0.87 ms pinned against about 2.5 ms staged from plain memory
+ * (seed_experiment_h200.json, 3ced413, where batches were briefly plain). But pinning every
+ * growth of a batch is slow when many threads grow batches at once: the CLI's 16 parsing
+ * threads spent 5.0 s of thread time on a 1M-row file against 1.1 s in plain memory, so the
+ * CLI turns it off (its scoring is a small part of its time: bench_auto-h200.json). */
 void *wisp_host_alloc_batch(wisp_engine *eng, size_t n)
 {
-    static int pin = -1;
-    if (pin < 0) {
-        const char *v = getenv("WISP_BATCH_PINNED");
-        pin = v && *v && strcmp(v, "0") != 0;
-    }
-    return host_alloc(eng, n, pin);
+    return host_alloc(eng, n, eng ? atomic_load_explicit(&eng->pinned_batches, memory_order_relaxed) : 0);
+}
+
+void wisp_engine_set_pinned_batches(wisp_engine *eng, int on)
+{
+    if (eng) atomic_store(&eng->pinned_batches, on ? 1 : 0);
 }
 
 void wisp_host_free(wisp_engine *eng, void *p)

@@ -134,6 +134,7 @@ struct wisp_engine {
     /* the background bring-up an "auto" session starts (engine/autoplace.c): 0 none, 1 running, 2 done */
     atomic_int bring;
     pthread_t bring_thread;
+    atomic_int pinned_batches;   /* a batch's own arrays pinned while a GPU is live (hostmem.c) */
     int gpu_count;
     char gpu_status[256];
     const wisp_backend *gpu;     /* NULL when no GPU backend is usable */
@@ -149,7 +150,7 @@ int  wisp__engine_gpu_settled(wisp_engine *eng);
 void wisp_log(wisp_engine *eng, int level, const char *fmt, ...) WISP_PRINTF(3, 4);
 /* Host memory for batch arrays: pinned when the GPU backend is live. */
 void *wisp_host_alloc(wisp_engine *eng, size_t n);
-/* A batch's own arrays: plain memory unless WISP_BATCH_PINNED=1 (why: hostmem.c). */
+/* A batch's own arrays: as wisp_host_alloc unless the engine says plain (wisp_engine_set_pinned_batches; why: hostmem.c). */
 void *wisp_host_alloc_batch(wisp_engine *eng, size_t n);
 void  wisp_host_free(wisp_engine *eng, void *p);
 

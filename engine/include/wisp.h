@@ -174,6 +174,14 @@ void wisp_engine_set_log_level(wisp_engine *eng, int level);
  * len); returns its full length, 0 when none. Thread-safe. */
 size_t wisp_engine_last_log(wisp_engine *eng, char *buf, size_t len);
 
+/* Whether the arrays a batch allocates for itself (wisp_batch_new and its
+ * builders) are pinned while the engine has a usable GPU (on, the default:
+ * a GPU session ships such a batch with one DMA) or plain memory (off:
+ * cheaper to grow when many threads build batches at once; the CLI turns
+ * it off). WISP_BATCH_PINNED=0 or 1 sets the default. Takes effect for
+ * memory allocated afterwards. Thread-safe. */
+void wisp_engine_set_pinned_batches(wisp_engine *eng, int on);
+
 /* Host memory for batch arrays (wisp_batch_wrap, raw batches): `bytes`
  * bytes, 64-byte aligned, in *out. Page-locked (pinned) when the engine has
  * a usable GPU (devices are discovered first, as wisp_engine_gpu_count

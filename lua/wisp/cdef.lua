@@ -37,6 +37,7 @@ int  wisp_engine_run(wisp_engine *eng, size_t ntasks, wisp_task_fn fn, void *ctx
 int  wisp_engine_gpu_count(wisp_engine *eng);
 const char *wisp_engine_gpu_status(wisp_engine *eng);
 int  wisp_engine_gpu_starting(wisp_engine *eng);
+void wisp_engine_set_pinned_batches(wisp_engine *eng, int on);
 const char *wisp_engine_gpu_name(wisp_engine *eng, int i);
 uint64_t    wisp_engine_gpu_memory(wisp_engine *eng, int i);
 int         wisp_engine_gpu_capability(wisp_engine *eng, int i);
