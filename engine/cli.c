@@ -586,17 +586,21 @@ static int cmd_score(int argc, char **argv)
 
     enum { PIECES_PER_THREAD = 2 };
     /* --device auto: the sessions start on the CPU, and the GPUs are started (the sessions
-     * placed on "auto", engine/autoplace.c) only once the input looks long enough to pay for
-     * them: AUTO_START_S of work predicted still to come (a regular file: from its size and
-     * the rate so far), or that much done (a pipe). Starting CUDA takes about 0.3 s, and a
-     * process that ends while it is starting waits for the driver at exit (measured on the
-     * H200: a 10,000-row file took 0.093 s under auto against 0.026 s on the CPU when the
-     * bring-up began with the first session). WISP_AUTO_WAIT=1: start them at once. */
-    const double AUTO_START_S = 0.75;
+     * placed on "auto", engine/autoplace.c) only once there looks to be enough work left that
+     * a GPU could take: AUTO_START_S of scoring predicted still to come (the time left, from a
+     * regular file's size and the rate so far, or the time spent for a pipe, times the part
+     * of the thread time that is scoring rather than parsing). Why (measured on the H200,
+     * bench_auto-h200.json): starting CUDA takes about 0.3 s of a core, ending a process
+     * while it starts waits for the driver (a 10,000-row file took 0.093 s under auto against
+     * 0.026 s on the CPU when the bring-up began with the first session), and a process that
+     * started it pays about 0.15 s to tear it down at exit (10M libsvm rows: 1.52 s under auto,
+     * every batch on the CPU, against 1.34 s) while parsing is about 83% of the thread time
+     * there. WISP_AUTO_WAIT=1: start them at once. */
+    const double AUTO_START_S = 0.5;
     const char *aw = getenv("WISP_AUTO_WAIT");
     int auto_defer = dev_kind == WISP_DEVICE_AUTO && !(aw && *aw && strcmp(aw, "0") != 0);
     uint64_t bytes_done = 0;
-    double auto_started_s = -1;
+    double auto_started_s = -1, auto_left_s = 0;
     int rc = 1, npieces = 0;
     wisp_engine *eng = NULL; wisp_model *m = NULL;
     wisp_vw *vw = NULL;
@@ -712,7 +716,15 @@ static int cmd_score(int argc, char **argv)
         if (auto_defer && bytes_done) {
             double el = (double)(wisp_clock_ns() - t_start) / 1e9;
             double left = in.regular ? (in.size0 > bytes_done ? (double)(in.size0 - bytes_done) / (double)bytes_done * el : 0) : el;
-            if (left >= AUTO_START_S) {
+            /* a GPU can only take the scoring (with raw rows, the transform too), not the parse */
+            uint64_t ns_p = 0, ns_s = 0;
+            for (int i = 0; i < npieces; i++) {
+                ns_p += pc[i].ns_parse;
+                ns_s += wisp_session_stat(pc[i].session, WISP_STAT_NS_TOTAL);
+            }
+            double frac = ns_p + ns_s ? (double)ns_s / (double)(ns_p + ns_s) : 0;
+            if (left * frac > auto_left_s) auto_left_s = left * frac;   /* the most predicted so far */
+            if (left * frac >= AUTO_START_S) {
                 for (int i = 0; i < npieces; i++)
                     if (wisp_session_set_device(pc[i].session, device) != WISP_OK) { die("%s", wisp_errmsg()); goto done; }
                 auto_defer = 0;
@@ -756,10 +768,11 @@ static int cmd_score(int argc, char **argv)
             fprintf(stderr, "  %llu batches fell back from the GPU to the CPU\n", (unsigned long long)st[WISP_STAT_FALLBACKS]);
         uint64_t need_one = 0;
         if (auto_defer)
-            fprintf(stderr, "  auto: the GPUs were not started: the input ended before %.2f s of work was left to do\n", AUTO_START_S);
+            fprintf(stderr, "  auto: the GPUs were not started: never %.2f s of scoring left to do (at most %.3f s predicted)\n",
+                    AUTO_START_S, auto_left_s);
         else if (auto_started_s >= 0)
-            fprintf(stderr, "  auto: the GPUs were started %.3f s in, with more than %.2f s of work predicted to come\n",
-                    auto_started_s, AUTO_START_S);
+            fprintf(stderr, "  auto: the GPUs were started %.3f s in, with %.3f s of scoring predicted to come\n",
+                    auto_started_s, auto_left_s);
         switch (wisp_session_auto_state(pc[0].session, &need_one, NULL)) {
         case WISP_AUTO_STARTING:
             fprintf(stderr, "  auto: the GPUs were still starting when the input ended: every batch ran on the CPU\n");
