@@ -19,19 +19,27 @@ static void sleep_ms(int ms)
     nanosleep(&t, NULL);
 }
 
-/* score d on s, compare with its reference; returns the max error (1 for a NaN where a number is due) */
-static double score_err(wisp_engine *eng, wisp_session *s, const struct data *d, int vm, int wrap)
+/* score b (d's rows) on s, compare with d's reference; the max error (1 for a failed call or a NaN
+ * where a number is due). No CHECK: threads call it (the check counters are the main thread's). */
+static double batch_err(wisp_session *s, wisp_batch *b, const struct data *d)
 {
-    wisp_batch *b = make_batch(eng, d, vm, wrap);
     float *out = malloc((d->rows ? d->rows : 1) * sizeof *out);
+    if (!out || !b) { free(out); return 1; }
     for (size_t r = 0; r < d->rows; r++) out[r] = NAN;
-    double e = 0;
-    if (wisp_session_score(s, b, out) != WISP_OK) e = 1;
+    double e = wisp_session_score(s, b, out) != WISP_OK ? 1 : 0;
     for (size_t r = 0; r < d->rows; r++) {
         double x = isnan(out[r]) ? 1.0 : fabs(out[r] - d->ref[r]);
         if (x > e) e = x;
     }
     free(out);
+    return e;
+}
+
+/* score d on s, built (make_batch: builders or wrapped) */
+static double score_err(wisp_engine *eng, wisp_session *s, const struct data *d, int vm, int wrap)
+{
+    wisp_batch *b = make_batch(eng, d, vm, wrap);
+    double e = batch_err(s, b, d);
     wisp_batch_free(b);
     return e;
 }
@@ -149,20 +157,15 @@ static void *thread_main(void *p)
     struct targ *a = p;
     wisp_session *s = NULL;
     a->ok = wisp_session_new(a->eng, a->m, "auto", &s) == WISP_OK;
-    /* no CHECK here: the check counters are the main thread's (tsan) */
+    /* wrapped here, not through make_batch: no CHECK in a thread (tsan) */
     for (int k = 0; a->ok && k < 6; k++) {
         const struct data *d = &a->d[k];
         wisp_batch *b = NULL;
-        float *out = malloc((d->rows ? d->rows : 1) * sizeof *out);
-        a->ok = out && wisp_batch_wrap(a->eng, d->rows, d->row_ptr, d->ids, a->vm[k] == VM_MIXED ? d->val_ptr : NULL,
-                                       a->vm[k] == VM_NONE ? NULL : d->vals, &b) == WISP_OK
-                && wisp_session_score(s, b, out) == WISP_OK;
-        for (size_t r = 0; a->ok && r < d->rows; r++) {
-            double e = isnan(out[r]) ? 1.0 : fabs(out[r] - d->ref[r]);
-            if (e > a->maxerr) a->maxerr = e;
-        }
+        a->ok = wisp_batch_wrap(a->eng, d->rows, d->row_ptr, d->ids, a->vm[k] == VM_MIXED ? d->val_ptr : NULL,
+                                a->vm[k] == VM_NONE ? NULL : d->vals, &b) == WISP_OK;
+        double e = a->ok ? batch_err(s, b, d) : 1;
+        if (e > a->maxerr) a->maxerr = e;
         wisp_batch_free(b);
-        free(out);
     }
     wisp_session_free(s);
     return NULL;
