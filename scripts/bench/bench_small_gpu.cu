@@ -2,11 +2,15 @@
  * (the C half of issue 20's small-batch figure; scripts/bench/bench_gpu.py runs it, and the lead's bisect did).
  *
  *   bench_small_gpu [--lib LIBWISP.so] [--device gpu] [--rows 10] [--calls 20000] [--floors]
- *                   [--model PATH] [--log2-features 26]
+ *                   [--model PATH] [--log2-features 26] [--values mixed|all|none] [--wrap-each]
  *
  * The batch is bench_gpu.py's: ROWS rows of 39 features (13 valued, 26 binary: value mode MIXED),
  * uniform ids over a 2^26-weight fp32 table, wrapped once (wisp_batch_wrap) and scored CALLS times
  * with wisp_session_score into one host array; each call is timed with CLOCK_MONOTONIC.
+ * --values all: the same rows with a value for every entry (1.0 for the binary ones: the layout a
+ * scipy CSR or the Python package's (indptr, indices, values) tuple hands the engine); none: no
+ * values at all (every entry binary). --wrap-each: wisp_batch_wrap + wisp_batch_free inside each
+ * timed call (what the Python package does per call).
  * The library is opened with dlopen, so one binary times any commit's libwisp.so (the calls it
  * uses have kept their signatures since fb769f3).
  *
@@ -42,6 +46,7 @@ static struct {
     int (*model_load)(wisp_engine *, const char *, wisp_model **);
     int (*batch_wrap)(wisp_engine *, size_t, const uint32_t *, const uint32_t *, const uint32_t *, const float *,
                       wisp_batch **);
+    void (*batch_free)(wisp_batch *);
     int (*session_new)(wisp_engine *, wisp_model *, const char *, wisp_session **);
     int (*session_score)(wisp_session *, const wisp_batch *, float *);
     uint64_t (*session_stat)(const wisp_session *, int);
@@ -171,13 +176,15 @@ int main(int argc, char **argv)
 {
     const char *lib = "build/libwisp.so", *device = "gpu", *model = NULL;
     long rows = 10, calls = 20000;
-    int want_floors = 0, log2nf = 26;
+    int want_floors = 0, log2nf = 26, wrap_each = 0;
+    const char *values = "mixed";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--floors")) { want_floors = 1; continue; }
+        if (!strcmp(a, "--wrap-each")) { wrap_each = 1; continue; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: bench_small_gpu [--lib LIBWISP.so] [--device gpu] [--rows 10] [--calls 20000] [--floors]\n"
-                   "                       [--model PATH] [--log2-features 26]\n");
+                   "                       [--model PATH] [--log2-features 26] [--values mixed|all|none] [--wrap-each]\n");
             return 0;
         }
         if (!v) { fprintf(stderr, "bench_small_gpu: %s needs a value\n", a); return 2; }
@@ -187,8 +194,13 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--calls")) calls = atol(v);
         else if (!strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--log2-features")) log2nf = atoi(v);
+        else if (!strcmp(a, "--values")) values = v;
         else { fprintf(stderr, "bench_small_gpu: unknown option %s (try --help)\n", a); return 2; }
         i++;
+    }
+    if (strcmp(values, "mixed") && strcmp(values, "all") && strcmp(values, "none")) {
+        fprintf(stderr, "bench_small_gpu: --values is mixed, all or none, not %s\n", values);
+        return 2;
     }
     if (rows < 1 || rows > 4096 || calls < 10 || log2nf < 10 || log2nf > 30) {
         fprintf(stderr, "bench_small_gpu: --rows 1..4096, --calls >= 10, --log2-features 10..30\n");
@@ -200,6 +212,7 @@ int main(int argc, char **argv)
     *(void **)&W.model_write = sym(h, "wisp_model_write");
     *(void **)&W.model_load = sym(h, "wisp_model_load");
     *(void **)&W.batch_wrap = sym(h, "wisp_batch_wrap");
+    *(void **)&W.batch_free = sym(h, "wisp_batch_free");
     *(void **)&W.session_new = sym(h, "wisp_session_new");
     *(void **)&W.session_score = sym(h, "wisp_session_score");
     *(void **)&W.session_stat = sym(h, "wisp_session_stat");
@@ -232,7 +245,14 @@ int main(int argc, char **argv)
     for (long r = 0; r <= rows; r++) { row_ptr[r] = (uint32_t)(r * K); val_ptr[r] = (uint32_t)(r * KV); }
     for (auto &x : ids) x = (uint32_t)(next() % nf);
     for (auto &x : vals) x = (float)((double)(next() >> 11) / 9007199254740992.0 * 2 - 1);
-    ok(W.batch_wrap(eng, (size_t)rows, row_ptr.data(), ids.data(), val_ptr.data(), vals.data(), &b), "wisp_batch_wrap");
+    /* --values all: each row's 13 values first, then 1.0 for its 26 binary entries (the same products) */
+    std::vector<float> all_vals(rows * K);
+    for (long r = 0; r < rows; r++)
+        for (int k = 0; k < K; k++) all_vals[r * K + k] = k < KV ? vals[r * KV + k] : 1.0f;
+    const int vmode = !strcmp(values, "mixed") ? 0 : !strcmp(values, "all") ? 1 : 2;
+    const uint32_t *vp_arg = vmode == 0 ? val_ptr.data() : NULL;
+    const float *v_arg = vmode == 0 ? vals.data() : vmode == 1 ? all_vals.data() : NULL;
+    ok(W.batch_wrap(eng, (size_t)rows, row_ptr.data(), ids.data(), vp_arg, v_arg, &b), "wisp_batch_wrap");
     ok(W.session_new(eng, m, device, &s), "wisp_session_new");
     for (int i = 0; i < 200; i++) ok(W.session_score(s, b, out.data()), "wisp_session_score");
     W.session_reset_stats(s);
@@ -240,7 +260,14 @@ int main(int argc, char **argv)
     int failed = 0;
     for (long i = 0; i < calls; i++) {
         uint64_t t0 = now_ns();
-        failed |= W.session_score(s, b, out.data());
+        if (wrap_each) {
+            wisp_batch *bb;
+            failed |= W.batch_wrap(eng, (size_t)rows, row_ptr.data(), ids.data(), vp_arg, v_arg, &bb);
+            failed |= W.session_score(s, bb, out.data());
+            W.batch_free(bb);
+        } else {
+            failed |= W.session_score(s, b, out.data());
+        }
         t[(size_t)i] = (double)(now_ns() - t0) / 1e3;
     }
     ok(failed, "wisp_session_score (timed loop)");
@@ -256,6 +283,7 @@ int main(int argc, char **argv)
     summary e = summarize(t);
     printf("{\n\"lib\": \"%s\", \"device\": \"%s\", \"ran_on\": \"%s\", \"rows\": %ld, \"calls\": %ld,\n", lib, device,
            W.session_last_device(s), rows, calls);
+    printf("\"values\": \"%s\", \"wrap_each\": %d,\n", values, wrap_each);
     printf("\"inside_wisp_us\": %.3f, \"max_abs_diff_vs_cpu\": %.3g,\n", inside_us, maxdiff);
     if (want_floors) floors(calls);
     print_summary("wisp_session_score", e, 0);
