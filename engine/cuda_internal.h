@@ -103,8 +103,7 @@ struct unit {
     int direct_out;                        /* answers are copied straight into the caller's out */
     int host_out;                          /* the host copies answers chunk by chunk as they land */
     int mirror;                            /* L mirrors the batch's arena (shipped straight from it) */
-    uint32_t seq;                          /* tiny batches: the completion flag's value of the last launch */
-    size_t nblk;                           /* tiny batches: blocks launched (flags to wait for) */
+    uint32_t seq;                          /* tiny batches: the answer slots' tag of the last launch (1 .. WISP_TINY_SEQ_MASK) */
 };
 
 struct job;

@@ -42,7 +42,7 @@
  *   in one pinned arena (batch.c): one pointer query, and the device buffer
  *   mirrors the arena's offsets so the head's neighbours go in one copy when
  *   the gaps between them are small.
- * - Tiny batches (inline) wait on per-block flags the kernel raises in
+ * - Tiny batches (inline) wait on per-row answer slots the kernel writes in
  *   mapped host memory, not on events; blocking calls sync the streams
  *   (nothing else is on them) instead of recording end events.
  * - Zero-copy (WISP_GPU_ZEROCOPY=1: batches of up to 4096 rows; =all: every
@@ -65,12 +65,6 @@
 
 static size_t al(size_t x) { return (x + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
 
-/* Blocks of the tiny kernel for rows rows at lanes lanes a row (as kernels/score.cu launches it). */
-static size_t tiny_blocks(size_t rows, int lanes)
-{
-    return (rows * (size_t)lanes + WISP_K_BLOCK - 1) / WISP_K_BLOCK;
-}
-
 /* nsh: answer arrays (one per shard held in the broadcast mode); osz: bytes
  * an answer (4: a float probability; 8: a double partial sum, OUT_SIZE). */
 void wisp__cuda_layout(struct lay *L, size_t rows, size_t nnz, size_t nvals, int vm, int nsh, int zc, size_t osz)
@@ -83,7 +77,7 @@ void wisp__cuda_layout(struct lay *L, size_t rows, size_t nnz, size_t nvals, int
     L->cnt = o;  o += CNT_BYTES;
     L->out = o;  o = al(o + (size_t)nsh * rows * osz);
     L->oorr = o; if (zc) o = al(o + rows * 4);
-    L->flg = o;  if (zc) o = al(o + tiny_blocks(rows, 32) * 4);
+    L->flg = o;  if (zc) o = al(o + rows * 8);        /* the tiny kernel's answer slots (wisp_ktiny.slots) */
     L->total = o;
 }
 
@@ -191,6 +185,36 @@ static int use_timing(const struct job *j)
 static const float *vals_from(const struct job *j, const struct unit *u)
 {
     return j->b->vals + (j->vm == WISP_VALUES_MIXED ? u->vbase : u->base);
+}
+
+/* A tiny batch of value mode ALL packed as MIXED (t.words from word vp: row r's value count
+ * offsets, then the values each row keeps), when that is fewer words: a row keeps its values
+ * up to the last that is not exactly 1.0f (bits 0x3f800000; -0.0, NaN and 1.0000001 are kept),
+ * the rest score as binary entries. 1 if packed, 0 if ALL stays (nothing useful written). */
+static int tiny_trim_ones(wisp_ktiny *t, const struct job *j, const struct unit *u, uint32_t vp)
+{
+    const size_t rows = u->r1 - u->r0;
+    const uint32_t *rp = j->b->row_ptr + u->r0;
+    const float *v = j->b->vals + u->base;
+    if ((size_t)vp + rows + 1 >= WISP_TINY_WORDS) return 0;
+    uint32_t *vpw = t->words + vp, *out = vpw + rows + 1;
+    const uint32_t room = WISP_TINY_WORDS - vp - (uint32_t)rows - 1;
+    uint32_t kept = 0;
+    vpw[0] = 0;
+    for (size_t r = 0; r < rows; r++) {
+        const uint32_t a = rp[r] - u->base;
+        uint32_t z = rp[r + 1] - u->base;
+        for (; z > a; z--) {
+            uint32_t bits;
+            memcpy(&bits, v + z - 1, 4);
+            if (bits != 0x3f800000u) break;
+        }
+        if (kept + (z - a) > room) return 0;
+        memcpy(out + kept, v + a, (size_t)(z - a) * 4);
+        kept += z - a;
+        vpw[r + 1] = kept;
+    }
+    return kept + rows + 1 < u->nvals;
 }
 
 /* Pack the unit's whole slice at its layout's offsets in hin (a small batch, or zero-copy). */
@@ -425,14 +449,27 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
         memcpy(t.words + n, b->ids + u->base, (size_t)u->nnz * 4);
         n += u->nnz;
         t.vp_off = n;
-        if (j->vm == WISP_VALUES_MIXED) {
-            memcpy(t.words + n, b->val_ptr + u->r0, (rows + 1) * 4);
+        int kvm = j->vm;                    /* the kernel's value mode */
+        uint32_t kvals = u->nvals, kvbase = u->vbase;
+        if (j->vm == WISP_VALUES_ALL && tiny_trim_ones(&t, j, u, n)) {
+            /* every value a row ends with that is exactly 1.0 goes as a binary entry (the
+             * same products: w * 1.0 is w): fewer words in the launch (issue 20) */
+            kvm = WISP_VALUES_MIXED;
+            kvals = t.words[n + rows];
+            kvbase = 0;
             n += (uint32_t)rows + 1;
-        }
-        t.vals_off = n;
-        if (j->vm != WISP_VALUES_NONE) {
-            memcpy(t.words + n, vals_from(j, u), (size_t)u->nvals * 4);
-            n += u->nvals;
+            t.vals_off = n;
+            n += kvals;
+        } else {
+            if (j->vm == WISP_VALUES_MIXED) {
+                memcpy(t.words + n, b->val_ptr + u->r0, (rows + 1) * 4);
+                n += (uint32_t)rows + 1;
+            }
+            t.vals_off = n;
+            if (j->vm != WISP_VALUES_NONE) {
+                memcpy(t.words + n, vals_from(j, u), (size_t)u->nvals * 4);
+                n += u->nvals;
+            }
         }
         t.nwords = n;
         t.p.weights = u->w[0];
@@ -440,23 +477,24 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
         t.p.oor_rows = (uint32_t *)(din + L->oorr);
         t.p.rows = (uint32_t)rows;
         t.p.ptr_base = u->base;
-        t.p.val_base = u->vbase;
+        t.p.val_base = kvbase;
         t.p.nnz = u->nnz;
-        t.p.nvals = u->nvals;
+        t.p.nvals = kvals;
         t.p.id_span = j->nf;
         t.p.num_features = j->nf;
         t.p.bias = j->m->bias;
         t.p.scale = j->m->dtype == WISP_I8 ? (double)j->m->scale : 1.0;
-        t.flags = NULL;
+        t.slots = NULL;
         t.seq = 0;
         if (j->poll) {
-            /* each block raises its flag in mapped host memory once its answers are there;
-             * cleared here first (the staging buffer may be new), so no stale value can match */
-            volatile uint32_t *fl = (volatile uint32_t *)(s->stage + u->soff + L->flg);
-            if (++u->seq == 0) u->seq = 1;
-            u->nblk = tiny_blocks(rows, j->lanes);
-            for (size_t i = 0; i < u->nblk; i++) fl[i] = u->seq - 1;
-            t.flags = (uint32_t *)(din + L->flg);
+            /* each row's answer comes back as one 8-byte slot in mapped host memory tagged
+             * with seq; cleared here first (the staging buffer may be new, or hold an older
+             * batch's slots), so no stale value can match */
+            volatile uint64_t *sl = (volatile uint64_t *)(s->stage + u->soff + L->flg);
+            u->seq = (u->seq + 1) & WISP_TINY_SEQ_MASK;
+            if (u->seq == 0) u->seq = 1;
+            for (size_t i = 0; i < rows; i++) sl[i] = 0;
+            t.slots = (unsigned long long *)(din + L->flg);
             t.seq = u->seq;
         }
         j->ns_stage += wisp_now_ns() - t0;
@@ -464,7 +502,7 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
         j->bytes_d2h += rows * 8;
         if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_START], u->comp), "recording an event");
         if (!sticky_hook(j, u, u->comp))
-            JOB_CHECK(j, u, (cudaError_t)wisp_k_tiny(&t, j->dtype, j->vm, j->lanes, u->comp), "launching the score kernel");
+            JOB_CHECK(j, u, (cudaError_t)wisp_k_tiny(&t, j->dtype, kvm, j->lanes, u->comp), "launching the score kernel");
         if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_END], u->comp), "recording an event");
         u->launched = timing && j->err == cudaSuccess;
         return;
@@ -949,29 +987,32 @@ int wisp__cuda_job_start(sess *s, struct job *j, wisp_model *m, const wisp_batch
     return WISP_OK;
 }
 
-/* Wait until every block of unit u's tiny kernel raised its flag (answers are
- * in mapped host memory by then: each block fences before its flag). The
- * stream is asked now and then, so a kernel that failed is reported rather
- * than waited for forever. */
-static cudaError_t poll_flags(sess *s, struct unit *u)
+/* Slot r of a tiny batch holds row r's answer once its tag is seq (wisp_ktiny.slots). */
+static inline int slot_done(uint64_t v, uint32_t seq) { return (uint32_t)(v >> (32 + WISP_TINY_OOR_BITS)) == seq; }
+
+/* Wait until every row's slot of unit u's tiny kernel carries this batch's seq (each
+ * slot is one 8-byte store of the answer and its tag: nothing else to wait for). The
+ * stream is asked now and then, so a kernel that failed is reported rather than
+ * waited for forever. */
+static cudaError_t poll_slots(sess *s, struct unit *u)
 {
-    const volatile uint32_t *fl = (const volatile uint32_t *)(s->stage + u->soff + u->L.flg);
+    const volatile uint64_t *sl = (const volatile uint64_t *)(s->stage + u->soff + u->L.flg);
     const uint32_t seq = u->seq;
+    const size_t rows = u->r1 - u->r0;
     size_t i = 0;
     for (uint64_t spin = 1;; spin++) {
-        while (i < u->nblk && fl[i] == seq) i++;
-        if (i == u->nblk) break;
+        while (i < rows && slot_done(sl[i], seq)) i++;
+        if (i == rows) break;
         if ((spin & 1023) == 0) {
             cudaError_t e = cudaStreamQuery(u->comp);
             if (e == cudaErrorNotReady) continue;
             if (e != cudaSuccess) return e;
-            /* the stream is done: every flag must be up now */
-            while (i < u->nblk && fl[i] == seq) i++;
-            if (i != u->nblk) return cudaErrorNotReady;   /* not sticky: the batch moves to the CPU */
+            /* the stream is done: every slot must be filled now */
+            while (i < rows && slot_done(sl[i], seq)) i++;
+            if (i != rows) return cudaErrorNotReady;   /* not sticky: the batch moves to the CPU */
             break;
         }
     }
-    atomic_thread_fence(memory_order_acquire);   /* the answers are read after the flags */
     return cudaSuccess;
 }
 
@@ -1007,7 +1048,7 @@ int wisp__cuda_job_finish(struct job *j, uint64_t *stats, int async)
         if (!unit_active(j, u)) continue;
         cudaError_t e = cudaSetDevice(u->dev);
         if (!enq_failed && j->poll) {
-            if (e == cudaSuccess) e = poll_flags(s, u);
+            if (e == cudaSuccess) e = poll_slots(s, u);
         } else if (enq_failed || !j->submitted) {
             /* after a failure while enqueueing (the end events may not be recorded), or a
              * blocking batch (nothing else is on the streams): the whole streams */
@@ -1056,6 +1097,17 @@ int wisp__cuda_job_finish(struct job *j, uint64_t *stats, int async)
         if (!unit_active(j, u)) continue;
         const size_t urows = u->r1 - u->r0;
         const struct lay *L = &u->L;
+        if (j->poll) {
+            /* the tiny kernel's slots: the probability's bits and the row's out-of-range ids */
+            const volatile uint64_t *sl = (const volatile uint64_t *)(s->stage + u->soff + L->flg);
+            for (size_t r = 0; r < urows; r++) {
+                const uint64_t v = sl[r];
+                const uint32_t bits = (uint32_t)v;
+                memcpy(out + u->r0 + r, &bits, 4);
+                oor += (v >> 32) & ((1u << WISP_TINY_OOR_BITS) - 1u);
+            }
+            continue;
+        }
         if (j->zc) {
             const char *h = s->stage + u->soff;
             memcpy(out + u->r0, h + L->out, urows * 4);

@@ -85,7 +85,7 @@ struct from_shared {
 template <typename W, int VM, int L, bool SH, typename LD>
 __device__ __forceinline__ void score_rows(const wisp_kparams &p, const wisp_kshards *t, uint32_t r, uint32_t lane,
                                            uint32_t rows, uint32_t nnz, uint32_t nvals, uint32_t ptr_base,
-                                           uint32_t val_base)
+                                           uint32_t val_base, unsigned long long *slots = nullptr, uint32_t seq = 0)
 {
     static_assert(L == 4 || L == 8 || L == 16 || L == 32, "lanes per row");
     const bool active = r < rows;
@@ -154,7 +154,14 @@ __device__ __forceinline__ void score_rows(const wisp_kparams &p, const wisp_ksh
         oor += __shfl_xor_sync(0xffffffffu, oor, off, L);
     }
 
-    if (active && lane == 0) {
+    if (active && lane == 0 && slots) {
+        // the tiny kernel's answer: one aligned 8-byte store to mapped host memory, {probability,
+        // seq << 12 | out-of-range ids}, which the host sees whole (no fence, no flag; see wisp_ktiny)
+        const float y = sigmoid(p.bias + acc * p.scale);
+        const uint32_t hi = (seq << WISP_TINY_OOR_BITS) | min(oor, (1u << WISP_TINY_OOR_BITS) - 1u);
+        *reinterpret_cast<volatile unsigned long long *>(slots + r) =
+            static_cast<unsigned long long>(__float_as_uint(y)) | (static_cast<unsigned long long>(hi) << 32);
+    } else if (active && lane == 0) {
         const double z = acc * p.scale;
         if (p.partial) p.part[r] = z;
         else p.out[r] = sigmoid(p.bias + z);
@@ -194,13 +201,7 @@ __global__ void __launch_bounds__(BLOCK) tiny_kernel(const __grid_constant__ wis
     p.vals = reinterpret_cast<const float *>(sw + t.vals_off);
     const uint32_t r = (blockIdx.x * static_cast<uint32_t>(BLOCK) + threadIdx.x) / L;
     score_rows<W, VM, L, false, from_shared>(p, nullptr, r, threadIdx.x & (L - 1), p.rows, p.nnz, p.nvals,
-                                             p.ptr_base, p.val_base);
-    if (t.flags) {
-        // every thread's answers reach host memory before the block's flag does
-        __threadfence_system();
-        __syncthreads();
-        if (threadIdx.x == 0) *reinterpret_cast<volatile uint32_t *>(t.flags + blockIdx.x) = t.seq;
-    }
+                                             p.ptr_base, p.val_base, t.slots, t.seq);
 }
 
 template <typename W, int VM>

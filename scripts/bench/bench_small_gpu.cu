@@ -21,6 +21,10 @@
  *                    on it (the design of wisp's inline path, with no scoring)
  *   copy_round_trip  a 2 KB host->device copy, an empty kernel, a 40-byte copy back, a sync
  *                    (the plain-launch path's floor)
+ *   piece_*          the inline path's pieces on 10 rows (see piece_kernel): the answers written
+ *                    to mapped host memory, with or without a gather of 39 random weights a row
+ *                    from a 2^26-float device table, then fence + flag (the inline path's way)
+ *                    or one 8-byte {answer, seq} store a row the host spins on (LL)
  * Prints one JSON object on stdout.
  */
 #include <cuda_runtime.h>
@@ -113,6 +117,40 @@ __global__ void param_flag_kernel(const __grid_constant__ tiny_param p)
     }
 }
 
+/* The inline path's pieces, one at a time (what the 4 us between param_flag_spin and wisp are):
+ * ROWS answers written to mapped host memory by lane 0 of each row's 16 lanes, after an optional
+ * gather of the row's 39 random weights from a device table; then either the inline path's
+ * __threadfence_system + one flag (FENCE) or, with no fence, one 8-byte {answer, seq} store a
+ * row that the host spins on (LL: NCCL's low-latency protocol's idea, an aligned 8-byte store
+ * reaching host memory whole). */
+struct piece_param { uint32_t words[TINY_WORDS]; const float *table; uint32_t mask; float *out;
+                     unsigned long long *ll; volatile uint32_t *flag; uint32_t seq, rows, gather, ll_mode; };
+
+__global__ void piece_kernel(const __grid_constant__ piece_param p)
+{
+    __shared__ uint32_t sw[TINY_WORDS];
+    for (uint32_t i = threadIdx.x; i < TINY_WORDS; i += blockDim.x) sw[i] = p.words[i];
+    __syncthreads();
+    const uint32_t r = threadIdx.x / 16, lane = threadIdx.x & 15;
+    float acc = 0.f;
+    if (p.gather && r < p.rows)
+        for (uint32_t k = lane; k < 39; k += 16) acc += __ldg(p.table + (sw[(r * 39 + k) % TINY_WORDS] & p.mask));
+    for (int off = 8; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off, 16);
+    if (lane == 0 && r < p.rows) {
+        if (p.ll_mode) {
+            p.ll[r] = (unsigned long long)__float_as_uint(acc) | ((unsigned long long)p.seq << 32);
+        } else {
+            p.out[r] = acc;
+            p.out[64 + r] = 0.f;            /* the inline path's second word a row (out-of-range count) */
+        }
+    }
+    if (!p.ll_mode) {
+        __threadfence_system();
+        __syncthreads();
+        if (threadIdx.x == 0) *p.flag = p.seq;
+    }
+}
+
 static void cu(cudaError_t e, const char *what)
 {
     if (e != cudaSuccess) { fprintf(stderr, "bench_small_gpu: %s: %s\n", what, cudaGetErrorString(e)); exit(1); }
@@ -163,10 +201,57 @@ static void floors(long calls)
         if (i >= 0) t[(size_t)i] = (double)(now_ns() - t0) / 1e3;
     }
     summary c = summarize(t);
+
+    /* the pieces: 10 rows, {no gather, gather} x {fence + flag, LL} */
+    static piece_param q;
+    float *table;
+    const uint32_t tsize = 1u << 26;
+    cu(cudaMalloc((void **)&table, (size_t)tsize * 4), "cudaMalloc table");
+    cu(cudaMemset(table, 0, (size_t)tsize * 4), "cudaMemset table");
+    uint32_t *hbuf, *dbuf;
+    cu(cudaHostAlloc((void **)&hbuf, 4096, cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc");
+    cu(cudaHostGetDevicePointer((void **)&dbuf, hbuf, 0), "cudaHostGetDevicePointer");
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < TINY_WORDS; i++) { x ^= x << 13; x ^= x >> 7; x ^= x << 17; q.words[i] = (uint32_t)x; }
+    q.table = table;
+    q.mask = tsize - 1;
+    q.rows = 10;
+    q.out = (float *)dbuf;
+    q.ll = (unsigned long long *)(dbuf + 256);
+    q.flag = dbuf + 512;
+    volatile uint32_t *hflag2 = hbuf + 512;
+    volatile unsigned long long *hll = (volatile unsigned long long *)(hbuf + 256);
+    summary pc[4];
+    for (int v = 0; v < 4; v++) {
+        q.gather = (uint32_t)(v >> 1);
+        q.ll_mode = (uint32_t)(v & 1);
+        for (long i = -200; i < calls; i++) {
+            const uint32_t seq = (uint32_t)(i + 1000 + v * 10000000);
+            for (uint32_t r = 0; r < q.rows; r++) hll[r] = 0;      /* as the inline path clears its flags */
+            uint64_t t0 = now_ns();
+            q.seq = seq;
+            piece_kernel<<<1, 256, 0, st>>>(q);
+            if (q.ll_mode) {
+                for (uint32_t r = 0; r < q.rows; r++)
+                    while ((uint32_t)(hll[r] >> 32) != seq) { }
+            } else {
+                while (*hflag2 != seq) { }
+            }
+            if (i >= 0) t[(size_t)i] = (double)(now_ns() - t0) / 1e3;
+        }
+        cu(cudaStreamSynchronize(st), "sync");
+        pc[v] = summarize(t);
+    }
+    cudaFree(table);
+    cudaFreeHost(hbuf);
     printf("\"floors\": {\n");
     print_summary("launch_sync", a, 1);
     print_summary("param_flag_spin", b, 1);
-    print_summary("copy_round_trip", c, 0);
+    print_summary("copy_round_trip", c, 1);
+    print_summary("piece_write_fence_flag", pc[0], 1);
+    print_summary("piece_write_ll", pc[1], 1);
+    print_summary("piece_gather_write_fence_flag", pc[2], 1);
+    print_summary("piece_gather_write_ll", pc[3], 0);
     printf("},\n");
     cudaFreeHost(hin); cudaFreeHost(hout); cudaFreeHost(hflag); cudaFree(din);
     cudaStreamDestroy(st);

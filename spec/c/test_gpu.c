@@ -253,7 +253,7 @@ static void check_parts(const char *what, wisp_session *s, wisp_session *cpu, wi
  * (65536 rows: no gap between the offsets; 70001: a large gap) and of the chunk
  * bounds, every value mode, growth after scoring, clear and reuse with another
  * mode, binary rows then valued ones (val_ptr materialised late), zero-copy
- * from the arena; then many tiny batches (blocks' completion flags). */
+ * from the arena; then many tiny batches (their answer slots' tag changes every batch). */
 static void test_packed(wisp_engine *eng, int quick)
 {
     wisp_model *m = make_model(eng, (uint64_t)1 << 22, WISP_F32, -0.4);
@@ -333,7 +333,7 @@ static void test_packed(wisp_engine *eng, int quick)
     }
     set_env("WISP_GPU_ZEROCOPY", NULL);
 
-    /* many tiny batches in a row: each waits on its blocks' flags (1 to 4 blocks), the flag value changes every batch */
+    /* many tiny batches in a row: each waits on its rows' answer slots (1 to 4 blocks), the slot tag changes every batch */
     wisp_session *s = NULL;
     CHECK_OK(wisp_session_new(eng, m, "gpu", &s));
     wisp_batch *b = NULL;
@@ -716,6 +716,91 @@ static void test_gpu(wisp_engine *eng, int quick)
     wisp_model_free(m);
 }
 
+/* ---- tiny batches: the answer slots, and values of exactly 1.0 sent as binary entries --------
+ * A tiny batch's answers come back as one 8-byte {probability, seq | out-of-range ids} store a
+ * row (kernels/score.cuh, wisp_ktiny.slots); a batch of value mode ALL goes in the launch as MIXED
+ * when the values each row ends with that are exactly 1.0f make it shorter (cuda_score.c,
+ * tiny_trim_ones). Rows of 0 to 60 features, values drawn from 1.0f, its neighbours
+ * (0.99999994f, 1.0000001f), -0.0f, 0 and random ones, whole rows of 1.0f, ids past the table;
+ * against the float64 reference and the CPU, the out-of-range count, and bit for bit against
+ * the same batch through the ordinary kernel (WISP_GPU_INLINE=0: the same lanes, the same
+ * products and order, the values as given). Then many batches in a row through one session
+ * (the slot tag changes every batch; 1..4 blocks). */
+static void test_tiny_slots(wisp_engine *eng, int quick)
+{
+    const uint64_t nf = 5000;
+    wisp_model *m = make_model(eng, nf, WISP_F32, 0.15);
+    wisp_session *inl = NULL, *plain = NULL, *cpu = NULL;
+    CHECK_OK(wisp_session_new(eng, m, "gpu", &inl));
+    set_env("WISP_GPU_INLINE", "0");
+    CHECK_OK(wisp_session_new(eng, m, "gpu", &plain));
+    set_env("WISP_GPU_INLINE", NULL);
+    CHECK_OK(wisp_session_new(eng, m, "cpu", &cpu));
+    const float picks[] = { 1.0f, 0.99999994f, 1.0000001f, -0.0f, 0.0f, 2.5f, -1.0f };
+    size_t bad_ref = 0, bad_cpu = 0, bad_bits = 0, bad_oor = 0, trimmed_batches = 0;
+    double maxerr = 0;
+    const int n = quick ? 150 : 800;
+    for (int it = 0; it < n && inl && plain && cpu; it++) {
+        const size_t rows = 1 + rnd_below(it % 5 == 0 ? 24 : 10);
+        const unsigned wmax = it % 3 == 0 ? 60 : 39;
+        uint32_t rp[25], ids[25 * 60];
+        float vals[25 * 60], out_i[25], out_p[25], out_c[25];
+        double ref[25];
+        uint64_t oor = 0;
+        size_t nnz = 0, ones_at_end = 0;
+        rp[0] = 0;
+        for (size_t r = 0; r < rows; r++) {
+            const unsigned w = (unsigned)rnd_below(wmax + 1);
+            const int style = (int)rnd_below(4);    /* 0 random, 1 all 1.0, 2 valued then 1.0s, 3 1.0s then one other */
+            double z = 0.15;
+            for (unsigned k = 0; k < w; k++) {
+                const uint32_t id = rnd_below(20) == 0 ? (uint32_t)(nf + rnd_below(100)) : (uint32_t)rnd_below(nf);
+                float v;
+                if (style == 1 || (style == 2 && k >= w / 3) || (style == 3 && k + 1 < w)) v = 1.0f;
+                else v = rnd_below(2) ? picks[rnd_below(sizeof picks / sizeof picks[0])] : (float)(rnd01() * 4 - 2);
+                ids[nnz] = id;
+                vals[nnz] = v;
+                nnz++;
+                if (id < nf) z += (double)wisp_model_weight(m, id) * (double)v;
+                else oor++;
+            }
+            if (w && vals[nnz - 1] == 1.0f && !signbit(vals[nnz - 1])) ones_at_end++;
+            rp[r + 1] = (uint32_t)nnz;
+            ref[r] = z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z));
+        }
+        if (ones_at_end) trimmed_batches++;
+        wisp_batch *b = NULL;
+        CHECK_OK(wisp_batch_wrap(eng, rows, rp, ids, NULL, vals, &b));
+        if (!b) break;
+        const uint64_t o0 = wisp_session_stat(inl, WISP_STAT_OUT_OF_RANGE);
+        for (size_t r = 0; r < rows; r++) out_i[r] = out_p[r] = out_c[r] = NAN;
+        CHECK_OK(wisp_session_score(inl, b, out_i));
+        CHECK_OK(wisp_session_score(plain, b, out_p));
+        CHECK_OK(wisp_session_score(cpu, b, out_c));
+        if (wisp_session_stat(inl, WISP_STAT_OUT_OF_RANGE) - o0 != oor) bad_oor++;
+        for (size_t r = 0; r < rows; r++) {
+            const double e = isnan(out_i[r]) ? 1 : fabs(out_i[r] - ref[r]);
+            maxerr = fmax(maxerr, e);
+            bad_ref += !(e <= TOL);
+            bad_cpu += !(fabs(out_i[r] - out_c[r]) <= TOL);
+            bad_bits += memcmp(&out_i[r], &out_p[r], 4) != 0;
+        }
+        wisp_batch_free(b);
+    }
+    CHECK_MSG(bad_ref == 0 && bad_cpu == 0 && bad_bits == 0 && bad_oor == 0,
+              "tiny batches through the answer slots: %zu rows off the float64 reference (max %.3g), %zu off the CPU, "
+              "%zu not bit-identical to the ordinary kernel's, %zu batches with a wrong out-of-range count",
+              bad_ref, maxerr, bad_cpu, bad_bits, bad_oor);
+    CHECK_MSG(trimmed_batches > (size_t)n / 4, "the case mix sent %zu of %d batches with rows ending in 1.0", trimmed_batches, n);
+    CHECK_MSG(inl && wisp_session_stat(inl, WISP_STAT_FALLBACKS) == 0 && !strcmp(wisp_session_last_device(inl), "gpu:0"),
+              "the inline session fell back (%llu) or ran on %s", inl ? (unsigned long long)wisp_session_stat(inl, WISP_STAT_FALLBACKS) : 0ull,
+              inl ? wisp_session_last_device(inl) : "?");
+    wisp_session_free(inl);
+    wisp_session_free(plain);
+    wisp_session_free(cpu);
+    wisp_model_free(m);
+}
+
 int main(void)
 {
     testrand_seed("test_gpu");
@@ -760,6 +845,7 @@ int main(void)
             test_gpu(eng, quick);
             test_wide_sums(eng, quick);
             test_packed(eng, quick);
+            test_tiny_slots(eng, quick);
             /* then submit/wait, device out of memory, batches in device memory, the sticky error: test_gpu_stream.c */
         }
     }
