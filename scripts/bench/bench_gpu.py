@@ -155,9 +155,9 @@ def small_driver(lib):
     return exe, None
 
 
-def run_small_driver(exe, lib, model, calls):
-    """One run of the C driver (10 rows, --floors) in its own process: its JSON object."""
-    cmd = [exe, "--lib", os.path.abspath(lib), "--rows", "10", "--calls", str(calls), "--floors", "--model", model]
+def run_small_driver(exe, lib, model, calls, extra=("--floors",)):
+    """One run of the C driver (10 rows; --floors, or the options in extra) in its own process: its JSON object."""
+    cmd = [exe, "--lib", os.path.abspath(lib), "--rows", "10", "--calls", str(calls), "--model", model] + list(extra)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise RuntimeError("bench_small_gpu failed (exit %d): %s" % (r.returncode, r.stderr.strip()[-800:]))
@@ -210,11 +210,15 @@ def small_c_and_package(args, res, small, sb, sout, f32_path, NS):
     if pwhy:
         res["notes"].append("small: " + pwhy)
     X = (sb.row_ptr, sb.ids, sb.psw)
-    c_runs, pkg_ts, pkg_first = [], [], None
+    # The package's own layout from C as well: a value for each of the 39 entries (1.0 for the binary
+    # ones) and a wisp_batch_wrap + wisp_batch_free inside each timed call, as Session.score does.
+    PKG_LAYOUT = ("--values", "all", "--wrap-each")
+    c_runs, c_pkg_runs, pkg_ts, pkg_first = [], [], [], None
     for rnd in range(ROUNDS):
         if exe:
             try:
                 c_runs.append(run_small_driver(exe, args.lib, f32_path, NC))
+                c_pkg_runs.append(run_small_driver(exe, args.lib, f32_path, NC, PKG_LAYOUT))
             except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
                 res["notes"].append("small: the C driver: %s" % e)
                 exe = None
@@ -224,7 +228,7 @@ def small_c_and_package(args, res, small, sb, sout, f32_path, NS):
                 for _ in range(50):
                     psess.score(X)
                 psess.reset_stats()
-            for _ in range(NS // ROUNDS):
+            for _ in range(NC // 5 if not args.quick else NS // ROUNDS):
                 t0 = time.perf_counter_ns()
                 psess.score(X)
                 pkg_ts.append((time.perf_counter_ns() - t0) / 1e3)
@@ -235,8 +239,7 @@ def small_c_and_package(args, res, small, sb, sout, f32_path, NS):
         small["c_median_us"] = over_rounds(lambda r: r["wisp_session_score"]["median_us"])
         small["c_p90_us"] = over_rounds(lambda r: r["wisp_session_score"]["p90_us"])
         small["c_p99_us"] = over_rounds(lambda r: r["wisp_session_score"]["p99_us"])
-        small["floors"] = {k: over_rounds(lambda r: r["floors"][k]["median_us"])
-                           for k in ("launch_sync", "param_flag_spin", "copy_round_trip")}
+        small["floors"] = {k: over_rounds(lambda r: r["floors"][k]["median_us"]) for k in c_runs[0]["floors"]}
         small["floors_p99_us"] = {k: over_rounds(lambda r: r["floors"][k]["p99_us"]) for k in small["floors"]}
         small["c_rounds"] = [{"median_us": r["wisp_session_score"]["median_us"], "p90_us": r["wisp_session_score"]["p90_us"],
                               "p99_us": r["wisp_session_score"]["p99_us"],
@@ -246,6 +249,15 @@ def small_c_and_package(args, res, small, sb, sout, f32_path, NS):
                              "(CLOCK_MONOTONIC around each wisp_session_score); floors: median_us of each round"}
         if ran_on != ["gpu:0"]:
             res["notes"].append("small: the C driver's session ran on %s, not gpu:0" % ran_on)
+        if c_pkg_runs:
+            small["c_package_layout_median_us"] = med([r["wisp_session_score"]["median_us"] for r in c_pkg_runs])
+            small["c_package_layout_p99_us"] = med([r["wisp_session_score"]["p99_us"] for r in c_pkg_runs])
+            small["c_package_layout_inside_wisp_us"] = med([r["inside_wisp_us"] for r in c_pkg_runs])
+            small["c_package_layout"] = {"command": c_pkg_runs[0]["command"], "rounds": len(c_pkg_runs),
+                                         "how": "the C driver with the package's layout (a value for every entry, 1.0 "
+                                                "for the binary ones) and a wrap + free inside each timed call; the "
+                                                "difference to python_package_us is the package's call and the "
+                                                "interpreter around it"}
     else:
         reason = "none (the C driver did not run: see notes)"
         small["c_median_us"] = small["c_p90_us"] = small["c_p99_us"] = reason
@@ -644,8 +656,12 @@ def main():
     small_c_and_package(args, res, small, sb, sout, f32_path, NS)
     small["floor_note"] = ("floors (bench_small_gpu --floors, same process as the C figure): launch_sync an empty kernel "
                            "+ cudaStreamSynchronize; param_flag_spin a kernel with a 3,840-byte parameter writing a flag "
-                           "to mapped host memory, the host spinning (the inline path's design, no scoring); "
-                           "copy_round_trip 2 KB H2D + empty kernel + 40 B D2H + sync (the plain-launch path's floor)")
+                           "to mapped host memory, the host spinning; copy_round_trip 2 KB H2D + empty kernel + 40 B D2H "
+                           "+ sync (the plain-launch path's floor); piece_*: the inline path's pieces on 10 rows (answers "
+                           "written to mapped host memory, with or without a gather of 39 random weights a row, then "
+                           "fence + flag, or one 8-byte {answer, seq} store a row, LL: what wisp's inline path does since "
+                           "1469eb1); resident_mailbox_ll: no launch, a resident kernel spinning on a mailbox in mapped "
+                           "host memory (reads the batch over PCIe)")
     log("small (10 rows):", {k: round(v, 1) for k, v in small.items() if isinstance(v, float)})
     if isinstance(small["floors"], dict):
         log("small floors (C):", {k: round(v, 2) for k, v in small["floors"].items()})
@@ -828,6 +844,7 @@ def main():
             small.get("python_package", {}).get("fallbacks") == 0
             and str(small.get("python_package", {}).get("last_device")).startswith("gpu"),
             via="the wisp package (Session.score)",
+            c_same_layout_median_us=small.get("c_package_layout_median_us", "none (the C driver did not run)"),
             ctypes_median_us=small["wisp_us"], ctypes_p99_us=small["wisp_p99_us"],
             ctypes_met=small["wisp_us"] <= 12 and small["wisp_p99_us"] <= 20),
         "stream_at_least_85pct_pcie_floor": {"fraction": stream["async_submit_wait"]["fraction_of_pcie_floor"],
