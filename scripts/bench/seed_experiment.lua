@@ -284,7 +284,10 @@ local CHECK_SIZES = {}
 for i, p in ipairs(policy.points) do CHECK_SIZES[i] = p.rows end
 
 -- Median ns a call for each contender (a function scoring one batch), timed in
--- interleaved rounds (A, B, C, A, B, C, ...) so drift and neighbours' load hit all alike.
+-- interleaved rounds so drift and neighbours' load hit all alike, the order rotated each
+-- round (A B C, B C A, C A B, ...) so no contender always follows the same one: on the H200
+-- at 003a8db, with the policy always right after the GPU's round, the policy's CPU calls at
+-- 100-205 rows ran 20-24% over the CPU session's (the check failed at 100 and 205 rows).
 local function compare(contenders, bs, rounds)
     local nb = #bs
     local per = {}
@@ -298,8 +301,11 @@ local function compare(contenders, bs, rounds)
     local one = max(now_ns() - t0, 1)
     local calls = max(20, floor(2e6 / one))
     local k = 1
-    for _ = 1, rounds or 7 do
-        for i, fn in ipairs(contenders) do
+    local n = #contenders
+    for r = 1, rounds or 7 do
+        for j = 0, n - 1 do
+            local i = (r - 1 + j) % n + 1
+            local fn = contenders[i]
             local s0 = now_ns()
             for _ = 1, calls do fn(bs[k]); k = k % nb + 1 end
             per[i][#per[i] + 1] = (now_ns() - s0) / calls
