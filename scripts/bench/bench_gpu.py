@@ -18,7 +18,8 @@ measured in one run, on the same data:
              zero-copy, with events), from C (scripts/bench/bench_small_gpu.cu, built here with nvcc,
              run on the same --lib, with its floors: empty launch + sync, a 3,840-byte-parameter
              kernel raising a flag in mapped host memory, a 2 KB H2D + kernel + 40 B D2H round trip),
-             from the wisp package (Session.score on "gpu", when `import wisp` works), PyTorch.
+             from the wisp package (Session.score on "gpu", when `import wisp` works: inside this
+             process, and in a process of its own through scripts/bench/bench_small_py.py), PyTorch.
   stream     100 batches of 64k rows from pinned memory: one blocking call after
              another, and as a stream through wisp_session_submit/wait
              (WISP_MAX_IN_FLIGHT batches in flight, 4 distinct batches rotated),
@@ -166,6 +167,18 @@ def run_small_driver(exe, lib, model, calls, extra=("--floors",)):
     return d
 
 
+SMALL_PY = os.path.join(record.ROOT, "scripts", "bench", "bench_small_py.py")
+
+
+def run_small_py(model, calls):
+    """One run of scripts/bench/bench_small_py.py (the package, 10 rows, in a process of its own): its JSON."""
+    cmd = [sys.executable, SMALL_PY, "--model", model, "--rows", "10", "--calls", str(calls)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError("bench_small_py failed (exit %d): %s" % (r.returncode, r.stderr.strip()[-800:]))
+    return json.loads(r.stdout)
+
+
 def package_small(model_path):
     """The wisp package's Session on "gpu" for the small section: (session, None) or (None, why)."""
     try:
@@ -213,8 +226,13 @@ def small_c_and_package(args, res, small, sb, sout, f32_path, NS):
     # The package's own layout from C as well: a value for each of the 39 entries (1.0 for the binary
     # ones) and a wisp_batch_wrap + wisp_batch_free inside each timed call, as Session.score does.
     PKG_LAYOUT = ("--values", "all", "--wrap-each")
-    c_runs, c_pkg_runs, pkg_ts, pkg_first = [], [], [], None
+    c_runs, c_pkg_runs, py_runs, pkg_ts, pkg_first = [], [], [], [], None
     for rnd in range(ROUNDS):
+        if psess is not None:
+            try:
+                py_runs.append(run_small_py(f32_path, NC))
+            except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
+                res["notes"].append("small: bench_small_py: %s" % e)
         if exe:
             try:
                 c_runs.append(run_small_driver(exe, args.lib, f32_path, NC))
@@ -270,6 +288,19 @@ def small_c_and_package(args, res, small, sb, sout, f32_path, NS):
         small["python_package_p99_us"] = pct(pkg_ts, 99)
         small["python_package_inside_wisp_us"] = pst["ns_total"] / max(pst["batches"], 1) / 1e3
         small["python_package_vs_ctypes_max_abs_diff"] = float(np.max(np.abs(pkg_first - sout)))
+        if py_runs:
+            # the package in a fresh process of its own, as the C driver runs (bench_small_py.py)
+            small["python_own_process_us"] = med([r["session_score"]["median_us"] for r in py_runs])
+            small["python_own_process_p90_us"] = med([r["session_score"]["p90_us"] for r in py_runs])
+            small["python_own_process_p99_us"] = med([r["session_score"]["p99_us"] for r in py_runs])
+            small["python_own_process_inside_wisp_us"] = med([r["inside_wisp_us"] for r in py_runs])
+            small["python_own_process"] = {"command": py_runs[0]["command"], "rounds": len(py_runs),
+                                           "ran_on": sorted({r["ran_on"] for r in py_runs}),
+                                           "fallbacks": sum(r["fallbacks"] for r in py_runs),
+                                           "max_abs_diff_vs_cpu": max(r["max_abs_diff_vs_cpu"] for r in py_runs),
+                                           "rounds_median_us": [r["session_score"]["median_us"] for r in py_runs],
+                                           "how": "each figure: the median over rounds of that round's statistic; "
+                                                  "rounds interleaved with the C driver's"}
         small["python_package"] = {"call": "wisp.Session(wisp.load(path), \"gpu\").score((indptr, indices, values)), "
                                            "numpy uint32/uint32/float32", "calls": len(pkg_ts),
                                    "module": os.path.dirname(wisp.__file__), "version": wisp.version(),
@@ -843,8 +874,14 @@ def main():
             small["python_package_us"], small["python_package_p99_us"],
             small.get("python_package", {}).get("fallbacks") == 0
             and str(small.get("python_package", {}).get("last_device")).startswith("gpu"),
-            via="the wisp package (Session.score)",
+            via="the wisp package (Session.score), timed inside this benchmark's process after its other sections",
             c_same_layout_median_us=small.get("c_package_layout_median_us", "none (the C driver did not run)"),
+            own_process=small_target(small.get("python_own_process_us", "none (bench_small_py did not run)"),
+                                     small.get("python_own_process_p99_us"),
+                                     small.get("python_own_process", {}).get("ran_on") == ["gpu:0"]
+                                     and small.get("python_own_process", {}).get("fallbacks") == 0,
+                                     via="scripts/bench/bench_small_py.py: the package in a process of its own, "
+                                         "as the C figure is timed"),
             ctypes_median_us=small["wisp_us"], ctypes_p99_us=small["wisp_p99_us"],
             ctypes_met=small["wisp_us"] <= 12 and small["wisp_p99_us"] <= 20),
         "stream_at_least_85pct_pcie_floor": {"fraction": stream["async_submit_wait"]["fraction_of_pcie_floor"],
