@@ -323,8 +323,15 @@ end
 
 local checks, fresh_points, place_ns = {}, {}, nil
 do
-    local sessions = {}
-    for _, d in ipairs(devices) do sessions[d.name] = assert(model:session(d.name)) end
+    -- twins: a second session on each device, timed beside the first: what two sessions that do
+    -- the same thing differ by in this run (on the H200 at 3257335 the pipeline's session ran
+    -- 6-11% over the fixed one at a few sizes, on either device, at different sizes run to run,
+    -- while its own choosing costs 0.02 us)
+    local sessions, twins = {}, {}
+    for _, d in ipairs(devices) do
+        sessions[d.name] = assert(model:session(d.name))
+        twins[d.name] = assert(model:session(d.name))
+    end
     local pipe = assert(wisp.pipeline { model = model, placement = policy })
     -- the pipeline's own cost a call (choosing: the batch's rows and nnz, policy:choose; and
     -- the call through to the session): pipe:score over a stub session that scores nothing,
@@ -355,7 +362,11 @@ do
             fns[i] = function(b) assert(s:score(b, out)) end
         end
         fns[#fns + 1] = function(b) assert(pipe:score(b, out)) end
-        local med, mins, per = compare(fns, bs, size >= 100000 and 5 or 9)
+        for _, d in ipairs(devices) do
+            local t = twins[d.name]
+            fns[#fns + 1] = function(b) assert(t:score(b, out)) end
+        end
+        local med, mins, per = compare(fns, bs, size >= 100000 and 5 or 10)
         -- each contender's rounds (ms a call): median and quartiles, the fastest round beside
         local fp = { rows = size, ms = {}, spread = {}, passes = #per[1] }
         row.median_ms, row.lo_ms, row.hi_ms = {}, {}, {}
@@ -371,7 +382,13 @@ do
             fp.ms[d.name], fp.spread[d.name] = keep(d.name, i)
             if fp.ms[d.name] < best then best, best_name = fp.ms[d.name], d.name end
         end
-        keep("policy", #fns)
+        keep("policy", #devices + 1)
+        row.twin_median_ms = {}
+        for i, d in ipairs(devices) do
+            local rounds = {}
+            for k, v in ipairs(per[#devices + 1 + i]) do rounds[k] = v / 1e6 end
+            row.twin_median_ms[d.name] = placement.summarize(rounds)
+        end
         fresh_points[#fresh_points + 1] = fp
         row.best = best_name
         row.best_fixed_ms = best                                   -- the better fixed device's median
@@ -382,6 +399,9 @@ do
         row.allowed_ms = (row.median_ms.policy - row.lo_ms.policy) + (row.hi_ms[best_name] - best) + place_ms
         row.place_ms = place_ms
         row.ok = row.lo_ms.policy <= row.hi_ms[best_name] + place_ms
+        -- the same, allowing what the best device's twin session differed by from it in these rounds
+        row.twin_gap_ms = math.abs(row.twin_median_ms[best_name] - best)
+        row.ok_beyond_twin = row.lo_ms.policy <= row.hi_ms[best_name] + place_ms + row.twin_gap_ms
         -- the criterion before issue 20: fastest rounds, 5% + 2 us a call allowed
         local best_min = math.huge
         for _, d in ipairs(devices) do best_min = min(best_min, row.ms[d.name]) end
@@ -390,14 +410,16 @@ do
         checks[#checks + 1] = row
     end
     for _, s in pairs(sessions) do s:close() end
+    for _, s in pairs(twins) do s:close() end
     pipe:close()
 end
 pool_ids, pool_vals = nil, nil
 collectgarbage()
 local fresh_rows, fresh_ok = policy:check(fresh_points)
-local never_slower, never_slower_old = true, true
+local never_slower, never_slower_old, never_slower_twin = true, true, true
 for _, c in ipairs(checks) do
     never_slower = never_slower and c.ok
+    never_slower_twin = never_slower_twin and c.ok_beyond_twin
     never_slower_old = never_slower_old and c.ok_5pct_2us
 end
 
@@ -517,11 +539,15 @@ for _, c in ipairs(checks) do
         add("  NOT ok: %d rows: the pipeline took %.4f ms [%.4f..%.4f], %s %.4f ms [%.4f..%.4f]: slower by %.4f ms, the spread allows %.4f",
             c.rows, c.median_ms.policy, c.lo_ms.policy, c.hi_ms.policy, c.best, c.best_fixed_ms, c.lo_ms[c.best],
             c.hi_ms[c.best], c.slower_ms, c.allowed_ms)
+        add("          a second %s session in the same rounds: %.4f ms (%.4f ms from the first): %s", c.best,
+            c.twin_median_ms[c.best], c.twin_gap_ms, c.ok_beyond_twin and "within that" or "beyond that too")
     end
 end
 add("calibrated policy never slower than the better of %s by more than the measured spread (+ %.3f us, the pipeline's own cost a call) at any calibrated size: %s",
     gpu_dev and "CPU-only and GPU-only" or "the devices present (CPU only)", place_ns / 1e3, never_slower and "yes" or "NO")
 add("  (the criterion before issue 20, fastest rounds with 5%% + 2 us allowed: %s)", never_slower_old and "yes" or "NO")
+add("  (allowing what a second session on the best device differed by from the first in the same rounds: %s)",
+    never_slower_twin and "yes" or "NO")
 add("")
 add("Profiler cost (median us a call, off -> on; stages vs wall within):")
 for _, p in ipairs(prof_cost) do
@@ -545,6 +571,7 @@ local doc = {
     calibration = policy:to_table(), calibration_check = calib_rows, calibration_check_ok = calib_ok,
     fresh_check = fresh_rows, fresh_check_ok = fresh_ok, fresh_points = fresh_points,
     policy_check = checks, policy_never_slower = never_slower, place_us = place_ns / 1e3, policy_never_slower_5pct_2us = never_slower_old,
+    policy_never_slower_beyond_twin = never_slower_twin,
     refined_sizes = policy.options.refined,
     profiler_cost = prof_cost, table = table.concat(lines, "\n"),
 }
