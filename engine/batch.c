@@ -235,10 +235,24 @@ static int check_append(wisp_batch *b, size_t n, const char *fn)
 
 static int push_bad(wisp_batch *b, size_t row, uint64_t line, const char *msg, const char *fn);
 
-/* The position of the first value of v[0..n) that is not a finite float32, or n. */
+/* The position of the first value of v[0..n) that is not a finite float32, or n.
+ * 16 values at a time without a branch (exponent bits all ones: inf or NaN; the compiler
+ * vectorizes the block at -O2), then one at a time from the block that holds one: a
+ * one-at-a-time isfinite loop was 90% of wisp_batch_wrap on 10 rows of 39 values
+ * (perf, the Python package's 10-row call, issue 20). */
 static size_t first_nonfinite(const float *v, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        uint32_t any = 0;
+        for (int k = 0; k < 16; k++) {
+            uint32_t u;
+            memcpy(&u, v + i + k, sizeof u);
+            any |= (uint32_t)((u & 0x7fffffffu) >= 0x7f800000u);
+        }
+        if (any) break;
+    }
+    for (; i < n; i++)
         if (!isfinite(v[i])) return i;
     return n;
 }
@@ -359,8 +373,10 @@ int wisp_batch_wrap(wisp_engine *eng, size_t rows, const uint32_t *row_ptr, cons
     b->vals = (float *)vals;
     update_mode(b);
     /* the values rule (top of file): one pass over the caller's values, no
-     * copy; a row holding a non-finite value is listed bad (answered NaN) */
-    if (b->value_mode != WISP_VALUES_NONE) {
+     * copy; a row holding a non-finite value is listed bad (answered NaN). The rows'
+     * values are vals[0 .. nvals) in order: the rows are looked at one by one only
+     * when the pass over all of them found a value that is not finite. */
+    if (b->value_mode != WISP_VALUES_NONE && first_nonfinite(vals, nvals) < nvals) {
         for (size_t r = 0; r < rows; r++) {
             const size_t a = b->value_mode == WISP_VALUES_MIXED ? val_ptr[r] : row_ptr[r];
             const size_t z = b->value_mode == WISP_VALUES_MIXED ? val_ptr[r + 1] : row_ptr[r + 1];

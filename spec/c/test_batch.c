@@ -454,6 +454,62 @@ static void check_edge_rows(const wisp_batch *b, const char *where, const char *
     }
 }
 
+/* wisp_batch_wrap's pass over the values (16 at a time, then row by row only when one is not
+ * finite): random wrapped batches, ALL and MIXED, with NaN or +-inf at random places (block
+ * edges, a row's first and last value, several in a row, none); the bad rows must be exactly
+ * the rows holding one, each named once, in row order. */
+static void test_wrap_values_pass(wisp_engine *eng)
+{
+    const float badv[] = { NAN, INFINITY, -INFINITY };
+    size_t wrong = 0;
+    for (int it = 0; it < 3000; it++) {
+        const size_t rows = 1 + rndn(40);
+        const int mixed = (int)rndn(2);
+        uint32_t rp[41], vp[41], ids[40 * 50];
+        float vals[40 * 50];
+        int want[40];
+        size_t nnz = 0, nv = 0;
+        rp[0] = vp[0] = 0;
+        const int nbad = rndn(3) == 0 ? 0 : 1 + (int)rndn(4);
+        for (size_t r = 0; r < rows; r++) {
+            const size_t w = rndn(50), k = mixed ? rndn(w + 1) : w;
+            for (size_t j = 0; j < w; j++) ids[nnz + j] = (uint32_t)rndn(1000);
+            for (size_t j = 0; j < k; j++) vals[nv + j] = (float)(rndu() * 4 - 2);
+            nnz += w;
+            nv += k;
+            rp[r + 1] = (uint32_t)nnz;
+            vp[r + 1] = (uint32_t)nv;
+            want[r] = 0;
+        }
+        for (int i = 0; i < nbad && nv; i++) {
+            const size_t at = rndn(4) == 0 ? (rndn(2) ? (nv - 1) : (rndn(nv / 16 + 1) * 16) % nv) : rndn(nv);
+            vals[at] = badv[rndn(3)];
+        }
+        for (size_t r = 0; r < rows; r++) {
+            const size_t a = mixed ? vp[r] : rp[r], z = mixed ? vp[r + 1] : rp[r + 1];
+            for (size_t j = a; j < z; j++) if (!isfinite(vals[j])) want[r] = 1;
+        }
+        wisp_batch *b = NULL;
+        if (wisp_batch_wrap(eng, rows, rp, ids, mixed ? vp : NULL, nv || !mixed ? vals : NULL, &b) != WISP_OK || !b) {
+            wrong++;
+            continue;
+        }
+        size_t nb = wisp_batch_bad_count(b), bi = 0, wanted = 0;
+        for (size_t r = 0; r < rows; r++) wanted += (size_t)want[r];
+        if (nb != wanted) wrong++;
+        for (size_t r = 0; r < rows && nb == wanted; r++) {
+            if (!want[r]) continue;
+            size_t row = 0;
+            uint64_t line = 0;
+            const char *msg = "";
+            if (wisp_batch_bad_row(b, bi++, &row, &line, &msg) != WISP_OK || row != r || !strstr(msg, "not a finite float32"))
+                wrong++;
+        }
+        wisp_batch_free(b);
+    }
+    CHECK_MSG(wrong == 0, "wrapped batches: %zu with the wrong bad rows", wrong);
+}
+
 static void test_values_rule(wisp_engine *eng)
 {
     /* libsvm text: the decimal is quoted */
@@ -574,6 +630,7 @@ int main(void)
     test_wrap(eng);
     test_bad_rows(eng);
     test_values_rule(eng);
+    test_wrap_values_pass(eng);
     wisp_engine_free(eng);
     return CHECK_DONE("test_batch");
 }
