@@ -256,6 +256,8 @@ struct wisp_session {
     wisp_model *model;
     char device[32];             /* as asked */
     char last_device[32];        /* what scored the last batch */
+    char gpu_label[32];          /* "gpu:N" / "gpus:N" for the session's GPUs, made when they change */
+    int gpu_label_key;           /* which GPUs gpu_label names (0: not made yet) */
     int kind;                    /* WISP_PLACE_* resolved from device */
     int ngpu;
     int gpus[WISP_MAX_GPUS];
