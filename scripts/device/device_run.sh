@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # device_run.sh — one call on the GPU machine: build, the GPU test suite, and the benchmarks.
 # Run there from the repository root, with .devdeps carried (see ../shared/device/README.md):
+#   the build needs more than prepare.sh's default set, and the service's specs nginx:
+#   ../shared/device/prepare.sh libxxhash-dev libxxhash0 libedit-dev libedit2 libbsd0 libmd0 nginx nginx-common \
+#     libnginx-mod-http-lua libnginx-mod-http-ndk lua-resty-core lua-resty-lrucache libpcre3 wrk liblinear-tools liblinear4 libblas3
 #   export WISP_COMMIT=<git rev-parse --short HEAD, computed here> &&
 #   source .devdeps/env.sh && scripts/device/device_run.sh [STAGE...]
 # Stages (default: all but xf, tfreplay, nvtx, nginx, multigpu, in this order): test bench_gpu bench_cpu seed
