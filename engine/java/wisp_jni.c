@@ -386,7 +386,7 @@ static void collect_bad(wisp_session *s, const wisp_batch *b, size_t rows, const
         for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++)
             if ((int32_t)ids[k] < 0) {
                 char m[96];
-                snprintf(m, sizeof m, "feature id %d is negative", (int32_t)ids[k]);
+                snprintf(m, sizeof m, "a negative feature index (%d)", (int32_t)ids[k]);   /* the Python package's words */
                 bad_add(bad, r, m);
                 out[r] = NAN;
                 break;

@@ -226,7 +226,7 @@ public final class WispUDF implements UDF1<Object, Float> {
                 Object o = seq.apply(i);
                 if (o == null) return bad("a null id");
                 long id = ((Number) o).longValue();
-                if (id < 0) return bad("negative feature id " + id);
+                if (id < 0) return bad("a negative feature index (" + id + ")");     // the Python path's words
                 ids[i] = id > Integer.MAX_VALUE ? Integer.MAX_VALUE : (int) id;   // beyond the table either way: ignored
             }
         } else {
