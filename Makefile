@@ -70,7 +70,7 @@ all: deps-build $(BUILD)/libwisp.so $(BUILD)/libwisp.a $(BUILD)/wisp
 
 # ---- Debian packages: installed when missing (fresh machines, CI) ----------
 BUILD_PKGS := gcc make pkg-config libxxhash-dev libluajit2-5.1-dev luajit2 libedit-dev
-TEST_PKGS  := lua-busted lua-cjson liblinear-tools tmux nginx libnginx-mod-http-lua lua-resty-core wrk curl
+TEST_PKGS  := lua-busted lua-cjson liblinear-tools tmux nginx libnginx-mod-http-lua lua-resty-core wrk curl g++
 # WISP_SKIP_DEPS=1: never call apt-get (machines whose packages come from elsewhere)
 define ensure_pkgs
 	@[ -n "$(WISP_SKIP_DEPS)" ] && exit 0; missing=""; for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; done; \

@@ -5,9 +5,9 @@
 #                         wisp.from_tensorflow (the package, pip-installed into the venv below) and
 #                         scripts/tools/tf_export.py, score held-out raw rows, |p_wisp - p_tf| <= 1e-6)
 #                         when `import tensorflow` works, and Fingerprint64 against Debian's
-#                         libfarmhash (spec/interop/farmhash_check.cc) when libfarmhash-dev is
-#                         installed; each is skipped with a message otherwise. Neither is part
-#                         of `make test`: TensorFlow takes minutes to install
+#                         libfarmhash (spec/interop/farmhash_check.cc; libfarmhash-dev is installed
+#                         with apt-get when missing). Without TensorFlow its parity is skipped with a
+#                         message. Neither is part of `make test`: TensorFlow takes minutes to install
 #                         (pip install tensorflow-cpu). The golden vectors TensorFlow produced
 #                         (spec/data/tf_golden_*.json, spec/data/gen/tf_golden.py) are tested by `make test`.
 #   make tf-golden        regenerate spec/data/tf_golden_*.json with the installed TensorFlow
@@ -55,12 +55,13 @@ interop-tf: all
 	fi
 
 interop-farmhash: $(BUILD)/libwisp.a
+	$(call ensure_pkgs,libfarmhash-dev g++)
 	@if [ -f /usr/include/farmhash.h ]; then \
 	  mkdir -p $(BUILD)/test && \
 	  $(CXX) -O2 -Iengine/include -o $(BUILD)/test/farmhash_check spec/interop/farmhash_check.cc \
 	    $(BUILD)/libwisp.a -lfarmhash $(CUDA_LIBS) $(LDLIBS) && $(BUILD)/test/farmhash_check; \
 	else \
-	  echo "test-interop: libfarmhash check SKIPPED: /usr/include/farmhash.h missing (apt-get install libfarmhash-dev)"; \
+	  echo "test-interop: libfarmhash check SKIPPED: /usr/include/farmhash.h missing and WISP_SKIP_DEPS set (apt-get install libfarmhash-dev)"; \
 	fi
 
 tf-golden:
