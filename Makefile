@@ -38,16 +38,16 @@ CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # compiles once at first load for any newer GPU. sm_80 (A100) is left out of the default:
 # it doubles the kernels' build time; add it with
 #   make CUDA_ARCHS="-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
-# A GPU older than the oldest architecture built is reported unusable (engine/cuda_device.c).
+# A GPU older than the oldest architecture built is reported unusable (engine/cuda/cuda_device.c).
 CUDA_ARCHS ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 NVFLAGS    ?= -O3 -std=c++17 -Xcompiler -fPIC -Iengine/include -Iengine -lineinfo $(CUDA_ARCHS)
 CU_SRC     := $(wildcard kernels/*.cu)
 CU_OBJ     := $(CU_SRC:kernels/%.cu=$(BUILD)/obj/kernels/%.o)
 CUDA_CFLAGS := -DWISP_HAVE_CUDA -I$(CUDA_HOME)/include
 CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/targets/x86_64-linux/lib -lcudart_static -lstdc++
-CUDA_EXCLUDE := engine/cuda_stub.c
-# the backend's files (engine/cuda*.c) share its private header
-$(patsubst engine/%.c,$(BUILD)/obj/%.o,$(filter-out engine/cuda_stub.c,$(wildcard engine/cuda*.c))): engine/cuda_internal.h
+CUDA_EXCLUDE := engine/cuda/cuda_stub.c
+# the backend's files (engine/cuda/) share its private header
+$(patsubst engine/%.c,$(BUILD)/obj/%.o,$(filter-out engine/cuda/cuda_stub.c,$(wildcard engine/cuda/*.c))): engine/cuda/cuda_internal.h
 else
 CU_OBJ     :=
 CUDA_CFLAGS :=
@@ -56,9 +56,9 @@ CUDA_LIBS  :=
 CUDA_EXCLUDE :=
 endif
 
-# every engine/*.c is library code except the CLI (engine/cli*.c)
-LIB_SRC := $(filter-out engine/cli%.c $(CUDA_EXCLUDE),$(wildcard engine/*.c))
-CLI_SRC := $(wildcard engine/cli*.c)
+# the library: every engine/<subsystem>/*.c but the CLI (engine/cli/) and the bindings (engine/bindings/)
+LIB_SRC := $(filter-out engine/cli/% engine/bindings/% $(CUDA_EXCLUDE),$(wildcard engine/*/*.c))
+CLI_SRC := $(wildcard engine/cli/*.c)
 LIB_OBJ := $(LIB_SRC:engine/%.c=$(BUILD)/obj/%.o) $(CU_OBJ)
 CLI_OBJ := $(CLI_SRC:engine/%.c=$(BUILD)/obj/%.o)
 LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
@@ -90,10 +90,12 @@ deps: deps-test
 
 # ---- objects -----------------------------------------------------------------
 # every object depends on every engine header (the public one and the private ones)
-ENGINE_HDR := engine/include/wisp.h $(wildcard engine/*.h)
+ENGINE_HDR := engine/include/wisp.h $(wildcard engine/*/*.h)
 $(BUILD)/obj/%.o: engine/%.c $(ENGINE_HDR) | $(BUILD)/obj
+	@mkdir -p $(dir $@)
 	$(CC) $(XCFLAGS) $(CFLAGS) $(CUDA_CFLAGS) -c $< -o $@
-$(BUILD)/obj/cli%.o: engine/cli%.c $(ENGINE_HDR) | $(BUILD)/obj
+$(BUILD)/obj/cli/%.o: engine/cli/%.c $(ENGINE_HDR) | $(BUILD)/obj
+	@mkdir -p $(dir $@)
 	$(CC) $(XCFLAGS) $(CFLAGS) $(LUAJIT_CFLAGS) -c $< -o $@
 $(BUILD)/obj/kernels/%.o: kernels/%.cu $(ENGINE_HDR) $(wildcard kernels/*.cuh) | $(BUILD)/obj
 	@mkdir -p $(dir $@)
@@ -108,7 +110,7 @@ $(BUILD)/libwisp.a: $(LIB_OBJ)
 # libwisp.so exports the functions declared in wisp.h and nothing else (no
 # internal wisp_* helpers, no symbols of the static CUDA runtime); the hooks
 # below are for specs and benchmarks that reach them through the FFI/ctypes.
-# Declared once in engine/wisp_test.h (an NVCC= build answers the CUDA ones from engine/cuda_stub.c).
+# Declared once in engine/core/wisp_test.h (an NVCC= build answers the CUDA ones from engine/cuda/cuda_stub.c).
 TEST_HOOKS := wisp_fault_alloc_after wisp_cuda_units_read wisp_cuda_time_resident wisp_cuda_timeline_start \
               wisp_cuda_timeline_read wisp_cuda_test_alloc wisp_cuda_test_copy wisp_cuda_test_free
 $(BUILD)/libwisp.map: engine/include/wisp.h Makefile | $(BUILD)/obj
@@ -197,5 +199,5 @@ clean:
 	rm -rf $(BUILD)
 
 # ---- more targets live next to their code: sanitizers and fuzzing (spec/*.mk),
-# the bindings (engine/<binding>/<binding>.mk: Java, C++) ----
--include $(wildcard spec/*.mk) $(wildcard engine/*/*.mk)
+# the bindings (engine/bindings/<binding>/<binding>.mk: Java, C++, Spark) ----
+-include $(wildcard spec/*.mk) $(wildcard engine/bindings/*/*.mk)

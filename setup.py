@@ -3,9 +3,9 @@
 `pip install .` / `pip wheel .` run build_ext below:
   1. `make BUILD=<build dir>/c <build dir>/c/libwisp.a`: the engine's C sources
      (engine/*.c except the CLI) and, when nvcc is found as the Makefile finds
-     it, the CUDA kernels; without nvcc engine/cuda_stub.c (CPU only). The
+     it, the CUDA kernels; without nvcc engine/cuda/cuda_stub.c (CPU only). The
      Makefile stays the one description of how the engine is compiled.
-  2. engine/python/wisp/_wisp.c and _wisp_raw.c (which include wisp.h only) are linked with
+  2. engine/bindings/python/wisp/_wisp.c and _wisp_raw.c (which include wisp.h only) are linked with
      libwisp.a statically, its symbols hidden (--exclude-libs), so the module
      has no runtime dependency but libxxhash and libc (and links the CUDA
      runtime statically, as the CLI does).
@@ -85,9 +85,9 @@ class build_wisp_ext(build_ext):
 
 ext = Extension(
     "wisp._wisp",
-    sources=["engine/python/wisp/_wisp.c", "engine/python/wisp/_wisp_raw.c", "engine/python/wisp/_wisp_dlpack.c"],
-    depends=["engine/python/wisp/_wisp.h"],
-    include_dirs=["engine/include"],                  # wisp.h only: never engine/internal.h
+    sources=["engine/bindings/python/wisp/_wisp.c", "engine/bindings/python/wisp/_wisp_raw.c", "engine/bindings/python/wisp/_wisp_dlpack.c"],
+    depends=["engine/bindings/python/wisp/_wisp.h"],
+    include_dirs=["engine/include"],                  # wisp.h only: never the engine's private headers
     define_macros=[] if LIMITED else [("WISP_NO_LIMITED_API", "1")],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter",
                         "-Wno-missing-field-initializers", "-Wno-cast-function-type"],
@@ -101,7 +101,7 @@ if LIMITED:
     options["bdist_wheel"] = {"py_limited_api": "cp311"}
 
 setup(
-    package_dir={"": "engine/python"},
+    package_dir={"": "engine/bindings/python"},
     packages=["wisp"],
     exclude_package_data={"wisp": ["*.c"]},
     ext_modules=[ext],

@@ -1,4 +1,4 @@
-/* score.cuh — the contract between the CUDA host code (engine/cuda_score.c and cuda_hooks.c, plain C) and the scoring kernels (kernels/score.cu). */
+/* score.cuh — the contract between the CUDA host code (engine/cuda/cuda_score.c and cuda_hooks.c, plain C) and the scoring kernels (kernels/score.cu). */
 #ifndef WISP_KERNELS_SCORE_CUH
 #define WISP_KERNELS_SCORE_CUH
 
@@ -84,7 +84,7 @@ typedef struct wisp_ktiny {
 /* Threads a block of every kernel here; the tiny kernel runs ceil(rows * lanes / WISP_K_BLOCK) blocks. */
 #define WISP_K_BLOCK 256
 
-/* Value modes (the same numbers as WISP_VALUES_* in internal.h). */
+/* Value modes (the same numbers as WISP_VALUES_* in engine/batch/batch.h). */
 enum { WISP_KV_NONE = 0, WISP_KV_ALL = 1, WISP_KV_MIXED = 2 };
 
 /* The lanes per row the kernel would pick for a mean row width. */

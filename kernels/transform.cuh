@@ -1,4 +1,4 @@
-/* transform.cuh — the contract between the host side of the GPU transform (engine/cuda_transform.c, plain C) and its kernels (kernels/transform.cu). */
+/* transform.cuh — the contract between the host side of the GPU transform (engine/cuda/cuda_transform.c, plain C) and its kernels (kernels/transform.cu). */
 #ifndef WISP_KERNELS_TRANSFORM_CUH
 #define WISP_KERNELS_TRANSFORM_CUH
 
@@ -9,7 +9,7 @@
 extern "C" {
 #endif
 
-/* A node of a feature-column description (internal.h's struct wisp_node),
+/* A node of a feature-column description (transform/columns.h's struct wisp_node),
  * flattened into plain arrays the device reads. Offsets index the plan's
  * shared arrays (bounds, keys, vocabulary tables). */
 typedef struct wisp_tnode {

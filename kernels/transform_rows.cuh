@@ -4,8 +4,8 @@
 // over up to 16 lanes) serves three kernels through a visitor: counting a row's features, writing them (CSR, as
 // wisp_transform lays a row out: numeric columns' valued features first, then
 // the others in column order), and summing their weights straight into a
-// probability (no ids in memory at all). It follows engine/transform_cpu.c's
-// row-wise reference (wisp_transform__rowwise) step by step, including the
+// probability (no ids in memory at all). It follows engine/transform/transform_cpu.c's
+// row-wise reference (wisp__transform_rowwise) step by step, including the
 // order in which a crossed column's keys are judged (a key with no value ends
 // the cross before later keys can make the row bad), so a row is bad here
 // exactly when it is bad there. Float arithmetic is float32 with explicit
@@ -14,8 +14,8 @@
 // the templates it instantiates.
 #ifndef WISP_KERNELS_TRANSFORM_ROWS_CUH
 #define WISP_KERNELS_TRANSFORM_ROWS_CUH
-#include "farmhash.h" // Fingerprint64 (wisp__fingerprint64) and FingerprintCat64 (wisp__cat64), as on the CPU
-#include "bucketize.h" // bucketized columns' upper_bound (wisp__bucketize), as on the CPU
+#include "transform/farmhash.h" // Fingerprint64 (wisp__fingerprint64) and FingerprintCat64 (wisp__cat64), as on the CPU
+#include "transform/bucketize.h" // bucketized columns' upper_bound (wisp__bucketize), as on the CPU
 #include "transform.cuh"
 #include "wisp.h"
 
@@ -23,7 +23,7 @@
 
 namespace {
 
-// internal.h's enums (C headers with <stdatomic.h> do not compile as C++; cuda_transform.c checks these)
+// transform/columns.h's enums (C headers with <stdatomic.h> do not compile as C++; cuda_transform.c checks these)
 enum { NODE_NUMERIC = 0, NODE_BUCKETIZED, NODE_HASH, NODE_VOCAB, NODE_IDENTITY, NODE_CROSSED };
 enum { NORM_NONE = 0, NORM_STANDARD = 1, NORM_AFFINE = 2 };
 
@@ -51,7 +51,7 @@ __device__ __forceinline__ uint64_t mix64(uint64_t x)
     return x;
 }
 
-// h % buckets by multiplication (engine/columns_impl.h's fastmod_buckets, used by transform_cpu.c; Lemire et al.)
+// h % buckets by multiplication (engine/transform/columns_impl.h's fastmod_buckets, used by transform_cpu.c; Lemire et al.)
 __device__ __forceinline__ uint64_t fastmod(uint64_t h, const wisp_tnode &nd)
 {
     if (nd.pow2_mask) return h & nd.pow2_mask;

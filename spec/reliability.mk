@@ -8,7 +8,7 @@
 #   make test-valgrind          C tests under valgrind memcheck (WISP_TEST_QUICK=1)
 #   make test-reliability       all of the above with a short fuzz pass (spec/reliability.sh;
 #                               `make test` runs it through spec/run.sh)
-# Every build here compiles engine/*.c itself with clang, CUDA off (engine/cuda_stub.c),
+# Every build here compiles the library's engine/*/*.c itself with clang, CUDA off (engine/cuda/cuda_stub.c),
 # into $(BUILD)/asan, $(BUILD)/tsan and $(BUILD)/fuzz; nothing here touches $(BUILD)/obj.
 
 SAN_CC       ?= clang
@@ -16,9 +16,9 @@ FUZZ_SECONDS ?= 60
 REL_PKGS     := clang libclang-rt-dev valgrind
 
 # library sources for the sanitizer builds: no CLI, never the CUDA backend (built without
-# WISP_HAVE_CUDA, its engine/cuda_*.c files compile to nothing and cuda_stub.c stands in)
-SAN_SRC   := $(filter-out engine/cli%.c,$(wildcard engine/*.c))
-SAN_HDR   := engine/include/wisp.h engine/internal.h engine/farmhash.h
+# WISP_HAVE_CUDA, its engine/cuda/*.c files compile to nothing and cuda_stub.c stands in)
+SAN_SRC   := $(filter-out engine/cli/% engine/bindings/%,$(wildcard engine/*/*.c))
+SAN_HDR   := engine/include/wisp.h $(wildcard engine/*/*.h)
 SAN_TESTS := $(patsubst spec/c/%.c,%,$(wildcard spec/c/test_*.c))
 FUZZ_SRC  := $(wildcard spec/fuzz/fuzz_*.c)
 FUZZ_TARGETS := $(patsubst spec/fuzz/%.c,%,$(FUZZ_SRC))

@@ -100,7 +100,7 @@ fi
 if [ "${WISP_CPP:-1}" != 0 ]; then
     run_suite "cpp (spec/cpp)" cpp "$build/test-cpp/test_wisp_hpp" "$build/wisp"
     cstage=$(mktemp -d)
-    nv=""; [ -f "$build/obj/cuda_stub.o" ] && nv="NVCC="
+    nv=""; [ -f "$build/obj/cuda/cuda_stub.o" ] && nv="NVCC="
     if make -s install BUILD="$build" $nv PREFIX=/usr DESTDIR="$cstage" >"$log" 2>&1 &&
        PKG_CONFIG_SYSROOT_DIR="$cstage" PKG_CONFIG_LIBDIR="$cstage/usr/lib/pkgconfig" \
          sh -c 'c++ -std=c++20 examples/quickstart.cpp $(pkg-config --cflags --libs wisp) -o "$0/quickstart_cpp"' "$cstage" >>"$log" 2>&1 &&
@@ -142,8 +142,8 @@ fi
 
 # install into a scratch DESTDIR and build the C quickstart against it with pkg-config
 stage=$(mktemp -d)
-# a build made with NVCC= (engine/cuda_stub.c) is installed as it is, not rebuilt with the CUDA backend
-nv=""; [ -f "$build/obj/cuda_stub.o" ] && nv="NVCC="
+# a build made with NVCC= (engine/cuda/cuda_stub.c) is installed as it is, not rebuilt with the CUDA backend
+nv=""; [ -f "$build/obj/cuda/cuda_stub.o" ] && nv="NVCC="
 if make -s install BUILD="$build" $nv PREFIX=/usr DESTDIR="$stage" >"$log" 2>&1 &&
    PKG_CONFIG_SYSROOT_DIR="$stage" PKG_CONFIG_LIBDIR="$stage/usr/lib/pkgconfig" \
      sh -c 'cc examples/quickstart.c $(pkg-config --cflags --libs wisp) -o "$0/quickstart"' "$stage" >>"$log" 2>&1 &&

@@ -58,9 +58,13 @@
  *   dtype        how a model stores its weights (f32, f16, int8).
  *   input type   the type of a column input (WISP_INPUT_*); never "dtype".
  *   session      one model placed on a device; scores batches.
- * Names: public functions are wisp_<object>_<verb>; internal functions with
+ * Names: public functions are wisp_<object>_<verb>. Internal functions with
  * external linkage are wisp__<subsystem>_<verb> (two underscores, as libuv's
- * uv__); test and benchmark hooks are declared in engine/wisp_test.h.
+ * uv__: wisp__batch_mark_bad, wisp__pool_run, wisp__cuda_score), declared in
+ * their subsystem's private header (engine/<subsystem>/*.h); the core's
+ * error and allocation helpers, which every subsystem calls, are
+ * wisp__fail, wisp__malloc, wisp__free, ... (as uv__malloc). Test and
+ * benchmark hooks are declared in engine/core/wisp_test.h.
  */
 #ifndef WISP_H
 #define WISP_H
@@ -153,7 +157,7 @@ int  wisp_engine_run(wisp_engine *eng, size_t ntasks, wisp_task_fn fn, void *ctx
 int  wisp_engine_gpu_count(wisp_engine *eng);
 const char *wisp_engine_gpu_status(wisp_engine *eng);
 /* 1 while an "auto" session's background bring-up of the GPUs is still running
- * (engine/autoplace.c); wisp_engine_free waits for it. A process about to exit
+ * (engine/score/autoplace.c); wisp_engine_free waits for it. A process about to exit
  * may skip that wait by ending without freeing the engine (the CLI does). */
 int  wisp_engine_gpu_starting(wisp_engine *eng);
 
@@ -304,7 +308,7 @@ int  wisp_import_liblinear(const char *liblinear_path, const char *out_path, int
  * nodes than Cast/ZipMap/Identity after the linear one, a preprocessing
  * node before it, more classes, SOFTMAX/PROBIT) is refused with
  * WISP_EPARSE naming the reason; the rules are at the top of
- * engine/import_onnx.c. The _memory form reads a serialized ModelProto. */
+ * engine/model/import_onnx.c. The _memory form reads a serialized ModelProto. */
 int  wisp_import_onnx(const char *onnx_path, const char *out_path, int dtype);
 int  wisp_import_onnx_memory(const void *data, size_t len, const char *out_path, int dtype);
 
@@ -409,7 +413,7 @@ const float    *wisp_batch_vals(const wisp_batch *b);
  * (the default: the CPU while the GPUs start in the background, then, batch
  * by batch, the GPUs for a batch large enough to be faster there and the CPU
  * for the others, by a crossover calibrated on the model; the CPU when no GPU
- * is usable: engine/autoplace.c, wisp_session_auto_state). A session placed
+ * is usable: engine/score/autoplace.c, wisp_session_auto_state). A session placed
  * on a GPU falls back to the CPU, logs why and counts it, when the device is
  * absent, out of memory or failed.
  * Batches are scored one call at a time (wisp_session_score) or as a
@@ -722,7 +726,7 @@ int    wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **row_ptr, con
                       const uint32_t **str_off);
 
 /* A JSON list of numbers, text[0..len) from its '[' (nested lists flattened in row-major
- * order, as the Open Inference Protocol's JSON tensors allow; engine/oip.c), read into out:
+ * order, as the Open Inference Protocol's JSON tensors allow; engine/batch/oip.c), read into out:
  * up to cap int32/int64 (is_float 0, bits 32 or 64: integer tokens only, in range) or
  * float/double (is_float 1: each number as strtod reads it, rounded to float32 for bits 32).
  * *count: the elements read; *consumed: the bytes up to and including the closing ']'.
@@ -732,7 +736,7 @@ int    wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **row_ptr, con
 int    wisp_json_numbers(const char *text, size_t len, int is_float, int bits, void *out, size_t cap,
                          size_t *count, size_t *consumed);
 
-/* Rows r0..r1-1 of CSR tensors appended to the growable batch b (engine/oip.c: the v2 infer of
+/* Rows r0..r1-1 of CSR tensors appended to the growable batch b (engine/batch/oip.c: the v2 infer of
  * a model without columns): row r holds ids[indptr[r] .. indptr[r+1]) (int32 or int64 as
  * indptr_bits / id_bits say; unaligned pointers allowed) with vals over the same range, or
  * vals NULL (every feature binary), each row added as wisp_batch_add_row adds it. It stops
@@ -858,7 +862,7 @@ void   wisp_device_free(int dev, void *p);
  * mask, bias 0), and the score is sigmoid(VW's sum). The rules (VW's
  * MurmurHash3 hashstring, namespaces, values, quadratic interactions,
  * labels, tags, and where wisp is stricter than VW) are written at the top
- * of engine/vw.c.
+ * of engine/parse/vw.c.
  * ------------------------------------------------------------------------- */
 
 typedef struct wisp_vw wisp_vw;   /* hashing options; immutable, thread-safe */

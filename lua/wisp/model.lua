@@ -239,7 +239,7 @@ M.importer = importer
 wisp.import_liblinear = importer("import_liblinear", C.wisp_import_liblinear)
 
 -- wisp.import_onnx(src, dst[, dtype]) -> true or nil, err: an ONNX-ML LinearClassifier
--- (binary) or LinearRegressor file as a .wisp model (engine/import_onnx.c's rules)
+-- (binary) or LinearRegressor file as a .wisp model (engine/model/import_onnx.c's rules)
 wisp.import_onnx = importer("import_onnx", function(src, dst, d) return C.wisp_import_onnx(src, dst, d) end)
 
 return M

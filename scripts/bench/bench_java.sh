@@ -24,7 +24,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 case $build in /*) ;; *) build=$PWD/$build ;; esac
-nv=""; [ -f "$build/obj/cuda_stub.o" ] && nv="NVCC="
+nv=""; [ -f "$build/obj/cuda/cuda_stub.o" ] && nv="NVCC="
 make -s BUILD="$build" $nv all java "$build/wisp.pc" >/dev/null
 work=$build/bench-java
 rm -rf "$work" && mkdir -p "$work/classes"

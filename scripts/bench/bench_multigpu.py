@@ -115,7 +115,7 @@ def fmt_rows(n):
 class Wisp:
     def __init__(self, path):
         L = capi.load(path, record.ROOT)
-        # the per-unit hook (engine/cuda_hooks.c, not in wisp.h); absent from a build without CUDA
+        # the per-unit hook (engine/cuda/cuda_hooks.c, not in wisp.h); absent from a build without CUDA
         self.units_read = L.wisp_cuda_units_read if L.has("wisp_cuda_units_read") else None
         self.L = L
 

@@ -8,7 +8,7 @@ from the installed package, or, where no package is installed, the same module f
 The package (`pip install .`) is the way in; the fallback exists for machines
 where pip cannot run (the GPU machine reaches no network, and `pip install
 --no-build-isolation` needs setuptools and wheel there): it loads
-engine/python/wisp/_capi.py itself, a module with no dependency on the rest
+engine/bindings/python/wisp/_capi.py itself, a module with no dependency on the rest
 of the package, so there is still one binding. capi.SOURCE says which was used.
 """
 import importlib.util

@@ -15,7 +15,7 @@
  * The closing lines say how many failure points were tried.
  */
 #include "check.h"
-#include "internal.h"
+#include "score/score.h"
 
 #include <dirent.h>
 #include <inttypes.h>
@@ -222,7 +222,7 @@ static void drive(const op_t *op)
     uint64_t points = 0, absorbed = 0, n;
     for (n = 1; n < 100000; n++) {
         if (op->prepare) op->prepare();
-        wisp_clear_error();
+        wisp__clear_error();
         wisp_fault_alloc_after(n);
         int st = op->run();
         uint64_t seen = wisp_fault_alloc_after(0);

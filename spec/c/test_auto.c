@@ -1,4 +1,4 @@
-/* test_auto.c — the "auto" device (engine/autoplace.c): sessions answer right from their first batch while the
+/* test_auto.c — the "auto" device (engine/score/autoplace.c): sessions answer right from their first batch while the
  * GPUs come up in the background, several threads at once, an engine freed during the bring-up, the state it
  * reports, the crossover it routes by (WISP_AUTO_MIN_NNZ) and WISP_AUTO_WAIT. Without a GPU every answer is the
  * CPU's and the state ends at WISP_AUTO_CPU; with WISP_TEST_GPU=1 it must end at WISP_AUTO_ROUTING, a batch past

@@ -244,7 +244,7 @@ static void test_wrap(wisp_engine *eng)
     CHECK_FAILS(wisp_batch_parse_libsvm(b, "1 2\n", 4, 1, 0, NULL, NULL), WISP_ESTATE, "wraps");
     wisp_batch_clear(b);                                     /* refused silently: rows stay */
     CHECK(wisp_batch_rows(b) == 3);
-    CHECK_OK(wisp_batch_mark_bad(b, 1, 7, "caller says bad"));
+    CHECK_OK(wisp__batch_mark_bad(b, 1, 7, "caller says bad"));
     CHECK(wisp_batch_bad_count(b) == 1);
     wisp_batch_free(b);
 
@@ -320,12 +320,12 @@ static void test_bad_rows(wisp_engine *eng)
     uint64_t ids[] = { 1, 2 };
     CHECK_OK(wisp_batch_new(eng, &b));
     for (int i = 0; i < 5; i++) CHECK_OK(wisp_batch_add_row(b, ids, NULL, i == 1 ? 2 : 0));
-    CHECK_FAILS(wisp_batch_mark_bad(b, 5, 1, "x"), WISP_EINVAL, "row 5 out of range");
-    CHECK_FAILS(wisp_batch_mark_bad(b, 1, 1, "x"), WISP_EINVAL, "row 1 has features");
-    CHECK_OK(wisp_batch_mark_bad(b, 2, 30, "line 30: first"));
-    CHECK_FAILS(wisp_batch_mark_bad(b, 2, 31, "x"), WISP_EINVAL, "not after");
-    CHECK_FAILS(wisp_batch_mark_bad(b, 0, 31, "x"), WISP_EINVAL, "not after");
-    CHECK_OK(wisp_batch_mark_bad(b, 4, 40, NULL));
+    CHECK_FAILS(wisp__batch_mark_bad(b, 5, 1, "x"), WISP_EINVAL, "row 5 out of range");
+    CHECK_FAILS(wisp__batch_mark_bad(b, 1, 1, "x"), WISP_EINVAL, "row 1 has features");
+    CHECK_OK(wisp__batch_mark_bad(b, 2, 30, "line 30: first"));
+    CHECK_FAILS(wisp__batch_mark_bad(b, 2, 31, "x"), WISP_EINVAL, "not after");
+    CHECK_FAILS(wisp__batch_mark_bad(b, 0, 31, "x"), WISP_EINVAL, "not after");
+    CHECK_OK(wisp__batch_mark_bad(b, 4, 40, NULL));
     CHECK(wisp_batch_bad_count(b) == 2);
     size_t row; uint64_t line; const char *msg;
     CHECK_OK(wisp_batch_bad_row(b, 0, &row, &line, &msg));
@@ -339,7 +339,7 @@ static void test_bad_rows(wisp_engine *eng)
         wisp_batch_add_row(b, NULL, NULL, 0);
         char m[64];
         snprintf(m, sizeof m, "message number %d", i);
-        CHECK_OK(wisp_batch_mark_bad(b, wisp_batch_rows(b) - 1, (uint64_t)i + 100, m));
+        CHECK_OK(wisp__batch_mark_bad(b, wisp_batch_rows(b) - 1, (uint64_t)i + 100, m));
     }
     int wrong = 0;
     for (int i = 0; i < 3000; i++) {
@@ -355,7 +355,7 @@ static void test_bad_rows(wisp_engine *eng)
     int failed = 0;
     for (uint64_t k = 1; k <= 2; k++) {
         wisp_fault_alloc_after(k);
-        int st = wisp_batch_mark_bad(b, wisp_batch_rows(b) - 1, 9, "this message needs room...................................");
+        int st = wisp__batch_mark_bad(b, wisp_batch_rows(b) - 1, 9, "this message needs room...................................");
         wisp_fault_alloc_after(0);
         if (st == WISP_ENOMEM) failed++;
         if (st != WISP_OK) CHECK(wisp_batch_bad_count(b) == nbad);

@@ -431,9 +431,9 @@ static void test_parse_chunked(wisp_engine *eng)
     wisp_batch_new(eng, &one);
     uint64_t ln = 0;
     size_t used = 0;
-    uint64_t t0 = wisp_now_ns();
+    uint64_t t0 = wisp__now_ns();
     CHECK_OK(wisp_batch_parse_libsvm(one, t.s, t.len, 1, 0, &ln, &used));
-    uint64_t t1 = wisp_now_ns();
+    uint64_t t1 = wisp__now_ns();
     CHECK(used == t.len && ln == LINES && wisp_batch_rows(one) == nrows);
     invariants(one, "one-shot");
     char *got = render(one), *got_bad = render_bad(one);
@@ -602,9 +602,9 @@ static void test_parse_speed(wisp_engine *eng, int reps)
     double best = 1e30, first = 0;
     for (int rep = 0; rep < reps; rep++) {
         wisp_batch_clear(b);
-        uint64_t t0 = wisp_now_ns();
+        uint64_t t0 = wisp__now_ns();
         int st = wisp_batch_parse_libsvm(b, text, len, 1, 0, NULL, NULL);
-        double s = (double)(wisp_now_ns() - t0) / 1e9;
+        double s = (double)(wisp__now_ns() - t0) / 1e9;
         if (st != WISP_OK) { CHECK_OK(st); break; }
         if (rep == 0) first = s;
         if (s < best) best = s;

@@ -1,6 +1,8 @@
 /* test_columns.c — feature columns in C: TensorFlow's fingerprints (golden), number parsing, the transform against an independent reference, scores, text readers, misuse and allocation failures. */
-#include "internal.h"
-#include "textnum.h"
+#include "batch/raw.h"
+#include "score/score.h"
+#include "parse/parse.h"
+#include "parse/textnum.h"
 #include "check.h"
 #include "testutil.h"
 #include "testrand.h"
@@ -795,7 +797,7 @@ static void test_paths_agree(wisp_engine *eng)
         size_t n = 1 + rndn(700);
         for (size_t i = 0; i < n; i++) testcols_row(raw, 0, sbuf);
         CHECK_OK(wisp_transform(raw, b1));
-        CHECK_OK(wisp_transform__rowwise(raw, b2));
+        CHECK_OK(wisp__transform_rowwise(raw, b2));
         if (!same_batches(b1, b2, why, sizeof why) && differ++ < 3)
             fprintf(stderr, "the two transforms differ (%s) for\n%s\n", why, text);
         rows_total += wisp_batch_rows(b1);

@@ -17,7 +17,7 @@
  * WISP_TEST_QUICK=1 (valgrind) shortens the loops.
  */
 #include "check.h"
-#include "internal.h"
+#include "score/score.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -361,8 +361,8 @@ static void test_misc(const char *model_path)
     struct misc_arg args[NTHREADS];
     for (int t = 0; t < NTHREADS; t++) {
         args[t] = (struct misc_arg){ eng, m, t, 0, &go };
-        wisp_engine_retain(eng);
-        wisp_model_retain(m);
+        wisp__engine_retain(eng);
+        wisp__model_retain(m);
         pthread_create(&th[t], NULL, misc_thread, &args[t]);
     }
     /* the main thread lets go of both before the threads even start */

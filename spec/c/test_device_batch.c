@@ -5,14 +5,14 @@
  * or none, the answers to host (pageable or pinned) or device memory, f32/f16/i8 tables; the refusals; without a GPU, WISP_ENODEV.
  * WISP_TEST_GPU=1: a GPU must be usable. WISP_TEST_QUICK / WISP_TEST_GPU_QUICK: 20k rows at most (else 200k). */
 #include "testgpu.h"
-#include "wisp_test.h"
+#include "core/wisp_test.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* not in wisp.h: the Python extension's hook (engine/cuda_device_batch.c, engine/cuda_stub.c) */
+/* not in wisp.h: the Python extension's hook (engine/cuda/cuda_device_batch.c, engine/cuda/cuda_stub.c) */
 int wisp__device_sync(int dev);
 
 /* One random batch, as the caller would hold it (int32 ids, int64 offsets), with the

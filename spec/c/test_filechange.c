@@ -1,6 +1,6 @@
 /* test_filechange.c — a model file changed under a live process: a loaded model keeps its verified bytes, file_changed says how, a file changed during the load is refused. */
 #include "check.h"
-#include "internal.h"
+#include "score/score.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -316,9 +316,9 @@ int main(void)
         { "api", test_api },
     };
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        uint64_t t0 = wisp_now_ns();
+        uint64_t t0 = wisp__now_ns();
         parts[i].fn();
-        printf("  %-22s %7.1f ms\n", parts[i].name, (double)(wisp_now_ns() - t0) / 1e6);
+        printf("  %-22s %7.1f ms\n", parts[i].name, (double)(wisp__now_ns() - t0) / 1e6);
     }
     wisp_engine_free(eng);
     free(weights_a);

@@ -3,7 +3,7 @@
  * batches shipped packed, faults. Submit/wait streams and batches in device memory: test_gpu_stream.c; what the
  * two share: testgpu.h. */
 #include "testgpu.h"
-#include "wisp_test.h"   /* wisp_cuda_units_read, wisp_cuda_time_resident */
+#include "core/wisp_test.h"   /* wisp_cuda_units_read, wisp_cuda_time_resident */
 
 #include <float.h>
 #include <pthread.h>
@@ -207,7 +207,7 @@ static void test_wide_sums(wisp_engine *eng, int quick)
     }
 }
 
-/* ---- owned batches: one arena, shipped packed (engine/batch.c, engine/cuda_score.c) ---------------- */
+/* ---- owned batches: one arena, shipped packed (engine/batch/batch.c, engine/cuda/cuda_score.c) ---------------- */
 
 /* the arena's invariants: every array a region of one block, in order, aligned, inside it */
 static int arena_ok(const wisp_batch *b)

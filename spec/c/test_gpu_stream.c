@@ -3,7 +3,7 @@
  * without a GPU (its GPU cases: test_device_batch.c), and last the sticky error that ruins the process's CUDA context. With
  * WISP_TEST_GPU=1 the GPU cases must run on the GPU. Scoring of host batches: test_gpu.c; shared: testgpu.h. */
 #include "testgpu.h"
-#include "wisp_test.h"
+#include "core/wisp_test.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -55,7 +55,7 @@ static void test_async(wisp_engine *eng, const char *device, int on_gpu, int qui
         }
         rows[i] = wisp_batch_rows(b[i]);
         pinned_out[i] = i % 2;                                /* answers into pinned memory: copied there directly */
-        out[i] = pinned_out[i] ? wisp_host_alloc(eng, (rows[i] + 1) * sizeof(float)) : malloc((rows[i] + 1) * sizeof(float));
+        out[i] = pinned_out[i] ? wisp__host_alloc(eng, (rows[i] + 1) * sizeof(float)) : malloc((rows[i] + 1) * sizeof(float));
         ref[i] = malloc((rows[i] + 1) * sizeof(float));
         CHECK_OK(wisp_session_score(cpu, b[i], ref[i]));
         size_t nb = wisp_batch_bad_count(b[i]);
@@ -166,7 +166,7 @@ static void test_async(wisp_engine *eng, const char *device, int on_gpu, int qui
     CHECK(count_diff(out[7], ref[7], rows[7], tol) == 0);
 
     for (int i = 0; i < NB_ASYNC; i++) {
-        if (pinned_out[i]) wisp_host_free(eng, out[i]);
+        if (pinned_out[i]) wisp__host_free(eng, out[i]);
         else free(out[i]);
         free(ref[i]);
         wisp_batch_free(b[i]);

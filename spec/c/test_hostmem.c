@@ -1,4 +1,4 @@
-/* test_hostmem.c — the public host allocator (wisp_engine_host_alloc/free/pinned, engine/hostmem.c): alignment, usable memory, a batch wrapped over it scoring as a built one, and every failure path with its message. */
+/* test_hostmem.c — the public host allocator (wisp_engine_host_alloc/free/pinned, engine/core/hostmem.c): alignment, usable memory, a batch wrapped over it scoring as a built one, and every failure path with its message. */
 /*
  * Without a GPU the blocks are plain memory (pinned 0); on a machine with a
  * usable GPU they must be pinned (pinned 1) and a "gpu" session scores the

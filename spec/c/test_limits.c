@@ -13,7 +13,8 @@
  *   engine threads         0 .. 1024
  */
 #include "check.h"
-#include "internal.h"
+#include "score/score.h"
+#include "parse/parse.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* test_model.c — .wisp model files: fp16 codec, round trips, meta, hostile files, conversion, LIBLINEAR import. */
 #include "check.h"
-#include "internal.h"
+#include "model/model.h"
 
 #include <xxhash.h>
 
@@ -64,7 +64,7 @@ static void write_all(const char *path, const void *buf, size_t len)
 
 static void write_text(const char *path, const char *text) { write_all(path, text, strlen(text)); }
 
-/* the layout this test knows (see the comment at the top of engine/model.c) */
+/* the layout this test knows (see the comment at the top of engine/model/model.c) */
 static uint64_t get64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 static void put64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
 static void put32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
@@ -163,7 +163,7 @@ static void test_half(void)
     int bad_value = 0, bad_trip = 0, bad_order = 0, bad_native = 0;
     float prev = -INFINITY;
     for (uint32_t h = 0; h < 65536; h++) {
-        float f = wisp_half_to_float((uint16_t)h);
+        float f = wisp__half_to_float((uint16_t)h);
         bool nan = ((h >> 10) & 31) == 31 && (h & 1023);
         if (nan) {
             if (!isnan(f)) bad_value++;
@@ -172,7 +172,7 @@ static void test_half(void)
         } else if (!!signbit(f) != !!(h & 0x8000)) {
             bad_value++;
         }
-        if (wisp_float_to_half(f) != h) bad_trip++;     /* exact round trip, NaN payloads included */
+        if (wisp__float_to_half(f) != h) bad_trip++;     /* exact round trip, NaN payloads included */
 #ifdef __FLT16_MAX__
         _Float16 nat;
         uint16_t hh = (uint16_t)h;
@@ -184,7 +184,7 @@ static void test_half(void)
     /* monotone over the non-negative finite halves */
     prev = -1;
     for (uint32_t h = 0; h < 0x7c00; h++) {
-        float f = wisp_half_to_float((uint16_t)h);
+        float f = wisp__half_to_float((uint16_t)h);
         if (!(f > prev)) bad_order++;
         prev = f;
     }
@@ -212,9 +212,9 @@ static void test_half(void)
         default: f = (float)((unif() - 0.5) * ldexp(1.0, (int)(rnd() % 40) - 24)); break;
         }
         if (rnd() & 1) f = -f;
-        uint16_t got = wisp_float_to_half(f);
+        uint16_t got = wisp__float_to_half(f);
         if (isnan(f)) {
-            if (!isnan(wisp_half_to_float(got))) bad_ref++;
+            if (!isnan(wisp__half_to_float(got))) bad_ref++;
             continue;
         }
         uint16_t want = ref_half(f);
@@ -231,11 +231,11 @@ static void test_half(void)
     }
     CHECK_MSG(bad_ref == 0, "%d of %d floats convert differently from the reference", bad_ref, N);
     CHECK_MSG(bad_nat == 0, "%d of %d floats convert differently from _Float16", bad_nat, N);
-    CHECK(wisp_float_to_half(65519.99f) == 0x7bff && wisp_float_to_half(65520.0f) == 0x7c00);
-    CHECK(wisp_float_to_half(-0.0f) == 0x8000 && wisp_float_to_half(INFINITY) == 0x7c00);
-    CHECK(wisp_float_to_half((float)ldexp(1, -25)) == 0 && wisp_float_to_half((float)ldexp(1.5, -25)) == 1);
-    CHECK(wisp_float_to_half((float)ldexp(3, -25)) == 2);   /* 1.5 ulp ties to even 2 */
-    CHECK(isnan(wisp_half_to_float(wisp_float_to_half(NAN))));
+    CHECK(wisp__float_to_half(65519.99f) == 0x7bff && wisp__float_to_half(65520.0f) == 0x7c00);
+    CHECK(wisp__float_to_half(-0.0f) == 0x8000 && wisp__float_to_half(INFINITY) == 0x7c00);
+    CHECK(wisp__float_to_half((float)ldexp(1, -25)) == 0 && wisp__float_to_half((float)ldexp(1.5, -25)) == 1);
+    CHECK(wisp__float_to_half((float)ldexp(3, -25)) == 2);   /* 1.5 ulp ties to even 2 */
+    CHECK(isnan(wisp__half_to_float(wisp__float_to_half(NAN))));
 }
 
 /* ---- round trips -------------------------------------------------------------- */
@@ -289,7 +289,7 @@ static void check_roundtrip(int dtype, uint64_t n, unsigned flags)
         case WISP_F32: tol = 0; break;
         case WISP_F16:
             tol = fmax(fabs(ref) * ldexp(1, -11), ldexp(1, -25));            /* half an fp16 ulp */
-            if (got != (double)wisp_half_to_float(wisp_float_to_half(w[i]))) bad++;
+            if (got != (double)wisp__half_to_float(wisp__float_to_half(w[i]))) bad++;
             break;
         default: tol = scale / 2.0 + fabs(ref) * ldexp(1, -23); break;      /* scale/2, plus the float product */
         }
@@ -318,7 +318,7 @@ static void test_roundtrips(void)
     CHECK(m && strcmp(wisp_model_meta_text(m), "") == 0 && strcmp(wisp_model_columns(m), "") == 0);
     CHECK(m && wisp_model_meta(m, "source") == NULL);
     /* the model keeps the engine alive; extra references */
-    wisp_model_retain(m);
+    wisp__model_retain(m);
     wisp_model_free(m);
     CHECK(m && wisp_model_weight(m, 0) == 0.0f);
     wisp_model_free(m);
@@ -488,7 +488,7 @@ static void test_convert(void)
         CHECK(strcmp(wisp_model_columns(d), "cols\n") == 0);
         int bad = 0;
         for (uint64_t i = 0; i < n; i++) {
-            float h = wisp_half_to_float(wisp_float_to_half(w[i]));
+            float h = wisp__half_to_float(wisp__float_to_half(w[i]));
             if (wisp_model_weight(b, i) != h) bad++;
             if (fabs((double)wisp_model_weight(c, i) - h) > wisp_model_scale(c) / 2 + fabs(h) * ldexp(1, -23)) bad++;
             if (wisp_model_weight(d, i) != wisp_model_weight(c, i)) bad++;
@@ -777,7 +777,7 @@ static void test_liblinear_handmade(void)
     if (m) {
         CHECK(wisp_model_num_features(m) == 3 && wisp_model_bias(m) == 0.0);
         CHECK(wisp_model_dtype(m) == WISP_F16);
-        CHECK(wisp_model_weight(m, 1) == 0.0f && wisp_model_weight(m, 2) == wisp_half_to_float(wisp_float_to_half(3.5e-3f)));
+        CHECK(wisp_model_weight(m, 1) == 0.0f && wisp_model_weight(m, 2) == wisp__half_to_float(wisp__float_to_half(3.5e-3f)));
         CHECK(strcmp(wisp_model_meta(m, "solver"), "L1R_LR") == 0 && strcmp(wisp_model_meta(m, "labels"), "1 0") == 0);
     }
     wisp_model_free(m);
@@ -959,9 +959,9 @@ int main(void)
         { "liblinear_handmade", test_liblinear_handmade }, { "liblinear_parity", test_liblinear_parity },
     };
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
-        uint64_t t0 = wisp_now_ns();
+        uint64_t t0 = wisp__now_ns();
         parts[i].fn();
-        printf("  %-20s %7.1f ms\n", parts[i].name, (double)(wisp_now_ns() - t0) / 1e6);
+        printf("  %-20s %7.1f ms\n", parts[i].name, (double)(wisp__now_ns() - t0) / 1e6);
     }
 
     wisp_engine_free(eng);

@@ -1,5 +1,5 @@
 /* test_parse_fast.c — the libsvm parser's fast path against its reference path (parse_line) and strtod/strtof, on random lines. */
-#include "internal.h"
+#include "batch/raw.h"
 #include "check.h"
 #include "testutil.h"
 #include "testrand.h"
@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 /* libsvm.c: turns its fast path off (0) or on (1); returns the old setting */
-int wisp_libsvm__fast_path(int on);
+int wisp__libsvm_fast_path(int on);
 /* csv.c: the same for its per-call field plan (the common fields' fast path) */
-#include "rawtext.h"               /* wisp__csv_plan */
+#include "parse/rawtext.h"               /* wisp__csv_plan */
 
 
 
@@ -137,11 +137,11 @@ static run_out parse(wisp_batch *b, const char *t, size_t len, int final, size_t
 static int compare_text(wisp_batch *fa, wisp_batch *sl, const char *t, size_t len, int final, size_t max_rows)
 {
     char why[320] = "";
-    wisp_libsvm__fast_path(1);
+    wisp__libsvm_fast_path(1);
     run_out a = parse(fa, t, len, final, max_rows, 7);
-    wisp_libsvm__fast_path(0);
+    wisp__libsvm_fast_path(0);
     run_out b = parse(sl, t, len, final, max_rows, 7);
-    wisp_libsvm__fast_path(1);
+    wisp__libsvm_fast_path(1);
     int ok = a.st == b.st && a.consumed == b.consumed && a.lines == b.lines && !strcmp(a.err, b.err)
              && same_batches(fa, sl, why, sizeof why);
     if (!ok) {
@@ -212,14 +212,14 @@ static void test_fast_path_taken(wisp_engine *eng)
     CHECK_OK(wisp_batch_new(eng, &b));
     double best[2] = { 1e30, 1e30 };
     for (int rep = 0; rep < 6; rep++) {
-        wisp_libsvm__fast_path(rep & 1);
+        wisp__libsvm_fast_path(rep & 1);
         wisp_batch_clear(b);
-        uint64_t t0 = wisp_now_ns();
+        uint64_t t0 = wisp__now_ns();
         CHECK_OK(wisp_batch_parse_libsvm(b, t.s, t.len, 1, 0, NULL, NULL));
-        double s = (double)(wisp_now_ns() - t0) / 1e9;
+        double s = (double)(wisp__now_ns() - t0) / 1e9;
         if (s < best[rep & 1]) best[rep & 1] = s;
     }
-    wisp_libsvm__fast_path(1);
+    wisp__libsvm_fast_path(1);
     printf("test_parse_fast: %zu bytes: fast path %.0f MB/s, reference path %.0f MB/s (%.2fx; timing only, not checked)\n",
            t.len, (double)t.len / best[1] / 1e6, (double)t.len / best[0] / 1e6, best[0] / best[1]);
     wisp_batch_free(b);
@@ -512,7 +512,7 @@ int main(void)
     testrand_seed("test_parse_fast");
     wisp_engine *eng = NULL;
     CHECK_OK(wisp_engine_new(1, &eng));
-    int was = wisp_libsvm__fast_path(1);
+    int was = wisp__libsvm_fast_path(1);
     CHECK(was == 1 || was == 0);
     test_edges(eng);
     test_fuzz_corpus(eng);

@@ -1,5 +1,5 @@
 /* test_score.c — the thread pool and CPU scoring against a float64 reference, plus a timing printout. */
-#include "internal.h"
+#include "score/score.h"
 #include "check.h"
 
 #include <float.h>
@@ -209,7 +209,7 @@ static void nested_task(void *ctx, size_t t)
 {
     struct count_ctx *c = ctx;
     struct count_ctx inner = { c->hits + 8 * t, 0, NULL };
-    wisp_pool_run(c->pool, 8, count_task, &inner);     /* same pool: must run inline */
+    wisp__pool_run(c->pool, 8, count_task, &inner);     /* same pool: must run inline */
     atomic_fetch_add(&c->calls, atomic_load(&inner.calls));
 }
 
@@ -243,11 +243,11 @@ static void test_pool_fork(void)
     return;                              /* ThreadSanitizer cannot follow threads started after fork */
 #endif
     wisp_pool *p = NULL;
-    CHECK_OK(wisp_pool_new(3, &p));
+    CHECK_OK(wisp__pool_new(3, &p));
     if (!p) return;
     struct tid_ctx c;
     memset(&c, 0, sizeof c);
-    wisp_pool_run(p, 64, tid_task, &c);
+    wisp__pool_run(p, 64, tid_task, &c);
     CHECK(tid_check(&c, 2) == 0);
     fflush(stdout);
     fflush(stderr);
@@ -255,9 +255,9 @@ static void test_pool_fork(void)
     if (pid == 0) {
         struct tid_ctx cc;
         memset(&cc, 0, sizeof cc);
-        wisp_pool_run(p, 64, tid_task, &cc);
+        wisp__pool_run(p, 64, tid_task, &cc);
         int rc = tid_check(&cc, 2);
-        wisp_pool_free(p);
+        wisp__pool_free(p);
         _exit(rc);
     }
     CHECK(pid > 0);
@@ -265,15 +265,15 @@ static void test_pool_fork(void)
     if (pid > 0) waitpid(pid, &status, 0);
     CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "forked child: status %d", status);
     memset(&c, 0, sizeof c);
-    wisp_pool_run(p, 64, tid_task, &c);
+    wisp__pool_run(p, 64, tid_task, &c);
     CHECK(tid_check(&c, 2) == 0);
-    wisp_pool_free(p);
+    wisp__pool_free(p);
 }
 
 static void busy_task(void *ctx, size_t t)
 {
-    uint64_t until = wisp_now_ns() + *(const uint64_t *)ctx;
-    while (wisp_now_ns() < until) { }
+    uint64_t until = wisp__now_ns() + *(const uint64_t *)ctx;
+    while (wisp__now_ns() < until) { }
 }
 
 struct conc_arg { wisp_pool *pool; int ok; };
@@ -286,7 +286,7 @@ static void *concurrent_caller(void *arg)
     for (int rep = 0; rep < 200; rep++) {
         for (int i = 0; i < 97; i++) atomic_init(&hits[i], 0);
         struct count_ctx c = { hits, 0, NULL };
-        wisp_pool_run(a->pool, 97, count_task, &c);
+        wisp__pool_run(a->pool, 97, count_task, &c);
         for (int i = 0; i < 97; i++) if (atomic_load(&hits[i]) != 1) a->ok = 0;
     }
     return NULL;
@@ -295,35 +295,35 @@ static void *concurrent_caller(void *arg)
 static void test_pool(void)
 {
     wisp_pool *p = NULL;
-    CHECK_FAILS(wisp_pool_new(100000, &p), WISP_ELIMIT, "threads");
+    CHECK_FAILS(wisp__pool_new(100000, &p), WISP_ELIMIT, "threads");
     CHECK(p == NULL);
-    CHECK_FAILS(wisp_pool_new(2, NULL), WISP_EINVAL, "NULL");
-    wisp_pool_free(NULL);
-    CHECK(wisp_pool_threads(NULL) == 1);
+    CHECK_FAILS(wisp__pool_new(2, NULL), WISP_EINVAL, "NULL");
+    wisp__pool_free(NULL);
+    CHECK(wisp__pool_threads(NULL) == 1);
 
-    CHECK_OK(wisp_pool_new(0, &p));
-    CHECK(p && wisp_pool_threads(p) >= 1);
-    wisp_pool_free(p);
+    CHECK_OK(wisp__pool_new(0, &p));
+    CHECK(p && wisp__pool_threads(p) >= 1);
+    wisp__pool_free(p);
 
     /* allocation failure: nothing leaks, a clear status */
     wisp_fault_alloc_after(2);
     p = NULL;
-    CHECK_FAILS(wisp_pool_new(4, &p), WISP_ENOMEM, "threadpool.c");
+    CHECK_FAILS(wisp__pool_new(4, &p), WISP_ENOMEM, "threadpool.c");
     CHECK(p == NULL);
     wisp_fault_alloc_after(0);
 
     const int sizes[] = { 1, 2, 3, 8 };
     const size_t counts[] = { 0, 1, 2, 3, 17, 1000 };
     for (int si = 0; si < 4; si++) {
-        CHECK_OK(wisp_pool_new(sizes[si], &p));
+        CHECK_OK(wisp__pool_new(sizes[si], &p));
         if (!p) continue;
-        CHECK(wisp_pool_threads(p) == sizes[si]);
+        CHECK(wisp__pool_threads(p) == sizes[si]);
         for (int ci = 0; ci < 6; ci++) {
             for (int rep = 0; rep < 20; rep++) {
                 size_t n = counts[ci];
                 atomic_int *hits = calloc(n + 1, sizeof *hits);
                 struct count_ctx c = { hits, 0, NULL };
-                wisp_pool_run(p, n, count_task, &c);
+                wisp__pool_run(p, n, count_task, &c);
                 int bad = 0;
                 for (size_t i = 0; i < n; i++) bad += atomic_load(&hits[i]) != 1;
                 CHECK_MSG(bad == 0 && atomic_load(&c.calls) == (int)n, "pool %d, %zu tasks: %d wrong", sizes[si], n, bad);
@@ -333,7 +333,7 @@ static void test_pool(void)
         /* a task that runs the same pool again runs it inline */
         atomic_int hits[8 * 5] = { 0 };
         struct count_ctx c = { hits, 0, p };
-        wisp_pool_run(p, 5, nested_task, &c);
+        wisp__pool_run(p, 5, nested_task, &c);
         int bad = 0;
         for (int i = 0; i < 40; i++) bad += atomic_load(&hits[i]) != 1;
         CHECK_MSG(bad == 0 && atomic_load(&c.calls) == 40, "nested run on pool %d: %d wrong", sizes[si], bad);
@@ -343,36 +343,36 @@ static void test_pool(void)
         struct conc_arg ca[4];
         for (int i = 0; i < 4; i++) { ca[i].pool = p; pthread_create(&th[i], NULL, concurrent_caller, &ca[i]); }
         for (int i = 0; i < 4; i++) { pthread_join(th[i], NULL); CHECK_MSG(ca[i].ok, "concurrent caller %d on pool %d", i, sizes[si]); }
-        wisp_pool_free(p);
+        wisp__pool_free(p);
     }
 
     /* overhead of a small job */
-    CHECK_OK(wisp_pool_new(2, &p));
+    CHECK_OK(wisp__pool_new(2, &p));
     if (p) {
         atomic_int hits[2];
         uint64_t best1 = UINT64_MAX, best2 = UINT64_MAX;
         for (int rep = 0; rep < 2000; rep++) {
             struct count_ctx c = { hits, 0, NULL };
             atomic_init(&hits[0], 0); atomic_init(&hits[1], 0);
-            uint64_t t0 = wisp_now_ns();
-            wisp_pool_run(p, 1, count_task, &c);
-            uint64_t t1 = wisp_now_ns();
-            wisp_pool_run(p, 2, count_task, &c);
-            uint64_t t2 = wisp_now_ns();
+            uint64_t t0 = wisp__now_ns();
+            wisp__pool_run(p, 1, count_task, &c);
+            uint64_t t1 = wisp__now_ns();
+            wisp__pool_run(p, 2, count_task, &c);
+            uint64_t t2 = wisp__now_ns();
             if (t1 - t0 < best1) best1 = t1 - t0;
             if (t2 - t1 < best2) best2 = t2 - t1;
         }
         /* two tasks of 20 us each: what the caller pays to get a worker going */
         uint64_t bestw = UINT64_MAX, spin_ns = 20000;
         for (int rep = 0; rep < 200; rep++) {
-            uint64_t t0 = wisp_now_ns();
-            wisp_pool_run(p, 2, busy_task, &spin_ns);
-            uint64_t t = wisp_now_ns() - t0;
+            uint64_t t0 = wisp__now_ns();
+            wisp__pool_run(p, 2, busy_task, &spin_ns);
+            uint64_t t = wisp__now_ns() - t0;
             if (t < bestw) bestw = t;
         }
         printf("pool: run of 1 task %.2f us, of 2 empty tasks on 2 threads %.2f us, of 2 tasks of 20 us %.2f us"
                " (best of 2000/2000/200)\n", best1 / 1e3, best2 / 1e3, bestw / 1e3);
-        wisp_pool_free(p);
+        wisp__pool_free(p);
     }
 }
 
@@ -416,17 +416,17 @@ static void test_modes_dtypes(void)
                 snprintf(what, sizeof what, "%llu features, dtype %s, values %s, ids %s", (unsigned long long)nf,
                          dtypes[di] == WISP_F32 ? "f32" : dtypes[di] == WISP_F16 ? "f16" : "i8", mode_name(mode),
                          dist ? "zipf" : "uniform");
-                uint64_t oor = wisp_score_cpu_rows(&tm.m, &tb.b, 0, 1000, out);
+                uint64_t oor = wisp__cpu_score_rows(&tm.m, &tb.b, 0, 1000, out);
                 compare(what, &tm, &tb, out, oor);
                 CHECK(isnan(out[3]) && isnan(out[999]));
                 /* a sub-range writes only its rows and counts only its ids */
                 float *part = malloc(1000 * sizeof *part);
                 for (int i = 0; i < 1000; i++) part[i] = -1.0f;
-                uint64_t o1 = wisp_score_cpu_rows(&tm.m, &tb.b, 0, 400, part);
-                uint64_t o2 = wisp_score_cpu_rows(&tm.m, &tb.b, 400, 1000, part);
+                uint64_t o1 = wisp__cpu_score_rows(&tm.m, &tb.b, 0, 400, part);
+                uint64_t o2 = wisp__cpu_score_rows(&tm.m, &tb.b, 400, 1000, part);
                 CHECK_MSG(o1 + o2 == oor && memcmp(part, out, 1000 * sizeof *out) == 0, "%s: split rows", what);
                 for (int i = 0; i < 1000; i++) part[i] = -1.0f;
-                wisp_score_cpu_rows(&tm.m, &tb.b, 10, 20, part);
+                wisp__cpu_score_rows(&tm.m, &tb.b, 10, 20, part);
                 CHECK(part[9] == -1.0f && part[20] == -1.0f && part[10] == out[10] && part[19] == out[19]);
                 free(part);
                 free(out);
@@ -452,7 +452,7 @@ static void test_exact_cases(void)
     struct wisp_batch b = { 0 };
     b.rows = 9; b.nnz = 14; b.row_ptr = rp; b.ids = ids; b.value_mode = WISP_VALUES_NONE;
     float out[9];
-    uint64_t oor = wisp_score_cpu_rows(&tm.m, &b, 0, 9, out);
+    uint64_t oor = wisp__cpu_score_rows(&tm.m, &b, 0, 9, out);
     CHECK(oor == 4);
     double sig[] = { 0.75, -1.0, 0.5, 0.5, 0.5, 1.25, 1000.5, -999.5, 0.5 + 0.25 - 1.5 + 0.25 };
     for (int r = 0; r < 9; r++) CHECK_NEAR(out[r], 1.0 / (1.0 + exp(-sig[r])), 1e-7);
@@ -461,30 +461,30 @@ static void test_exact_cases(void)
 
     /* the pool path agrees, counting the same way */
     wisp_pool *p = NULL;
-    CHECK_OK(wisp_pool_new(3, &p));
+    CHECK_OK(wisp__pool_new(3, &p));
     struct wisp_engine eng;
     memset(&eng, 0, sizeof eng);
     eng.pool = p;
     float out2[9];
     uint64_t oor2 = 10;
-    wisp_score_cpu(&eng, &tm.m, &b, out2, &oor2);
+    wisp__cpu_score(&eng, &tm.m, &b, out2, &oor2);
     CHECK(oor2 == 14);                                 /* added to what was there */
     CHECK(memcmp(out, out2, sizeof out) == 0);
     /* no engine, or an engine without a pool: the calling thread does it */
     uint64_t oor3 = 0;
-    wisp_score_cpu(NULL, &tm.m, &b, out2, &oor3);
+    wisp__cpu_score(NULL, &tm.m, &b, out2, &oor3);
     CHECK(oor3 == 4 && memcmp(out, out2, sizeof out) == 0);
 
     /* values: ALL and MIXED exactly, including a value on an out-of-range id */
     float vals[] = { 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f, 10.0f, 11.0f, 12.0f, 13.0f, 14.0f, 15.0f };
     b.vals = vals; b.value_mode = WISP_VALUES_ALL;
-    wisp_score_cpu_rows(&tm.m, &b, 0, 9, out);
+    wisp__cpu_score_rows(&tm.m, &b, 0, 9, out);
     CHECK_NEAR(out[0], 1.0 / (1.0 + exp(-(0.5 + 0.25 * 2))), 1e-7);
     CHECK_NEAR(out[5], 1.0 / (1.0 + exp(-(0.5 + 0.25 * (6 + 7 + 8)))), 1e-7);
     CHECK_NEAR(out[8], 1.0 / (1.0 + exp(-(0.5 + 0.25 * 11 - 1.5 * 12 + 0.25 * 15))), 1e-7);
     uint32_t vp[] = { 0, 1, 1, 1, 1, 1, 2, 2, 2, 4 };   /* row 0: 1 valued; row 5: 1 of 3; row 8: 2 of 5 */
     b.val_ptr = vp; b.value_mode = WISP_VALUES_MIXED;
-    wisp_score_cpu_rows(&tm.m, &b, 0, 9, out);
+    wisp__cpu_score_rows(&tm.m, &b, 0, 9, out);
     CHECK_NEAR(out[0], 1.0 / (1.0 + exp(-(0.5 + 0.25 * 2))), 1e-7);
     CHECK_NEAR(out[1], 1.0 / (1.0 + exp(-(0.5 - 1.5))), 1e-7);
     CHECK_NEAR(out[5], 1.0 / (1.0 + exp(-(0.5 + 0.25 * 3 + 0.25 + 0.25))), 1e-7);
@@ -492,11 +492,11 @@ static void test_exact_cases(void)
 
     /* zero rows; a NULL batch or output does nothing */
     b.rows = 0;
-    CHECK(wisp_score_cpu_rows(&tm.m, &b, 0, 0, out) == 0);
-    wisp_score_cpu(&eng, &tm.m, &b, out, &oor3);
-    CHECK(wisp_score_cpu_rows(&tm.m, NULL, 0, 1, out) == 0);
-    wisp_score_cpu(&eng, &tm.m, NULL, out, NULL);
-    wisp_pool_free(p);
+    CHECK(wisp__cpu_score_rows(&tm.m, &b, 0, 0, out) == 0);
+    wisp__cpu_score(&eng, &tm.m, &b, out, &oor3);
+    CHECK(wisp__cpu_score_rows(&tm.m, NULL, 0, 1, out) == 0);
+    wisp__cpu_score(&eng, &tm.m, NULL, out, NULL);
+    wisp__pool_free(p);
     tmodel_free(&tm);
 }
 
@@ -549,7 +549,7 @@ static void test_wide_sums(void)
         b.rows = NR; b.nnz = k; b.nvals = k; b.row_ptr = rp; b.ids = ids; b.vals = vals;
         b.value_mode = WISP_VALUES_ALL;
         float out[NR];
-        wisp_score_cpu_rows(&tm.m, &b, 0, NR, out);
+        wisp__cpu_score_rows(&tm.m, &b, 0, NR, out);
         for (int r = 0; r < NR; r++)
             CHECK_MSG(isfinite(out[r]) && fabs(out[r] - ref[r]) <= 1e-7, "%s row %d: %.9g, float64 reference %.9g",
                       t ? "int8, scale FLT_MAX/127" : "fp32 near FLT_MAX", r, (double)out[r], ref[r]);
@@ -574,7 +574,7 @@ static void test_f16_specials(void)
     memset(&tb, 0, sizeof tb);
     tb.b.rows = 13; tb.b.nnz = 16; tb.b.row_ptr = rp; tb.b.ids = ids; tb.b.value_mode = WISP_VALUES_NONE;
     float out[13];
-    uint64_t oor = wisp_score_cpu_rows(&tm.m, &tb.b, 0, 13, out);
+    uint64_t oor = wisp__cpu_score_rows(&tm.m, &tb.b, 0, 13, out);
     compare("fp16 specials", &tm, &tb, out, oor);
     CHECK(out[6] == 1.0f && out[7] == 0.0f && isnan(out[8]) && isnan(out[10]));
     CHECK(out[2] == 0.5f && out[3] == 0.5f && out[9] > 0.5f && out[1] < 0.5f && out[4] == 1.0f && out[5] == 0.0f);
@@ -586,7 +586,7 @@ static void test_threads(void)
 {
     const int sizes[] = { 1, 2, 3, 8 };
     wisp_pool *pools[4] = { 0 };
-    for (int i = 0; i < 4; i++) CHECK_OK(wisp_pool_new(sizes[i], &pools[i]));
+    for (int i = 0; i < 4; i++) CHECK_OK(wisp__pool_new(sizes[i], &pools[i]));
     const size_t batch[] = { 0, 1, 7, 1000, 100000 };
     const int dtypes[] = { WISP_F32, WISP_F16, WISP_I8 };
     const uint64_t nf = 1u << 20;
@@ -600,7 +600,7 @@ static void test_threads(void)
             tbatch_init(&tb, rows, 48, mode, dist, nf, true);
             if (rows > 5) { tbatch_mark_bad(&tb, rows / 2); tbatch_mark_bad(&tb, rows - 1); }
             float *single = malloc((rows + 1) * sizeof *single), *multi = malloc((rows + 1) * sizeof *multi);
-            uint64_t oor1 = wisp_score_cpu_rows(&tm.m, &tb.b, 0, rows, single);
+            uint64_t oor1 = wisp__cpu_score_rows(&tm.m, &tb.b, 0, rows, single);
             char what[96];
             snprintf(what, sizeof what, "dtype %d, %zu rows, values %s, ids %s", dtypes[di], rows,
                      mode_name(mode), dist ? "zipf" : "uniform");
@@ -611,7 +611,7 @@ static void test_threads(void)
                 eng.pool = pools[i];
                 uint64_t oor = 0;
                 memset(multi, 0x55, (rows + 1) * sizeof *multi);
-                wisp_score_cpu(&eng, &tm.m, &tb.b, multi, &oor);
+                wisp__cpu_score(&eng, &tm.m, &tb.b, multi, &oor);
                 CHECK_MSG(memcmp(single, multi, rows * sizeof *multi) == 0 && oor == oor1,
                           "%s: %d threads differ from one", what, sizes[i]);
                 CHECK(((uint32_t *)multi)[rows] == 0x55555555u);   /* nothing past the end */
@@ -621,7 +621,7 @@ static void test_threads(void)
         }
         tmodel_free(&tm);
     }
-    for (int i = 0; i < 4; i++) wisp_pool_free(pools[i]);
+    for (int i = 0; i < 4; i++) wisp__pool_free(pools[i]);
 }
 
 /* ---- timing printout (not an assertion) ---------------------------------------- */
@@ -642,13 +642,13 @@ static size_t anon_huge_kb(void)
 static double naive_ms(const float *w, const uint32_t *rp, const uint32_t *ids, const float *data, size_t rows,
                        float *out)
 {
-    uint64_t t0 = wisp_now_ns();
+    uint64_t t0 = wisp__now_ns();
     for (size_t r = 0; r < rows; r++) {
         float s = 0;
         for (uint32_t k = rp[r]; k < rp[r + 1]; k++) s += data[k] * w[ids[k]];
         out[r] = s;
     }
-    return (wisp_now_ns() - t0) / 1e6;
+    return (wisp__now_ns() - t0) / 1e6;
 }
 
 static void bench(void)
@@ -679,8 +679,8 @@ static void bench(void)
             data[r * per + j] = v;
         }
     wisp_pool *p1 = NULL, *p2 = NULL;
-    wisp_pool_new(1, &p1);
-    wisp_pool_new(2, &p2);
+    wisp__pool_new(1, &p1);
+    wisp__pool_new(2, &p2);
     struct zipf z = zipf_new((double)nf, 1.05);
     for (int dist = 0; dist < 2; dist++) {
         for (size_t k = 0; k < nnz; k++) ids[k] = dist ? zipf_id(&z, nf) : rnd_below(nf);
@@ -699,9 +699,9 @@ static void bench(void)
                 eng.pool = th == 1 ? p1 : p2;
                 double best = 1e30;
                 for (int rep = 0; rep < 3; rep++) {
-                    uint64_t t0 = wisp_now_ns(), oor = 0;
-                    wisp_score_cpu(&eng, &m, &b, out, &oor);
-                    double t = (wisp_now_ns() - t0) / 1e6;
+                    uint64_t t0 = wisp__now_ns(), oor = 0;
+                    wisp__cpu_score(&eng, &m, &b, out, &oor);
+                    double t = (wisp__now_ns() - t0) / 1e6;
                     if (t < best) best = t;
                 }
                 printf("bench: %-7s ids, %s pages, %d thread%s: %6.2f ms, %5.2f M rows/s, %5.2f ns/gather"
@@ -723,15 +723,15 @@ static void bench(void)
         eng.pool = p2;
         uint64_t best = UINT64_MAX;
         for (int rep = 0; rep < 1000; rep++) {
-            uint64_t t0 = wisp_now_ns(), oor = 0;
-            wisp_score_cpu(&eng, &m, &b, out, &oor);
-            uint64_t t = wisp_now_ns() - t0;
+            uint64_t t0 = wisp__now_ns(), oor = 0;
+            wisp__cpu_score(&eng, &m, &b, out, &oor);
+            uint64_t t = wisp__now_ns() - t0;
             if (t < best) best = t;
         }
         printf("bench: 10 rows x 39 features through a 2-thread pool: %.2f us (best of 1000, warm)\n", best / 1e3);
     }
-    wisp_pool_free(p1);
-    wisp_pool_free(p2);
+    wisp__pool_free(p1);
+    wisp__pool_free(p2);
     free(plain); free(huge); free(rp); free(vp); free(ids); free(vals); free(data); free(out); free(out2);
 }
 

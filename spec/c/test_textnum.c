@@ -1,7 +1,7 @@
-/* test_textnum.c — the text-number module (engine/textnum.c) against the C library: strtof, strtod and strtoll on random and edge decimals (subnormals, 9+ digits, long mantissas, exponents, inf/nan words), and libsvm's values against (float)strtod through wisp_batch_parse_libsvm. */
-#include "internal.h"
-#include "json.h"
-#include "textnum.h"
+/* test_textnum.c — the text-number module (engine/parse/textnum.c) against the C library: strtof, strtod and strtoll on random and edge decimals (subnormals, 9+ digits, long mantissas, exponents, inf/nan words), and libsvm's values against (float)strtod through wisp_batch_parse_libsvm. */
+#include "batch/batch.h"
+#include "parse/json.h"
+#include "parse/textnum.h"
 #include "check.h"
 #include "testrand.h"
 

@@ -1,5 +1,6 @@
 /* test_transform_gpu.c — the transform node on a session's device: GPU ids byte for byte against wisp_transform, score_raw against transform + CPU score, on random descriptions and raw rows, score_raw's own bad rows (wisp_session_bad_row); skips cleanly without a GPU. */
-#include "internal.h"
+#include "batch/raw.h"
+#include "score/score.h"
 #include "check.h"
 #include "testrand.h"
 #include "testcols.h"

@@ -1,6 +1,6 @@
 /* test_vw.c — Vowpal Wabbit: MurmurHash3/hashstring/parse/prediction golden vectors from the real VW, parser edge cases and bad lines, streaming, options, the importer. */
-#include "internal.h"
-#include "json.h"
+#include "score/score.h"
+#include "parse/json.h"
 #include "check.h"
 #include "testutil.h"
 #include "testrand.h"
@@ -656,9 +656,9 @@ static void bench_parse(void)
     double best = 1e30;
     for (int rep = 0; rep < 3; rep++) {
         wisp_batch_clear(b);
-        uint64_t t0 = wisp_now_ns();
+        uint64_t t0 = wisp__now_ns();
         wisp_batch_parse_vw(b, v, text, len, 1, 0, NULL, NULL);
-        double s = (double)(wisp_now_ns() - t0) / 1e9;
+        double s = (double)(wisp__now_ns() - t0) / 1e9;
         if (s < best) best = s;
     }
     CHECK((int)wisp_batch_rows(b) == rows && wisp_batch_nnz(b) == (size_t)rows * (8 + 4 + 32 + 1));

@@ -5,7 +5,7 @@
 #ifndef WISP_TESTBATCH_H
 #define WISP_TESTBATCH_H
 
-#include "internal.h"
+#include "batch/batch.h"
 #include "check.h"
 #include "testutil.h"
 #include "testrand.h"

@@ -2,7 +2,7 @@
 #ifndef WISP_TESTCOLS_H
 #define WISP_TESTCOLS_H
 
-#include "internal.h"
+#include "batch/raw.h"
 #include "testrand.h"
 #include "testbatch.h"
 

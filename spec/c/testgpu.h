@@ -5,8 +5,8 @@
 #ifndef WISP_TESTGPU_H
 #define WISP_TESTGPU_H
 
-#include "internal.h"
-#include "wisp_test.h"   /* wisp_cuda_units_read */
+#include "score/score.h"
+#include "core/wisp_test.h"   /* wisp_cuda_units_read */
 #include "check.h"
 #include "testrand.h"
 

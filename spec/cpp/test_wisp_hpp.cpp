@@ -35,7 +35,7 @@ static bool throws(int status, F f)
     return false;
 }
 
-/* what `wisp score` prints for v (fmt_prob in engine/cli.c) */
+/* what `wisp score` prints for v (fmt_prob in engine/cli/cli.c) */
 static std::string cli_format(float v)
 {
     char buf[64];

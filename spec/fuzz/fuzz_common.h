@@ -2,7 +2,7 @@
 #ifndef WISP_FUZZ_COMMON_H
 #define WISP_FUZZ_COMMON_H
 
-#include "internal.h"
+#include "score/score.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -21,7 +21,7 @@
 
 #include <ctype.h>
 
-/* ---- the reference parser: the grammar of engine/libsvm.c, written plainly ---- */
+/* ---- the reference parser: the grammar of engine/parse/libsvm.c, written plainly ---- */
 
 typedef struct {
     int bad;
@@ -343,7 +343,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (w->bad) {
             char msg[40];
             snprintf(msg, sizeof msg, "line %llu: bad", (unsigned long long)w->line);
-            st = wisp_batch_mark_bad(b4, r, w->line, msg);
+            st = wisp__batch_mark_bad(b4, r, w->line, msg);
             FUZZ_REQUIRE(st == WISP_OK, "mark_bad row %zu -> %d", r, st);
         }
         free(v64);

@@ -4,7 +4,7 @@ local wisp = require "wisp"
 local H = require "helpers"
 local C = require "wisp.cdef"
 
--- the library's test hook (internal.h, exported by libwisp.so); declared
+-- the library's test hook (core/wisp_test.h, exported by libwisp.so); declared
 -- here only, for this spec, as it is not part of the public API
 pcall(ffi.cdef, "uint64_t wisp_fault_alloc_after(uint64_t nth);")
 local have_hook = pcall(function() return C.wisp_fault_alloc_after end)

@@ -344,7 +344,7 @@ end
 ---------------------------------------------------------------------------
 -- ref: the Lua API on the CPU, and the CLI's lines printed the same
 ---------------------------------------------------------------------------
-local function fmt_prob(v)          -- engine/cli.c's fmt_prob
+local function fmt_prob(v)          -- engine/cli/cli.c's fmt_prob
     if v ~= v then return "nan" end
     if v >= f32(0.001) and v <= 1.0 then
         local x = math.floor(v * 1e9 + 0.5)

@@ -57,7 +57,7 @@ static long n_reload[R_N];
 
 static uint64_t rnd(uint64_t *s) { *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17; return *s; }
 
-static void fmt_prob(char *p, float v)       /* engine/cli.c's fmt_prob, without the newline */
+static void fmt_prob(char *p, float v)       /* engine/cli/cli.c's fmt_prob, without the newline */
 {
     if (isnan(v)) { strcpy(p, "nan"); return; }
     if (v >= 0.001f && v <= 1.0f) {

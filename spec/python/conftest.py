@@ -82,7 +82,7 @@ def cli_score(cli, model_path, tmp_path_factory):
 
 
 def cli_format(p):
-    """Probabilities as `wisp score` prints them (engine/cli.c fmt_prob):
+    """Probabilities as `wisp score` prints them (engine/cli/cli.c fmt_prob):
     9 decimals in [0.001, 1], %.9g below, "nan"."""
     out = []
     for v in np.asarray(p, dtype=np.float32).tolist():

@@ -11,7 +11,7 @@ import pytest
 import wisp._capi as capi
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-HEADERS = [os.path.join(ROOT, "engine", "include", "wisp.h"), os.path.join(ROOT, "engine", "wisp_test.h")]
+HEADERS = [os.path.join(ROOT, "engine", "include", "wisp.h"), os.path.join(ROOT, "engine", "core", "wisp_test.h")]
 
 
 @pytest.fixture(scope="module")

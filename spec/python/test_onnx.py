@@ -1,4 +1,4 @@
-"""test_onnx.py — wisp.from_onnx and `wisp import onnx` (engine/import_onnx.c) against ONNX Runtime's own output, 1e-6."""
+"""test_onnx.py — wisp.from_onnx and `wisp import onnx` (engine/model/import_onnx.c) against ONNX Runtime's own output, 1e-6."""
 import subprocess
 
 import numpy as np

@@ -90,7 +90,7 @@ def libsvm(rows, binary=False):
 
 
 def cli_format(p):
-    """Probabilities as `wisp score` prints them (engine/cli.c fmt_prob): 9 decimals in [0.001, 1],
+    """Probabilities as `wisp score` prints them (engine/cli/cli.c fmt_prob): 9 decimals in [0.001, 1],
     %.9g below, "nan" (None too: a null probability is a bad row, which the CLI prints as nan)."""
     out = []
     for v in p:

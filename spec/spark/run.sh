@@ -9,8 +9,8 @@
 #   (pyspark 4 needs 17 or later: the JDK the Java binding builds with).
 # - The wisp package is built from the repository root with `pip install --no-build-isolation`
 #   (CPU only unless WISP_PY_NVCC names an nvcc), its build files under $WISP_BUILD/spark-py-build.
-# - $WISP_BUILD/wisp-spark.jar (the Spark SQL function, engine/spark/) is built against the
-#   wheel's own Spark jars (engine/spark/build.sh) over $WISP_BUILD/wisp.jar (make java).
+# - $WISP_BUILD/wisp-spark.jar (the Spark SQL function, engine/bindings/spark/) is built against the
+#   wheel's own Spark jars (engine/bindings/spark/build.sh) over $WISP_BUILD/wisp.jar (make java).
 # - The specs share one SparkSession (local[2]) and compare with the CLI $WISP_BUILD/wisp.
 # WISP_SPARK=0 in spec/run.sh skips this suite. The last line printed is "spark: N passed, N failed".
 set -u
@@ -33,7 +33,7 @@ pyvenv_need "import pyspark, pyarrow, pandas, numpy, scipy, sklearn, pytest, whe
 pyvenv_install_wisp "$BUILD/spark-py-build"
 JARS=$("$VPY" -c "import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), 'jars'))") ||
     pyvenv_fail "cannot find pyspark's jars"
-sh "$ROOT/engine/spark/build.sh" "$BUILD" "$JARS" >>"$LOG" 2>&1 || { cat "$LOG" >&2; pyvenv_fail "wisp-spark.jar did not build (log above)"; }
+sh "$ROOT/engine/bindings/spark/build.sh" "$BUILD" "$JARS" >>"$LOG" 2>&1 || { cat "$LOG" >&2; pyvenv_fail "wisp-spark.jar did not build (log above)"; }
 
 OUT=$BUILD/spark-pytest.out
 # from a directory outside the tree, so `import wisp` is the installed package

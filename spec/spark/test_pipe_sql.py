@@ -1,5 +1,5 @@
 """test_pipe_sql.py — the two paths that need no wisp.spark: RDD.pipe through `wisp score` (examples/spark/pipe.py)
-and the JVM's Spark SQL function wisp_score (engine/spark, over the Java binding), each against `wisp score -d cpu`."""
+and the JVM's Spark SQL function wisp_score (engine/bindings/spark, over the Java binding), each against `wisp score -d cpu`."""
 import importlib.util
 import os
 

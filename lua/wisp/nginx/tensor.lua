@@ -418,7 +418,7 @@ end
 -- the flat spans of scan_json, now that the tensors' datatypes are known: read_typed where it
 -- can (sp.tptr, sp.count: already the datatype), read_numbers otherwise (sp.count, sp.allint,
 -- sp.bigs into the double scratch; an invalid list: sp.invalid)
-local c_numbers = nil            -- wisp_json_numbers (engine/oip.c), or false with an older libwisp
+local c_numbers = nil            -- wisp_json_numbers (engine/batch/oip.c), or false with an older libwisp
 local count_box = ffi.new("size_t[1]")
 local C_KIND = { FP32 = { 1, 32, "f", f32_vla }, FP64 = { 1, 64, "d", dbl_vla }, INT64 = { 0, 64, "i64", i64_vla },
                  INT32 = { 0, 32, "i32", i32_vla } }
@@ -434,7 +434,7 @@ read_flat_spans = function(spans, doc)
             local dt = type(t) == "table" and t.datatype
             local ck = C_KIND[dt]
             if ck and c_numbers and type(t.shape) == "table" then
-                -- the C reader (engine/oip.c), into the tensor's datatype; room for one more
+                -- the C reader (engine/batch/oip.c), into the tensor's datatype; room for one more
                 -- element than the shape holds (more: ELIMIT, and read_numbers counts them)
                 local want = 1
                 for k = 1, #t.shape do want = want * (tonumber(t.shape[k]) or 0) end
@@ -752,7 +752,7 @@ end
 
 -- scratch arrays, grown as needed (one request at a time per worker: no yield in between)
 local ids_buf, ids_cap = nil, 0
-local c_add_csr = nil            -- wisp_batch_add_csr (engine/oip.c), or false with an older libwisp
+local c_add_csr = nil            -- wisp_batch_add_csr (engine/batch/oip.c), or false with an older libwisp
 local added_box, bad_box = ffi.new("size_t[1]"), ffi.new("int64_t[1]")
 local function add_csr_of(CL) return CL.wisp_batch_add_csr end
 local function find_add_csr()
@@ -811,7 +811,7 @@ function M.build_ids(req, e, b, max_rows)
     if c_add_csr == nil then c_add_csr = find_add_csr() end
     if c_add_csr and ipp and iptr and (vptr or not vlist) then
         -- typed tensors (binary, or JSON read by wisp_json_numbers): the rows added in C
-        -- (engine/oip.c), which stops at a row holding a negative id: that row is made bad here
+        -- (engine/batch/oip.c), which stops at a row holding a negative id: that row is made bad here
         local ipb, idb = tp.datatype == "INT64" and 64 or 32, ti.datatype == "INT64" and 64 or 32
         local r = 0
         while r < n do

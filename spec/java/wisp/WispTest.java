@@ -80,7 +80,7 @@ class WispTest {
         return f;
     }
 
-    /** What `wisp score` prints for v: 9 decimals from 0.001 to 1 (fmt_prob in engine/cli.c), else %.9g (exact). */
+    /** What `wisp score` prints for v: 9 decimals from 0.001 to 1 (fmt_prob in engine/cli/cli.c), else %.9g (exact). */
     static String cliFormat(float v) {
         if (Float.isNaN(v)) return "nan";
         if (v >= 0.001f && v <= 1.0f) {
