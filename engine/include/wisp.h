@@ -61,7 +61,7 @@
  * Names: public functions are wisp_<object>_<verb>. Internal functions with
  * external linkage are wisp__<subsystem>_<verb> (two underscores, as libuv's
  * uv__: wisp__batch_mark_bad, wisp__pool_run, wisp__cuda_score), declared in
- * their subsystem's private header (engine/<subsystem>/*.h); the core's
+ * their subsystem's private header (engine/SUBSYSTEM/NAME.h); the core's
  * error and allocation helpers, which every subsystem calls, are
  * wisp__fail, wisp__malloc, wisp__free, ... (as uv__malloc). Test and
  * benchmark hooks are declared in engine/core/wisp_test.h.
