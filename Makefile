@@ -71,14 +71,16 @@ all: deps-build $(BUILD)/libwisp.so $(BUILD)/libwisp.a $(BUILD)/wisp
 # ---- Debian packages: installed when missing (fresh machines, CI) ----------
 BUILD_PKGS := gcc make pkg-config libxxhash-dev libluajit2-5.1-dev luajit2 libedit-dev
 TEST_PKGS  := lua-busted lua-cjson liblinear-tools tmux nginx libnginx-mod-http-lua lua-resty-core wrk curl g++
-# WISP_SKIP_DEPS=1: never call apt-get (machines whose packages come from elsewhere)
+# WISP_SKIP_DEPS=1: never call apt-get (machines whose packages come from elsewhere). Under -j several
+# of these run at once (deps-test, deps-java, deps-reliability): flock takes them one at a time, as
+# apt-get's own lock would refuse the second
 define ensure_pkgs
 	@[ -n "$(WISP_SKIP_DEPS)" ] && exit 0; missing=""; for p in $(1); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "wisp: installing Debian packages:$$missing"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "wisp: need root to install$$missing (or install them yourself)" >&2; exit 1; fi; \
 	  export DEBIAN_FRONTEND=noninteractive; \
-	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
+	  flock /tmp/wisp-apt.lock sh -c "apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null" || exit 1; \
 	fi
 endef
 .PHONY: deps-build deps-test
