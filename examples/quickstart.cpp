@@ -14,9 +14,9 @@ int main()
         wisp::Model m(eng, "quickstart.wisp");
         wisp::Session s(eng, m, "auto");
         // two rows in CSR, read in place: a valued row (ids 1, 3, 7) and a binary one (ids 1, 3)
-        std::vector<uint32_t> row_ptr{0, 3, 5}, ids{1, 3, 7, 1, 3};
+        std::vector<uint32_t> indptr{0, 3, 5}, ids{1, 3, 7, 1, 3};
         std::vector<float> vals{2.0f, 1.0f, 0.5f, 1.0f, 1.0f};
-        auto b = wisp::Batch::wrap(eng, row_ptr, ids, vals);
+        auto b = wisp::Batch::wrap(eng, indptr, ids, vals);
         std::vector<float> p = s.score(b);
         std::printf("p = %.6f %.6f on %s\n", p[0], p[1], s.last_device().c_str());
         std::remove("quickstart.wisp");

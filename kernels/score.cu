@@ -93,8 +93,8 @@ __device__ __forceinline__ void score_rows(const wisp_kparams &p, const wisp_ksh
     // the row's slice, clamped so a malformed batch never reads out of bounds
     uint32_t start = 0, end = 0, vstart = 0, nv = 0;
     if (active) {
-        uint32_t a = min(LD::ld(p.row_ptr + r) - ptr_base, nnz);
-        uint32_t b = min(LD::ld(p.row_ptr + r + 1) - ptr_base, nnz);
+        uint32_t a = min(LD::ld(p.indptr + r) - ptr_base, nnz);
+        uint32_t b = min(LD::ld(p.indptr + r + 1) - ptr_base, nnz);
         start = a;
         end = b < a ? a : b;
         if (VM == WISP_KV_MIXED) {
@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(BLOCK) tiny_kernel(const __grid_constant__ wis
     for (uint32_t i = threadIdx.x; i < n; i += BLOCK) sw[i] = t.words[i];
     __syncthreads();
     wisp_kparams p = t.p;
-    p.row_ptr = sw + t.rp_off;
+    p.indptr = sw + t.rp_off;
     p.ids = sw + t.ids_off;
     p.val_ptr = sw + t.vp_off;
     p.vals = reinterpret_cast<const float *>(sw + t.vals_off);
@@ -318,7 +318,7 @@ extern "C" int wisp_k_lanes_for(double w)
 // the arrays a launch of p needs (t: the shards, or NULL for p->weights)
 static bool params_ok(const wisp_kparams *p, const wisp_kshards *t, int value_mode)
 {
-    if (!p || (p->partial ? !p->part : !p->out) || !p->row_ptr || (p->nnz && !p->ids)) return false;
+    if (!p || (p->partial ? !p->part : !p->out) || !p->indptr || (p->nnz && !p->ids)) return false;
     if (value_mode == WISP_KV_ALL && p->nnz && !p->vals) return false;
     if (value_mode == WISP_KV_MIXED && (!p->val_ptr || (p->nvals && !p->vals))) return false;
     if (!t) return !p->nnz || p->weights;

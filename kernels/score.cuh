@@ -11,12 +11,12 @@ extern "C" {
 
 /* One launch scores rows [0, rows) of a CSR slice that lives in memory the
  * device can read (device memory, or mapped pinned host memory in the
- * zero-copy mode). Offsets in row_ptr/val_ptr are the batch's own; the
+ * zero-copy mode). Offsets in indptr/val_ptr are the batch's own; the
  * slice's first id is at ids[0], so the kernel subtracts ptr_base (and
  * val_base for vals in the mixed mode). Every index is clamped to nnz /
  * nvals: a malformed slice can never make the kernel read out of bounds. */
 typedef struct wisp_kparams {
-    const uint32_t *row_ptr;    /* rows + 1 entries */
+    const uint32_t *indptr;    /* rows + 1 entries */
     const uint32_t *ids;        /* nnz entries */
     const uint32_t *val_ptr;    /* rows + 1 entries; value mode MIXED only */
     const float    *vals;       /* ALL: nnz entries; MIXED: nvals entries; NONE: NULL */
@@ -30,7 +30,7 @@ typedef struct wisp_kparams {
      * is then the bucket's largest row count and sizes the grid */
     const uint32_t *hdr;
     uint32_t rows;
-    uint32_t ptr_base;          /* row_ptr value of the slice's first id */
+    uint32_t ptr_base;          /* indptr value of the slice's first id */
     uint32_t val_base;          /* val_ptr value of the slice's first value (MIXED) */
     uint32_t nnz;               /* ids in the slice */
     uint32_t nvals;             /* values in the slice (MIXED) */
@@ -59,7 +59,7 @@ typedef struct wisp_kshards {
 } wisp_kshards;
 
 /* A tiny batch carried inside the launch itself (kernel parameters, under
- * 4 KB): row_ptr, ids, val_ptr, vals packed in words[] at the given word
+ * 4 KB): indptr, ids, val_ptr, vals packed in words[] at the given word
  * offsets; p's pointers to them are ignored, p.out / p.oor_rows point at
  * mapped pinned host memory. No copy in, no copy out: one launch. */
 #define WISP_TINY_WORDS 960

@@ -1,10 +1,10 @@
 // score_device.cu — the checked CSR kernel of wisp_session_score_device: rows read straight from the caller's
 // device memory (CuPy, PyTorch, a cuDF pipeline), each row validated on the device while it is scored.
 //
-// The host never sees the arrays (only row_ptr[rows], read before the launch to size it): so
+// The host never sees the arrays (only indptr[rows], read before the launch to size it): so
 // every check a host batch gets from wisp_batch_wrap happens here, per row, and a bad row is
 // NaN plus one entry in a compact list (kernels/score_device.cuh), never an out-of-bounds read:
-//   - row r's range [row_ptr[r], row_ptr[r + 1]) must lie inside [0, nnz] and be ordered, and
+//   - row r's range [indptr[r], indptr[r + 1]) must lie inside [0, nnz] and be ordered, and
 //     hold at most WISP_MAX_ROW_FEATURES features; otherwise no id is read for it;
 //   - a negative id or a value that is not finite makes the row bad (its first such feature is
 //     reported, the id winning over the value at the same position);
@@ -58,11 +58,11 @@ __global__ void __launch_bounds__(BLOCK) checked_kernel(const wisp_kdev p)
     if (active) {
         int64_t a, b;
         if (p.rp64) {
-            a = __ldg(static_cast<const long long *>(p.row_ptr) + r);
-            b = __ldg(static_cast<const long long *>(p.row_ptr) + r + 1);
+            a = __ldg(static_cast<const long long *>(p.indptr) + r);
+            b = __ldg(static_cast<const long long *>(p.indptr) + r + 1);
         } else {
-            a = __ldg(static_cast<const int32_t *>(p.row_ptr) + r);
-            b = __ldg(static_cast<const int32_t *>(p.row_ptr) + r + 1);
+            a = __ldg(static_cast<const int32_t *>(p.indptr) + r);
+            b = __ldg(static_cast<const int32_t *>(p.indptr) + r + 1);
         }
         if (a < 0 || b < a || b > static_cast<int64_t>(p.nnz)) code = WISP_KD_RANGE;
         else if (b - a > static_cast<int64_t>(WISP_MAX_ROW_FEATURES)) code = WISP_KD_WIDE;
@@ -141,7 +141,7 @@ cudaError_t launch(const wisp_kdev &p, int lanes, cudaStream_t s)
 
 extern "C" int wisp_k_score_device(const wisp_kdev *p, int dtype, int lanes, cudaStream_t stream)
 {
-    if (!p || !p->row_ptr || !p->out || !p->bad || !p->cnt || (p->nnz && (!p->ids || !p->weights)))
+    if (!p || !p->indptr || !p->out || !p->bad || !p->cnt || (p->nnz && (!p->ids || !p->weights)))
         return cudaErrorInvalidValue;
     if (p->nnz > WISP_MAX_NNZ) return cudaErrorInvalidValue;
     if (p->rows == 0) return cudaSuccess;

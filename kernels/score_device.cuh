@@ -11,7 +11,7 @@ extern "C" {
 #endif
 
 /* A row the kernel refused: NaN in out, listed here (in no order; the host sorts). */
-enum { WISP_KD_RANGE = 1,     /* row_ptr[r] .. row_ptr[r + 1] is not a range inside [0, nnz] */
+enum { WISP_KD_RANGE = 1,     /* indptr[r] .. indptr[r + 1] is not a range inside [0, nnz] */
        WISP_KD_WIDE = 2,      /* more than WISP_MAX_ROW_FEATURES features */
        WISP_KD_NEG_ID = 3,    /* feature #pos has a negative id (id) */
        WISP_KD_NONFINITE = 4  /* feature #pos (id) has a value that is not finite (val) */ };
@@ -23,13 +23,13 @@ typedef struct wisp_kdbad {
 } wisp_kdbad;
 
 /* Rows [0, rows) of a CSR batch in the caller's memory, every access checked:
- * row r is scored only when 0 <= row_ptr[r] <= row_ptr[r + 1] <= nnz and it has at
+ * row r is scored only when 0 <= indptr[r] <= indptr[r + 1] <= nnz and it has at
  * most WISP_MAX_ROW_FEATURES features (no id of another row is ever read for it);
  * a negative id or a value that is not finite makes the row bad; an id at or beyond
  * num_features is ignored and counted in cnt[0] (good rows only). A bad row gets NaN
  * and one wisp_kdbad entry at bad[atomicAdd(&cnt[1], 1)] (cnt[1] <= rows). */
 typedef struct wisp_kdev {
-    const void    *row_ptr;     /* rows + 1 offsets: int32 (rp64 == 0) or int64 */
+    const void    *indptr;     /* rows + 1 offsets: int32 (rp64 == 0) or int64 */
     int            rp64;
     const int32_t *ids;         /* nnz entries */
     const float   *vals;        /* nnz entries, or NULL: every value is 1 */
@@ -38,7 +38,7 @@ typedef struct wisp_kdev {
     wisp_kdbad    *bad;         /* rows entries */
     unsigned long long *cnt;    /* [0] out-of-range ids of good rows, [1] bad rows; zeroed by the caller */
     uint32_t rows;
-    uint32_t nnz;               /* row_ptr[rows], already read and checked (<= WISP_MAX_NNZ) by the host */
+    uint32_t nnz;               /* indptr[rows], already read and checked (<= WISP_MAX_NNZ) by the host */
     uint32_t num_features;
     double   bias;
     double   scale;             /* int8 dequantization scale; 1 otherwise */

@@ -21,12 +21,12 @@ __global__ void __launch_bounds__(BLOCK) count_kernel(const wisp_tplan P, const 
     bad[row] = ok ? 0 : 1;
 }
 
-__global__ void __launch_bounds__(BLOCK) fill_kernel(const wisp_tplan P, const wisp_traw raw, const uint32_t *row_ptr,
+__global__ void __launch_bounds__(BLOCK) fill_kernel(const wisp_tplan P, const wisp_traw raw, const uint32_t *indptr,
                                                      const uint32_t *val_ptr, uint32_t *ids, float *vals)
 {
     const uint32_t row = raw.row0 + blockIdx.x * BLOCK + threadIdx.x;
     if (row >= raw.rows) return;
-    const uint32_t s = row_ptr[row], e = row_ptr[row + 1];
+    const uint32_t s = indptr[row], e = indptr[row + 1];
     if (s == e) return;                                  // bad, skipped, or no features
     FillV v{ ids + s, vals + val_ptr[row], val_ptr[row + 1] - val_ptr[row], 0, 0 };
     Row R{ P, raw.in, row };
@@ -129,19 +129,19 @@ extern "C" size_t wisp_k_scan_bytes(uint32_t rows)
 }
 
 // the scans run over rows + 1 entries: n_row / nv_row hold rows + 1 (the last one 0)
-extern "C" int wisp_k_scan(const uint32_t *n_row, const uint32_t *nv_row, uint32_t *row_ptr, uint32_t *val_ptr, uint32_t rows,
+extern "C" int wisp_k_scan(const uint32_t *n_row, const uint32_t *nv_row, uint32_t *indptr, uint32_t *val_ptr, uint32_t rows,
                            void *temp, size_t temp_bytes, cudaStream_t stream)
 {
-    cudaError_t e = cub::DeviceScan::ExclusiveSum(temp, temp_bytes, n_row, row_ptr, static_cast<int>(rows) + 1, stream);
+    cudaError_t e = cub::DeviceScan::ExclusiveSum(temp, temp_bytes, n_row, indptr, static_cast<int>(rows) + 1, stream);
     if (e == cudaSuccess) e = cub::DeviceScan::ExclusiveSum(temp, temp_bytes, nv_row, val_ptr, static_cast<int>(rows) + 1, stream);
     return e;
 }
 
-extern "C" int wisp_k_xf_fill(const wisp_tplan *plan, const wisp_traw *raw, const uint32_t *row_ptr, const uint32_t *val_ptr,
+extern "C" int wisp_k_xf_fill(const wisp_tplan *plan, const wisp_traw *raw, const uint32_t *indptr, const uint32_t *val_ptr,
                               uint32_t *ids, float *vals, cudaStream_t stream)
 {
     if (!plan || !raw) return cudaErrorInvalidValue;
     if (raw->rows <= raw->row0) return cudaSuccess;
-    fill_kernel<<<grid_for(raw->rows - raw->row0), BLOCK, 0, stream>>>(*plan, *raw, row_ptr, val_ptr, ids, vals);
+    fill_kernel<<<grid_for(raw->rows - raw->row0), BLOCK, 0, stream>>>(*plan, *raw, indptr, val_ptr, ids, vals);
     return cudaGetLastError();
 }

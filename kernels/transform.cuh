@@ -42,7 +42,7 @@ typedef struct wisp_tinput {
     int32_t sparse;
     int32_t need_fp;
     uint32_t n;                  /* values */
-    const uint32_t *row_ptr;     /* sparse: rows + 1 */
+    const uint32_t *indptr;     /* sparse: rows + 1 */
     const void *vals;            /* float, int64_t, or the string bytes */
     const uint32_t *str_off;     /* strings: n + 1 */
     uint64_t *fp;                /* need_fp strings: n fingerprints */
@@ -93,13 +93,13 @@ int wisp_k_xf_score(const wisp_tplan *plan, const wisp_traw *raw, const void *we
  * columns), bad[r] = 1 for a row the transform finds bad (and skip rows: 2). */
 int wisp_k_xf_count(const wisp_tplan *plan, const wisp_traw *raw, uint32_t *n_row, uint32_t *nv_row, uint8_t *bad,
                     cudaStream_t stream);
-/* Exclusive prefix sums of n_row and nv_row into row_ptr[rows+1] and val_ptr[rows+1];
+/* Exclusive prefix sums of n_row and nv_row into indptr[rows+1] and val_ptr[rows+1];
  * temp is scratch of wisp_k_scan_bytes(rows) bytes. */
 size_t wisp_k_scan_bytes(uint32_t rows);
-int wisp_k_scan(const uint32_t *n_row, const uint32_t *nv_row, uint32_t *row_ptr, uint32_t *val_ptr, uint32_t rows,
+int wisp_k_scan(const uint32_t *n_row, const uint32_t *nv_row, uint32_t *indptr, uint32_t *val_ptr, uint32_t rows,
                 void *temp, size_t temp_bytes, cudaStream_t stream);
-/* Row r's features: valued ids at ids[row_ptr[r] ..] (values at vals[val_ptr[r] ..]), then binary ids. */
-int wisp_k_xf_fill(const wisp_tplan *plan, const wisp_traw *raw, const uint32_t *row_ptr, const uint32_t *val_ptr,
+/* Row r's features: valued ids at ids[indptr[r] ..] (values at vals[val_ptr[r] ..]), then binary ids. */
+int wisp_k_xf_fill(const wisp_tplan *plan, const wisp_traw *raw, const uint32_t *indptr, const uint32_t *val_ptr,
                    uint32_t *ids, float *vals, cudaStream_t stream);
 
 /* Test hook: Fingerprint64 of n strings (bytes + off[n+1]) on the device into fp. */

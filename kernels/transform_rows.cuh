@@ -76,7 +76,7 @@ struct Row {
 __device__ __forceinline__ void span(const Row &R, uint32_t input, uint32_t &a, uint32_t &z)
 {
     const wisp_tinput &ti = R.in[input];
-    if (ti.sparse) { a = ti.row_ptr[R.row]; z = ti.row_ptr[R.row + 1]; if (z < a) z = a; }
+    if (ti.sparse) { a = ti.indptr[R.row]; z = ti.indptr[R.row + 1]; if (z < a) z = a; }
     else { a = R.row; z = R.row + 1; }
 }
 

@@ -5,7 +5,7 @@
  * Arrays. An owned batch keeps its four arrays in ONE block of host memory
  * from wisp__host_alloc_batch (pinned while the GPU backend is live, unless the engine says plain), the arena,
  * laid out as regions at 256-byte aligned offsets, in this order:
- *     val_ptr (row_cap + 1) | row_ptr (row_cap + 1) | vals (val_cap) | ids (id_cap)
+ *     val_ptr (row_cap + 1) | indptr (row_cap + 1) | vals (val_cap) | ids (id_cap)
  * (b->off_vp, off_rp, off_vals, off_ids; b->arena_bytes in all). So the
  * CUDA backend checks one pointer for pinned memory, and ships the offsets
  * and values, which sit next to each other, with one copy when the gaps
@@ -15,8 +15,8 @@
  * anew (allocate, copy the used parts, free), geometric (x2) per region, so
  * a failed growth leaves the batch as it was. The val_ptr region exists
  * from the start, but b->val_ptr stays NULL until the first valued row
- * (materialising it never allocates). row_ptr exists from wisp_batch_new
- * on, so row_ptr[0] == 0 is readable even for an empty batch; ids and vals
+ * (materialising it never allocates). indptr exists from wisp_batch_new
+ * on, so indptr[0] == 0 is readable even for an empty batch; ids and vals
  * are NULL while their capacity is 0. The bad-row list and its messages
  * are plain wisp__malloc memory.
  *
@@ -25,13 +25,13 @@
  *     nvals == nnz (> 0)    WISP_VALUES_ALL    vals[k] belongs to ids[k]
  *     otherwise             WISP_VALUES_MIXED  val_ptr says which are valued
  * (a row's valued features come first, so nvals == nnz means every row is
- * fully valued, i.e. val_ptr == row_ptr element by element).
+ * fully valued, i.e. val_ptr == indptr element by element).
  * Once an owned batch has val_ptr it keeps it up to date for every row,
  * including binary rows and rows after wisp_batch_clear; when the first
  * valued row arrives after binary rows, val_ptr is materialised with
  * zero-length value runs for the earlier rows. So, inside the library:
  *   NONE:  ignore val_ptr and vals (either may be NULL or stale);
- *   ALL:   vals is valid; b->val_ptr may be NULL (wrapped) or equal row_ptr;
+ *   ALL:   vals is valid; b->val_ptr may be NULL (wrapped) or equal indptr;
  *   MIXED: val_ptr and vals are both valid.
  * The public accessors follow wisp.h: wisp_batch_vals() is NULL in NONE,
  * wisp_batch_val_ptr() is NULL except in MIXED. A wrapped batch gets its mode
@@ -103,7 +103,7 @@ static int relayout(wisp_batch *b, size_t rc, size_t ic, size_t vc)
                              o, rc, ic, vc);
     uint32_t *rp = (uint32_t *)(p + rp_off), *vp = (uint32_t *)(p + vp_off), *ids = (uint32_t *)(p + ids_off);
     float *vals = (float *)(p + vals_off);
-    if (b->row_ptr) memcpy(rp, b->row_ptr, (b->rows + 1) * sizeof *rp);
+    if (b->indptr) memcpy(rp, b->indptr, (b->rows + 1) * sizeof *rp);
     else rp[0] = 0;
     if (b->val_ptr) memcpy(vp, b->val_ptr, (b->rows + 1) * sizeof *vp);
     if (b->ids && b->nnz) memcpy(ids, b->ids, b->nnz * sizeof *ids);
@@ -115,7 +115,7 @@ static int relayout(wisp_batch *b, size_t rc, size_t ic, size_t vc)
     b->off_rp = rp_off;
     b->off_vals = vals_off;
     b->off_ids = ids_off;
-    b->row_ptr = rp;
+    b->indptr = rp;
     b->val_ptr = b->val_ptr ? vp : NULL;
     b->ids = ic ? ids : NULL;
     b->vals = vc ? vals : NULL;
@@ -164,7 +164,7 @@ static void commit_row(wisp_batch *b, size_t nv, size_t nb)
     b->nnz += nv + nb;
     b->nvals += nv;
     b->rows++;
-    b->row_ptr[b->rows] = (uint32_t)b->nnz;
+    b->indptr[b->rows] = (uint32_t)b->nnz;
     if (b->val_ptr) b->val_ptr[b->rows] = (uint32_t)b->nvals;
     update_mode(b);
 }
@@ -187,7 +187,7 @@ int wisp_batch_new(wisp_engine *eng, wisp_batch **out)
         wisp__free(b);
         return wisp__fail_context(WISP_ENOMEM, "wisp_batch_new");
     }
-    b->row_ptr[0] = 0;
+    b->indptr[0] = 0;
     wisp__engine_retain(eng);
     *out = b;
     return WISP_OK;
@@ -209,7 +209,7 @@ void wisp_batch_clear(wisp_batch *b)
 {
     if (!b || b->wrapped) return;
     b->rows = b->nnz = b->nvals = 0;
-    b->row_ptr[0] = 0;
+    b->indptr[0] = 0;
     if (b->val_ptr) b->val_ptr[0] = 0;
     b->value_mode = WISP_VALUES_NONE;
     b->nbad = 0;
@@ -314,7 +314,7 @@ int wisp_batch_add_row(wisp_batch *b, const uint64_t *ids, const float *vals, si
 
 /* ---- wrapping caller arrays ------------------------------------------------- */
 
-int wisp_batch_wrap(wisp_engine *eng, size_t rows, const uint32_t *row_ptr, const uint32_t *ids,
+int wisp_batch_wrap(wisp_engine *eng, size_t rows, const uint32_t *indptr, const uint32_t *ids,
                     const uint32_t *val_ptr, const float *vals, wisp_batch **out)
 {
     static const uint32_t zero_ptr[1] = { 0 };
@@ -323,24 +323,24 @@ int wisp_batch_wrap(wisp_engine *eng, size_t rows, const uint32_t *row_ptr, cons
     if (!eng || !out) return wisp__fail(WISP_EINVAL, "%s: %s is NULL", fn, !eng ? "engine" : "out");
     if (rows > WISP_MAX_ROWS)
         return wisp__fail(WISP_ELIMIT, "%s: %zu rows, more than WISP_MAX_ROWS (%u)", fn, rows, WISP_MAX_ROWS);
-    if (!row_ptr) {
-        if (rows) return wisp__fail(WISP_EINVAL, "%s: row_ptr is NULL for %zu rows", fn, rows);
-        row_ptr = zero_ptr;
+    if (!indptr) {
+        if (rows) return wisp__fail(WISP_EINVAL, "%s: indptr is NULL for %zu rows", fn, rows);
+        indptr = zero_ptr;
     }
-    if (row_ptr[0] != 0) return wisp__fail(WISP_EINVAL, "%s: row_ptr[0] is %u, must be 0", fn, row_ptr[0]);
+    if (indptr[0] != 0) return wisp__fail(WISP_EINVAL, "%s: indptr[0] is %u, must be 0", fn, indptr[0]);
     for (size_t r = 0; r < rows; r++) {
-        uint32_t a = row_ptr[r], z = row_ptr[r + 1];
+        uint32_t a = indptr[r], z = indptr[r + 1];
         if (z < a)
-            return wisp__fail(WISP_EINVAL, "%s: row_ptr decreases at row %zu (row_ptr[%zu] = %u < row_ptr[%zu] = %u)",
+            return wisp__fail(WISP_EINVAL, "%s: indptr decreases at row %zu (indptr[%zu] = %u < indptr[%zu] = %u)",
                              fn, r, r + 1, z, r, a);
         if (z > WISP_MAX_NNZ)
-            return wisp__fail(WISP_ELIMIT, "%s: row_ptr[%zu] = %u at row %zu exceeds WISP_MAX_NNZ (%u)",
+            return wisp__fail(WISP_ELIMIT, "%s: indptr[%zu] = %u at row %zu exceeds WISP_MAX_NNZ (%u)",
                              fn, r + 1, z, r, WISP_MAX_NNZ);
         if (z - a > WISP_MAX_ROW_FEATURES)
             return wisp__fail(WISP_ELIMIT, "%s: row %zu has %u features, more than WISP_MAX_ROW_FEATURES (%u)",
                              fn, r, z - a, WISP_MAX_ROW_FEATURES);
     }
-    size_t nnz = row_ptr[rows];
+    size_t nnz = indptr[rows];
     if (nnz && !ids) return wisp__fail(WISP_EINVAL, "%s: ids is NULL for %zu features", fn, nnz);
     size_t nvals;
     if (val_ptr) {
@@ -350,9 +350,9 @@ int wisp_batch_wrap(wisp_engine *eng, size_t rows, const uint32_t *row_ptr, cons
             if (z < a)
                 return wisp__fail(WISP_EINVAL, "%s: val_ptr decreases at row %zu (val_ptr[%zu] = %u < val_ptr[%zu] = %u)",
                                  fn, r, r + 1, z, r, a);
-            if (z - a > row_ptr[r + 1] - row_ptr[r])
+            if (z - a > indptr[r + 1] - indptr[r])
                 return wisp__fail(WISP_EINVAL, "%s: row %zu has %u values but only %u features",
-                                 fn, r, z - a, row_ptr[r + 1] - row_ptr[r]);
+                                 fn, r, z - a, indptr[r + 1] - indptr[r]);
         }
         nvals = val_ptr[rows];
         if (nvals && !vals)
@@ -367,7 +367,7 @@ int wisp_batch_wrap(wisp_engine *eng, size_t rows, const uint32_t *row_ptr, cons
     b->rows = rows;
     b->nnz = nnz;
     b->nvals = nvals;
-    b->row_ptr = (uint32_t *)row_ptr;
+    b->indptr = (uint32_t *)indptr;
     b->ids = (uint32_t *)ids;
     b->val_ptr = (uint32_t *)val_ptr;
     b->vals = (float *)vals;
@@ -378,12 +378,12 @@ int wisp_batch_wrap(wisp_engine *eng, size_t rows, const uint32_t *row_ptr, cons
      * when the pass over all of them found a value that is not finite. */
     if (b->value_mode != WISP_VALUES_NONE && first_nonfinite(vals, nvals) < nvals) {
         for (size_t r = 0; r < rows; r++) {
-            const size_t a = b->value_mode == WISP_VALUES_MIXED ? val_ptr[r] : row_ptr[r];
-            const size_t z = b->value_mode == WISP_VALUES_MIXED ? val_ptr[r + 1] : row_ptr[r + 1];
+            const size_t a = b->value_mode == WISP_VALUES_MIXED ? val_ptr[r] : indptr[r];
+            const size_t z = b->value_mode == WISP_VALUES_MIXED ? val_ptr[r + 1] : indptr[r + 1];
             const size_t k = first_nonfinite(vals + a, z - a);
             if (WISP_LIKELY(k == z - a)) continue;
             char msg[160];
-            nonfinite_msg(msg, sizeof msg, k, ids[row_ptr[r] + k], vals[a + k]);
+            nonfinite_msg(msg, sizeof msg, k, ids[indptr[r] + k], vals[a + k]);
             int st = push_bad(b, r, 0, msg, fn);
             if (st != WISP_OK) {
                 wisp__free(b->bad);
@@ -404,7 +404,8 @@ size_t wisp_batch_rows(const wisp_batch *b)  { return b ? b->rows : 0; }
 size_t wisp_batch_nnz(const wisp_batch *b)   { return b ? b->nnz : 0; }
 size_t wisp_batch_nvals(const wisp_batch *b) { return b ? b->nvals : 0; }
 
-const uint32_t *wisp_batch_row_ptr(const wisp_batch *b) { return b ? b->row_ptr : NULL; }
+const uint32_t *wisp_batch_indptr(const wisp_batch *b) { return b ? b->indptr : NULL; }
+const uint32_t *wisp_batch_row_ptr(const wisp_batch *b) { return wisp_batch_indptr(b); }
 const uint32_t *wisp_batch_ids(const wisp_batch *b)     { return b ? b->ids : NULL; }
 
 const uint32_t *wisp_batch_val_ptr(const wisp_batch *b)
@@ -424,7 +425,7 @@ int wisp__batch_mark_bad(wisp_batch *b, size_t row, uint64_t line, const char *m
     static const char fn[] = "wisp__batch_mark_bad";
     if (!b) return wisp__fail(WISP_EINVAL, "%s: batch is NULL", fn);
     if (row >= b->rows) return wisp__fail(WISP_EINVAL, "%s: row %zu out of range (%zu rows)", fn, row, b->rows);
-    if (b->row_ptr[row + 1] != b->row_ptr[row])
+    if (b->indptr[row + 1] != b->indptr[row])
         return wisp__fail(WISP_EINVAL, "%s: row %zu has features; a bad row must have none", fn, row);
     if (b->nbad && row <= b->bad[b->nbad - 1].row)
         return wisp__fail(WISP_EINVAL, "%s: row %zu is not after the last bad row %zu", fn, row, b->bad[b->nbad - 1].row);

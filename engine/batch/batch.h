@@ -19,13 +19,13 @@ struct wisp_batch {
     size_t nnz;
     size_t nvals;
     /* CSR arrays; for owned batches, host memory from wisp__host_alloc */
-    uint32_t *row_ptr;  size_t row_cap;   /* row_cap + 1 entries */
+    uint32_t *indptr;  size_t row_cap;   /* row_cap + 1 entries */
     uint32_t *ids;      size_t id_cap;
-    uint32_t *val_ptr;                    /* same capacity as row_ptr; NULL until a valued row */
+    uint32_t *val_ptr;                    /* same capacity as indptr; NULL until a valued row */
     float    *vals;     size_t val_cap;
     int value_mode;                       /* WISP_VALUES_* */
     /* owned batches: the four arrays are regions of ONE host block (pinned when
-     * the GPU backend is live): val_ptr | row_ptr | vals | ids at these byte
+     * the GPU backend is live): val_ptr | indptr | vals | ids at these byte
      * offsets (256-aligned; see batch.c). NULL for wrapped batches. */
     void *arena; size_t arena_bytes;
     size_t off_vp, off_rp, off_vals, off_ids;

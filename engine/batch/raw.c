@@ -18,7 +18,7 @@
 #define RAW_MIN_ROWS 256
 #define RAW_MIN_VALS 256
 
-/* The arrays a device ships (each input's row_ptr, vals, str_off, bytes) come
+/* The arrays a device ships (each input's indptr, vals, str_off, bytes) come
  * from wisp__host_alloc: once an array reaches RAW_PIN_BYTES it is allocated
  * with the raw batch's engine, so it is pinned (page-locked, mapped) while the
  * GPU backend is live and engine/cuda/cuda_transform.c copies it to the device
@@ -72,7 +72,7 @@ void wisp_raw_free(wisp_raw *r)
     if (!r) return;
     for (size_t i = 0; i < r->cols->ninputs; i++) {
         struct wisp_raw_input *in = &r->in[i];
-        wisp__host_free(r->eng, in->row_ptr);
+        wisp__host_free(r->eng, in->indptr);
         wisp__host_free(r->eng, in->vals);
         wisp__host_free(r->eng, in->str_off);
         wisp__host_free(r->eng, in->bytes);
@@ -101,7 +101,7 @@ void wisp_raw_clear(wisp_raw *r)
         struct wisp_raw_input *in = &r->in[i];
         in->n = 0;
         in->nbytes = 0;
-        if (in->row_ptr) in->row_ptr[0] = 0;     /* sparse inputs only */
+        if (in->indptr) in->indptr[0] = 0;     /* sparse inputs only */
         if (in->str_off) in->str_off[0] = 0;
     }
 }
@@ -119,7 +119,7 @@ int wisp_raw_bad_row(const wisp_raw *r, size_t i, size_t *row, uint64_t *line, c
     return WISP_OK;
 }
 
-int wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **row_ptr, const void **values, const uint32_t **str_off)
+int wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **indptr, const void **values, const uint32_t **str_off)
 {
     static const uint32_t zero[1] = { 0 };
     if (!r) return wisp__fail(WISP_EINVAL, "wisp_raw_input: raw is NULL");
@@ -127,7 +127,7 @@ int wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **row_ptr, const 
         return wisp__fail(WISP_EINVAL, "wisp_raw_input: input %zu out of range (%zu inputs)", i, r->cols->ninputs);
     const struct wisp_raw_input *in = &r->in[i];
     bool str = r->cols->inputs[i].dtype == WISP_INPUT_STRING;
-    if (row_ptr) *row_ptr = r->cols->inputs[i].sparse ? (in->row_ptr ? in->row_ptr : zero) : NULL;
+    if (indptr) *indptr = r->cols->inputs[i].sparse ? (in->indptr ? in->indptr : zero) : NULL;
     if (values) *values = str ? (const void *)in->bytes : (const void *)in->vals;
     if (str_off) *str_off = str ? (in->str_off ? in->str_off : zero) : NULL;
     return WISP_OK;
@@ -161,10 +161,10 @@ int wisp_raw_row_begin(wisp_raw *r, uint64_t line)
         for (size_t i = 0; i < r->cols->ninputs; i++) {
             struct wisp_raw_input *in = &r->in[i];
             if (!r->cols->inputs[i].sparse) continue;        /* dense: value k is row k's */
-            uint32_t *np = raw_realloc(r->eng, in->row_ptr, in->row_ptr ? (r->rows + 1) * sizeof *np : 0, (nc + 1) * sizeof *np);
+            uint32_t *np = raw_realloc(r->eng, in->indptr, in->indptr ? (r->rows + 1) * sizeof *np : 0, (nc + 1) * sizeof *np);
             if (!np) return wisp__fail(WISP_ENOMEM, "wisp_raw_row_begin: out of memory for %zu rows", nc);
-            if (!in->row_ptr) np[0] = 0;
-            in->row_ptr = np;
+            if (!in->indptr) np[0] = 0;
+            in->indptr = np;
         }
         r->row_cap = nc;
     }
@@ -401,7 +401,7 @@ static void raw_truncate(wisp_raw *r)
 {
     for (size_t i = 0; i < r->cols->ninputs; i++) {
         struct wisp_raw_input *in = &r->in[i];
-        in->n = r->cols->inputs[i].sparse ? in->row_ptr[r->rows] : r->rows;
+        in->n = r->cols->inputs[i].sparse ? in->indptr[r->rows] : r->rows;
         if (in->str_off) in->nbytes = in->str_off[in->n];
     }
 }
@@ -449,7 +449,7 @@ int wisp_raw_row_end(wisp_raw *r)
         return st;
     }
     for (size_t i = 0; i < c->ninputs; i++)
-        if (c->inputs[i].sparse) r->in[i].row_ptr[row + 1] = (uint32_t)r->in[i].n;
+        if (c->inputs[i].sparse) r->in[i].indptr[row + 1] = (uint32_t)r->in[i].n;
     r->lines[row] = r->open_line;
     r->rows = row + 1;
     r->open = false;

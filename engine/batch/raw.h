@@ -7,7 +7,7 @@
 #include "transform/columns.h"
 
 struct wisp_raw_input {
-    uint32_t *row_ptr;           /* row_cap + 1 */
+    uint32_t *indptr;           /* row_cap + 1 */
     void *vals;                  /* float or int64_t, val_cap entries */
     size_t n, val_cap;
     uint32_t *str_off;           /* strings: val_cap + 1 byte offsets */
@@ -80,7 +80,7 @@ static inline void wisp__raw_commit_row(wisp_raw *r)
     const size_t row = r->rows;
     for (size_t q = 0; q < r->nsparse; q++) {
         size_t i = r->sparse_idx[q];
-        r->in[i].row_ptr[row + 1] = (uint32_t)r->in[i].n;
+        r->in[i].indptr[row + 1] = (uint32_t)r->in[i].n;
     }
     r->lines[row] = r->open_line;
     r->rows = row + 1;

@@ -1,13 +1,13 @@
 /* cuda_device_batch.c — wisp_session_score_device: a CSR batch whose arrays are already CUDA device memory, checked row by row and scored on the GPU that holds them, on the caller's stream (kernels/score_device.cu), or copied to pinned host memory, checked by the same rules and scored on the session's device (CUDA builds; engine/cuda/cuda_stub.c answers WISP_ENODEV otherwise). */
 /*
  * Two paths, one contract (wisp.h):
- * - the device path: the session is placed on the GPU that holds row_ptr and has nothing
- *   in flight. On the caller's stream: row_ptr[rows] is read (4 or 8 bytes: it sizes the
+ * - the device path: the session is placed on the GPU that holds indptr and has nothing
+ *   in flight. On the caller's stream: indptr[rows] is read (4 or 8 bytes: it sizes the
  *   launch and must be checked before anything is read up to it), the checked kernel
  *   scores every row (its range, width, ids and values checked on the device: a bad row
  *   is NaN plus one record in a compact list), the answers go to the caller's device out
  *   or are copied to its host out, and the two counters (out-of-range ids, bad rows) come
- *   back. Only when there are bad rows are their records (and row_ptr, for the messages
+ *   back. Only when there are bad rows are their records (and indptr, for the messages
  *   and the good rows' nnz) copied back. The weights are the session's device copy of
  *   the table (wisp__cuda_weights); a table too large for one device fails there and
  *   the call takes the copy path (a fallback, logged and counted).
@@ -63,7 +63,7 @@ static void bad_message(char *buf, size_t cap, const wisp_kdbad *e, const void *
     const size_t r = e->row;
     switch (e->code) {
     case WISP_KD_RANGE:
-        snprintf(buf, cap, "row_ptr[%zu] .. row_ptr[%zu] = %lld .. %lld is not a range inside [0, %llu] (row_ptr[rows])",
+        snprintf(buf, cap, "indptr[%zu] .. indptr[%zu] = %lld .. %lld is not a range inside [0, %llu] (indptr[rows])",
                  r, r + 1, (long long)rp_at(hrp, rp64, r), (long long)rp_at(hrp, rp64, r + 1), (unsigned long long)nnz);
         break;
     case WISP_KD_WIDE:
@@ -139,22 +139,22 @@ static int cmp_rec(const void *x, const void *y)
     return a->row < b->row ? -1 : a->row > b->row;
 }
 
-/* row_ptr[rows] as the batch's feature count: negative or past WISP_MAX_NNZ refuses the call */
+/* indptr[rows] as the batch's feature count: negative or past WISP_MAX_NNZ refuses the call */
 static int check_nnz(int64_t nnz, size_t cap, uint64_t *out)
 {
-    if (nnz < 0) return wisp__fail(WISP_EINVAL, "%s: row_ptr[rows] = %lld is negative", FN, (long long)nnz);
+    if (nnz < 0) return wisp__fail(WISP_EINVAL, "%s: indptr[rows] = %lld is negative", FN, (long long)nnz);
     if ((uint64_t)nnz > WISP_MAX_NNZ)
-        return wisp__fail(WISP_ELIMIT, "%s: row_ptr[rows] = %lld, more than WISP_MAX_NNZ (%u) features", FN,
+        return wisp__fail(WISP_ELIMIT, "%s: indptr[rows] = %lld, more than WISP_MAX_NNZ (%u) features", FN,
                          (long long)nnz, WISP_MAX_NNZ);
     if ((uint64_t)nnz > cap)
-        return wisp__fail(WISP_EINVAL, "%s: row_ptr[rows] = %lld but ids has %zu entries", FN, (long long)nnz, cap);
+        return wisp__fail(WISP_EINVAL, "%s: indptr[rows] = %lld but ids has %zu entries", FN, (long long)nnz, cap);
     *out = (uint64_t)nnz;
     return WISP_OK;
 }
 
 /* ---- the copy path ---------------------------------------------------------------------------- */
 
-static int copy_path(wisp_session *s, int dev, size_t rows, const void *row_ptr, int rp64, const int32_t *ids,
+static int copy_path(wisp_session *s, int dev, size_t rows, const void *indptr, int rp64, const int32_t *ids,
                      const float *vals, size_t cap, cudaStream_t st, float *out, int out_on_device)
 {
     const size_t esz = rp64 ? 8 : 4;
@@ -170,9 +170,9 @@ static int copy_path(wisp_session *s, int dev, size_t rows, const void *row_ptr,
     uint64_t nnz = 0;
     cudaError_t e = cudaSetDevice(dev);
     if (!hrp) { status = wisp__fail(WISP_ENOMEM, "%s: out of host memory for %zu rows", FN, rows); goto done; }
-    if (e == cudaSuccess) e = cudaMemcpyAsync(hrp, row_ptr, (rows + 1) * esz, cudaMemcpyDeviceToHost, st);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(hrp, indptr, (rows + 1) * esz, cudaMemcpyDeviceToHost, st);
     if (e == cudaSuccess) e = cudaStreamSynchronize(st);
-    if (e != cudaSuccess) { status = cuda_fail(e, "reading row_ptr"); goto done; }
+    if (e != cudaSuccess) { status = cuda_fail(e, "reading indptr"); goto done; }
     if ((status = check_nnz(rp_at(hrp, rp64, rows), cap, &nnz)) != WISP_OK) goto done;
     if (nnz && !ids) { status = wisp__fail(WISP_EINVAL, "%s: ids is NULL for %llu features", FN, (unsigned long long)nnz); goto done; }
     if (nnz) {
@@ -184,7 +184,7 @@ static int copy_path(wisp_session *s, int dev, size_t rows, const void *row_ptr,
         if (e == cudaSuccess) e = cudaStreamSynchronize(st);
         if (e != cudaSuccess) { status = cuda_fail(e, "reading ids and values"); goto done; }
     }
-    /* the rules, row by row; the good rows in place when all are good and row_ptr is a
+    /* the rules, row by row; the good rows in place when all are good and indptr is a
      * 32-bit CSR from 0, else compacted into fresh arrays */
     wisp_kdbad rec;
     size_t ngood_nnz = 0;
@@ -311,7 +311,7 @@ static int mapped_out_wanted(void)
     return x;
 }
 
-static int device_path(wisp_session *ws, sess *bs, int k, size_t rows, const void *row_ptr, int rp64,
+static int device_path(wisp_session *ws, sess *bs, int k, size_t rows, const void *indptr, int rp64,
                        const int32_t *ids, const float *vals, size_t cap, cudaStream_t st, float *out, int out_on_device)
 {
     const int dev = bs->devs[k];
@@ -339,16 +339,16 @@ static int device_path(wisp_session *ws, sess *bs, int k, size_t rows, const voi
     if (!d->h && !(d->h = wisp__cuda_pin_alloc(bs->ctx, 64)))
         return wisp__fail(WISP_EDEVICE, "%s: no pinned host memory for the counters", FN);
     char *db = d->d;
-    volatile unsigned long long *h = d->h;     /* [0] row_ptr[rows], [1] out-of-range ids, [2] bad rows, [3] row_ptr[0] */
+    volatile unsigned long long *h = d->h;     /* [0] indptr[rows], [1] out-of-range ids, [2] bad rows, [3] indptr[0] */
     unsigned long long *cnt = (unsigned long long *)(db + o_cnt);
-    /* row_ptr[rows] first, in the caller's stream order: it bounds every read after it */
+    /* indptr[rows] first, in the caller's stream order: it bounds every read after it */
     uint64_t t0 = wisp__now_ns();
     h[0] = h[3] = 0;
-    e = cudaMemcpyAsync((void *)h, (const char *)row_ptr + rows * esz, esz, cudaMemcpyDeviceToHost, st);
-    if (e == cudaSuccess) e = cudaMemcpyAsync((void *)(h + 3), row_ptr, esz, cudaMemcpyDeviceToHost, st);
+    e = cudaMemcpyAsync((void *)h, (const char *)indptr + rows * esz, esz, cudaMemcpyDeviceToHost, st);
+    if (e == cudaSuccess) e = cudaMemcpyAsync((void *)(h + 3), indptr, esz, cudaMemcpyDeviceToHost, st);
     if (e == cudaSuccess) e = cudaMemsetAsync(cnt, 0, 2 * sizeof *cnt, st);
     if (e == cudaSuccess) e = cudaStreamSynchronize(st);
-    if (e != cudaSuccess) return wisp__cuda_failed(bs, k, e, "reading row_ptr[rows]");
+    if (e != cudaSuccess) return wisp__cuda_failed(bs, k, e, "reading indptr[rows]");
     const int64_t last = rp64 ? (int64_t)h[0] : (int64_t)(int32_t)(uint32_t)h[0];
     uint64_t nnz = 0;
     if ((status = check_nnz(last, cap, &nnz)) != WISP_OK) return status;
@@ -357,7 +357,7 @@ static int device_path(wisp_session *ws, sess *bs, int k, size_t rows, const voi
     void *mapped = NULL;
     const int direct = !out_on_device && mapped_out_wanted() && wisp__cuda_mapped(out, &mapped) && mapped;
     wisp_kdev p = {
-        .row_ptr = row_ptr, .rp64 = rp64, .ids = ids, .vals = vals, .weights = w,
+        .indptr = indptr, .rp64 = rp64, .ids = ids, .vals = vals, .weights = w,
         .out = out_on_device ? out : direct ? (float *)mapped : (float *)(db + o_out), .bad = (wisp_kdbad *)(db + o_bad), .cnt = cnt,
         .rows = (uint32_t)rows, .nnz = (uint32_t)nnz, .num_features = (uint32_t)m->num_features,
         .bias = m->bias, .scale = m->dtype == WISP_I8 ? (double)m->scale : 1.0,
@@ -375,12 +375,12 @@ static int device_path(wisp_session *ws, sess *bs, int k, size_t rows, const voi
     wisp_kdbad *bad = NULL;
     void *hrp = NULL;
     if (nbad) {
-        /* the refused rows' records, and row_ptr for their messages and the good rows' nnz */
+        /* the refused rows' records, and indptr for their messages and the good rows' nnz */
         bad = malloc(nbad * sizeof *bad);
         hrp = wisp__host_alloc(ws->eng, (rows + 1) * esz);
         if (!bad || !hrp) { free(bad); wisp__host_free(ws->eng, hrp); return wisp__fail(WISP_ENOMEM, "%s: out of memory for %zu bad rows", FN, nbad); }
         e = cudaMemcpyAsync(bad, p.bad, nbad * sizeof *bad, cudaMemcpyDeviceToHost, st);
-        if (e == cudaSuccess) e = cudaMemcpyAsync(hrp, row_ptr, (rows + 1) * esz, cudaMemcpyDeviceToHost, st);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(hrp, indptr, (rows + 1) * esz, cudaMemcpyDeviceToHost, st);
         if (e == cudaSuccess) e = cudaStreamSynchronize(st);
         if (e != cudaSuccess) { free(bad); wisp__host_free(ws->eng, hrp); return wisp__cuda_failed(bs, k, e, "reading the bad rows"); }
         qsort(bad, nbad, sizeof *bad, cmp_rec);
@@ -390,7 +390,7 @@ static int device_path(wisp_session *ws, sess *bs, int k, size_t rows, const voi
             good_nnz += (uint64_t)(rp_at(hrp, rp64, r + 1) - rp_at(hrp, rp64, r));
         }
     } else {
-        /* every row good: the ranges are ordered, so their features are row_ptr[rows] - row_ptr[0] */
+        /* every row good: the ranges are ordered, so their features are indptr[rows] - indptr[0] */
         const int64_t first = rp64 ? (int64_t)h[3] : (int64_t)(int32_t)(uint32_t)h[3];
         good_nnz = nnz - (uint64_t)first;
     }
@@ -403,7 +403,7 @@ static int device_path(wisp_session *ws, sess *bs, int k, size_t rows, const voi
     stats[WISP_STAT_NNZ] += good_nnz;
     stats[WISP_STAT_OUT_OF_RANGE] += oor;
     stats[WISP_STAT_BAD_ROWS] += nbad;
-    stats[WISP_STAT_NS_SYNC] += t1 - t0;          /* waiting for the caller's stream and row_ptr[rows] */
+    stats[WISP_STAT_NS_SYNC] += t1 - t0;          /* waiting for the caller's stream and indptr[rows] */
     stats[WISP_STAT_NS_KERNEL] += t2 - t1;        /* kernel + the answers' copy, as one span */
     stats[WISP_STAT_NS_D2H] += t3 - t2;           /* the bad rows' records and their messages */
     stats[WISP_STAT_BYTES_D2H] += 2 * esz + 16 + (out_on_device ? 0 : rows * 4) + (nbad ? nbad * sizeof(wisp_kdbad) + (rows + 1) * esz : 0);
@@ -411,31 +411,31 @@ static int device_path(wisp_session *ws, sess *bs, int k, size_t rows, const voi
     return status;
 }
 
-int wisp_session_score_device(wisp_session *s, size_t rows, const void *row_ptr, int row_ptr_bits, const int32_t *ids,
+int wisp_session_score_device(wisp_session *s, size_t rows, const void *indptr, int indptr_bits, const int32_t *ids,
                               const float *vals, void *stream, float *out, int out_on_device)
 {
-    return wisp_session_score_device_n(s, rows, row_ptr, row_ptr_bits, ids, vals, SIZE_MAX, stream, out, out_on_device);
+    return wisp_session_score_device_n(s, rows, indptr, indptr_bits, ids, vals, SIZE_MAX, stream, out, out_on_device);
 }
 
-int wisp_session_score_device_n(wisp_session *s, size_t rows, const void *row_ptr, int row_ptr_bits, const int32_t *ids,
+int wisp_session_score_device_n(wisp_session *s, size_t rows, const void *indptr, int indptr_bits, const int32_t *ids,
                                 const float *vals, size_t cap, void *stream, float *out, int out_on_device)
 {
     if (s) s->nbad = 0;
     if (!s) return wisp__fail(WISP_EINVAL, "%s: session is NULL", FN);
-    if (row_ptr_bits != 32 && row_ptr_bits != 64)
-        return wisp__fail(WISP_EINVAL, "%s: row_ptr_bits is %d (32 or 64)", FN, row_ptr_bits);
+    if (indptr_bits != 32 && indptr_bits != 64)
+        return wisp__fail(WISP_EINVAL, "%s: indptr_bits is %d (32 or 64)", FN, indptr_bits);
     if (rows > WISP_MAX_ROWS) return wisp__fail(WISP_ELIMIT, "%s: %zu rows, more than WISP_MAX_ROWS (%u)", FN, rows, WISP_MAX_ROWS);
     if (rows == 0) return WISP_OK;
-    if (!row_ptr || !out) return wisp__fail(WISP_EINVAL, "%s: %s is NULL", FN, !row_ptr ? "row_ptr" : "out");
+    if (!indptr || !out) return wisp__fail(WISP_EINVAL, "%s: %s is NULL", FN, !indptr ? "indptr" : "out");
     if (wisp_engine_gpu_count(s->eng) == 0)
         return wisp__fail(WISP_ENODEV, "%s: no usable GPU (%s)", FN, wisp_engine_gpu_status(s->eng));
-    const int dev = device_of(row_ptr);
-    if (dev < 0) return wisp__fail(WISP_EINVAL, "%s: row_ptr is not CUDA device memory", FN);
+    const int dev = device_of(indptr);
+    if (dev < 0) return wisp__fail(WISP_EINVAL, "%s: indptr is not CUDA device memory", FN);
     if (out_on_device && device_of(out) != dev)
-        return wisp__fail(WISP_EINVAL, "%s: out is not memory of gpu:%d (row_ptr's)", FN, dev);
-    if (ids && device_of(ids) != dev) return wisp__fail(WISP_EINVAL, "%s: ids is not memory of gpu:%d (row_ptr's)", FN, dev);
-    if (vals && device_of(vals) != dev) return wisp__fail(WISP_EINVAL, "%s: vals is not memory of gpu:%d (row_ptr's)", FN, dev);
-    const int rp64 = row_ptr_bits == 64;
+        return wisp__fail(WISP_EINVAL, "%s: out is not memory of gpu:%d (indptr's)", FN, dev);
+    if (ids && device_of(ids) != dev) return wisp__fail(WISP_EINVAL, "%s: ids is not memory of gpu:%d (indptr's)", FN, dev);
+    if (vals && device_of(vals) != dev) return wisp__fail(WISP_EINVAL, "%s: vals is not memory of gpu:%d (indptr's)", FN, dev);
+    const int rp64 = indptr_bits == 64;
     cudaStream_t st = (cudaStream_t)stream;
     int cur = -1;
     if (cudaGetDevice(&cur) != cudaSuccess) cudaGetLastError();
@@ -447,7 +447,7 @@ int wisp_session_score_device_n(wisp_session *s, size_t rows, const void *row_pt
     for (int i = 0; bs && i < bs->ndev; i++)
         if (bs->devs[i] == dev) k = i;
     if (bs && k >= 0) {
-        status = device_path(s, bs, k, rows, row_ptr, rp64, ids, vals, cap, st, out, out_on_device);
+        status = device_path(s, bs, k, rows, indptr, rp64, ids, vals, cap, st, out, out_on_device);
         if (status == WISP_EDEVICE) {
             wisp__log(s->eng, WISP_LOG_WARN, "device '%s' failed on %zu device-resident rows (%s); they take the copy path",
                      s->device, rows, wisp_errmsg());
@@ -463,7 +463,7 @@ int wisp_session_score_device_n(wisp_session *s, size_t rows, const void *row_pt
             }
         }
     }
-    if (status == WISP_EDEVICE) status = copy_path(s, dev, rows, row_ptr, rp64, ids, vals, cap, st, out, out_on_device);
+    if (status == WISP_EDEVICE) status = copy_path(s, dev, rows, indptr, rp64, ids, vals, cap, st, out, out_on_device);
     if (status != WISP_OK) s->nbad = 0;
     if (cur >= 0 && cudaSetDevice(cur) != cudaSuccess) cudaGetLastError();
     return status == WISP_OK ? WISP_OK : wisp__fail_context(status, "%s", FN);

@@ -27,7 +27,7 @@ int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int
     wisp_model *m = ws->model;
     struct unit *u = &s->u[0];
     const size_t rows = b->rows;
-    const uint32_t *rp = b->row_ptr;
+    const uint32_t *rp = b->indptr;
     const int vm = b->value_mode;
     const uint32_t nnz = rp[rows] - rp[0];
     const uint32_t nvals = vm == WISP_VALUES_MIXED ? b->val_ptr[rows] - b->val_ptr[0] : vm == WISP_VALUES_ALL ? nnz : 0;
@@ -53,7 +53,7 @@ int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int
     if (e == cudaSuccess && what == 1) e = cudaMalloc((void **)&sink, (size_t)wisp_k_probe_blocks() * sizeof(float));
     wisp_kparams p;
     memset(&p, 0, sizeof p);
-    p.row_ptr = (const uint32_t *)(d + L.rp);
+    p.indptr = (const uint32_t *)(d + L.rp);
     p.ids = (const uint32_t *)(d + L.ids);
     p.val_ptr = vm == WISP_VALUES_MIXED ? (const uint32_t *)(d + L.vp) : NULL;
     p.vals = vm != WISP_VALUES_NONE ? (const float *)(d + L.vals) : NULL;

@@ -58,7 +58,7 @@ struct dmodel { int n; struct dcopy c[MAX_COPIES]; };
 static inline size_t dtype_size(int dtype) { return dtype == WISP_F32 ? 4 : dtype == WISP_F16 ? 2 : 1; }
 
 /* A unit's buffer (device memory, mirrored in the staging buffer when packed):
- * row_ptr | ids | val_ptr | vals | counter + header (64 B) | answers | per-row counts (zero-copy) */
+ * indptr | ids | val_ptr | vals | counter + header (64 B) | answers | per-row counts (zero-copy) */
 struct lay { size_t rp, ids, vp, vals, cnt, out, oorr, flg, total; };
 #define GAP_MERGE ((size_t)128 << 10)   /* arena gaps up to this are shipped rather than paying a copy start (~4 us ~ 200 KB) */
 #define CNT_BYTES 64                  /* the out-of-range counter at cnt, a graph's size header at cnt + 32 */

@@ -81,7 +81,7 @@ void wisp__cuda_layout(struct lay *L, size_t rows, size_t nnz, size_t nvals, int
     L->total = o;
 }
 
-/* The layout of a whole owned batch shipped from its arena: val_ptr, row_ptr
+/* The layout of a whole owned batch shipped from its arena: val_ptr, indptr
  * and vals at the arena's own offsets (so neighbours go in one copy), ids after. */
 static void layout_mirror(struct lay *L, const wisp_batch *b, size_t rows, size_t nnz, size_t nvals, int vm, int nsh,
                           size_t osz)
@@ -100,7 +100,7 @@ static void layout_mirror(struct lay *L, const wisp_batch *b, size_t rows, size_
     L->total = o;
 }
 
-/* First row r in [lo, hi] with row_ptr[r] >= target. */
+/* First row r in [lo, hi] with indptr[r] >= target. */
 static size_t lower_row(const uint32_t *rp, size_t lo, size_t hi, uint64_t target)
 {
     while (lo < hi) {
@@ -194,7 +194,7 @@ static const float *vals_from(const struct job *j, const struct unit *u)
 static int tiny_trim_ones(wisp_ktiny *t, const struct job *j, const struct unit *u, uint32_t vp)
 {
     const size_t rows = u->r1 - u->r0;
-    const uint32_t *rp = j->b->row_ptr + u->r0;
+    const uint32_t *rp = j->b->indptr + u->r0;
     const float *v = j->b->vals + u->base;
     if ((size_t)vp + rows + 1 >= WISP_TINY_WORDS) return 0;
     uint32_t *vpw = t->words + vp, *out = vpw + rows + 1;
@@ -224,7 +224,7 @@ static void pack_all(struct job *j, struct unit *u, char *hin)
     const struct lay *L = &u->L;
     const size_t rows = u->r1 - u->r0;
     uint64_t t0 = wisp__now_ns();
-    memcpy(hin + L->rp, b->row_ptr + u->r0, (rows + 1) * 4);
+    memcpy(hin + L->rp, b->indptr + u->r0, (rows + 1) * 4);
     if (u->nnz) memcpy(hin + L->ids, b->ids + u->base, (size_t)u->nnz * 4);
     if (j->vm == WISP_VALUES_MIXED) memcpy(hin + L->vp, b->val_ptr + u->r0, (rows + 1) * 4);
     if (j->vm != WISP_VALUES_NONE && u->nvals) memcpy(hin + L->vals, vals_from(j, u), (size_t)u->nvals * 4);
@@ -284,7 +284,7 @@ static void fill_params(const struct job *j, const struct unit *u, int i, size_t
     const struct lay *L = &u->L;
     const int sh = u->sh[i];
     memset(p, 0, sizeof *p);
-    p->row_ptr = (const uint32_t *)(u->dbuf + L->rp) + a;
+    p->indptr = (const uint32_t *)(u->dbuf + L->rp) + a;
     p->ids = (const uint32_t *)(u->dbuf + L->ids);
     p->val_ptr = j->vm == WISP_VALUES_MIXED ? (const uint32_t *)(u->dbuf + L->vp) + a : NULL;
     p->vals = j->vm != WISP_VALUES_NONE ? (const float *)(u->dbuf + L->vals) : NULL;
@@ -443,7 +443,7 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
         memset(&t.p, 0, sizeof t.p);
         uint32_t n = 0;
         t.rp_off = n;
-        memcpy(t.words + n, b->row_ptr + u->r0, (rows + 1) * 4);
+        memcpy(t.words + n, b->indptr + u->r0, (rows + 1) * 4);
         n += (uint32_t)rows + 1;
         t.ids_off = n;
         memcpy(t.words + n, b->ids + u->base, (size_t)u->nnz * 4);
@@ -526,7 +526,7 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
         if (!sticky_hook(j, u, u->comp)) {
             wisp_kparams p;
             memset(&p, 0, sizeof p);
-            p.row_ptr = drp;
+            p.indptr = drp;
             p.ids = dids;
             p.val_ptr = dvp;
             p.vals = dvals;
@@ -585,7 +585,7 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
      * from an owned batch's arena, the head's neighbours go in one copy when
      * the gaps between them are small (u->mirror). (Two copy streams measured
      * slower: kernels/README.md, run 4; each copy start costs ~4 us.) */
-    const uint32_t *rp = b->row_ptr + u->r0;
+    const uint32_t *rp = b->indptr + u->r0;
     if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_START], u->copy), "recording an event");
     JOB_CHECK(j, u, cudaMemsetAsync(u->dbuf + L->cnt, 0, 8, u->copy), "clearing a counter");
     struct piece { size_t off; const char *src; size_t n; } pc[3];
@@ -672,7 +672,7 @@ static void chunk_bounds(const sess *s, const wisp_batch *b, struct unit *u)
     u->cb[0] = 0;
     int nc = 1;
     for (int i = 1; i < n && nc < MAX_CHUNKS; i++) {
-        size_t r = lower_row(b->row_ptr, u->r0 + u->cb[nc - 1], u->r1, (uint64_t)u->base + (uint64_t)u->nnz * i / n) - u->r0;
+        size_t r = lower_row(b->indptr, u->r0 + u->cb[nc - 1], u->r1, (uint64_t)u->base + (uint64_t)u->nnz * i / n) - u->r0;
         if (r > u->cb[nc - 1] && r < urows) u->cb[nc++] = r;
     }
     u->cb[nc] = urows;
@@ -714,7 +714,7 @@ static int plan(struct job *j)
     const wisp_batch *b = j->b;
     wisp_model *m = j->m;
     const size_t rows = b->rows;
-    const uint32_t *rp = b->row_ptr;
+    const uint32_t *rp = b->indptr;
     const uint64_t nnz = (uint64_t)rp[rows] - rp[0];
     const uint64_t nvals = j->vm == WISP_VALUES_MIXED ? (uint64_t)b->val_ptr[rows] - b->val_ptr[0]
                          : j->vm == WISP_VALUES_ALL ? nnz : 0;
@@ -947,12 +947,12 @@ int wisp__cuda_job_start(sess *s, struct job *j, wisp_model *m, const wisp_batch
     if (!s || !m || !b || (!out && b->rows))
         return wisp__fail(WISP_EINVAL, "cuda: %s: %s is NULL", fn, !s ? "session" : !m ? "model" : !b ? "batch" : "out");
     const size_t rows = b->rows;
-    const uint32_t *rp = b->row_ptr;
+    const uint32_t *rp = b->indptr;
     if (rows == 0 || rows > WISP_MAX_ROWS || !rp)
         return wisp__fail(WISP_EINVAL, "cuda: %s: a batch of %zu rows%s", fn, rows,
                          !rows ? " (empty batches are the caller's)" : rp ? " is over the limit" : " has no row offsets");
     if (rp[rows] < rp[0])
-        return wisp__fail(WISP_EINVAL, "cuda: %s: row offsets decrease (row_ptr[0] = %u, row_ptr[%zu] = %u)", fn, rp[0], rows, rp[rows]);
+        return wisp__fail(WISP_EINVAL, "cuda: %s: row offsets decrease (indptr[0] = %u, indptr[%zu] = %u)", fn, rp[0], rows, rp[rows]);
     const int vm = b->value_mode;
     if ((rp[rows] > rp[0] && !b->ids) || vm < WISP_VALUES_NONE || vm > WISP_VALUES_MIXED
         || (vm == WISP_VALUES_MIXED && (!b->val_ptr || (b->val_ptr[rows] < b->val_ptr[0])))

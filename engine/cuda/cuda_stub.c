@@ -22,20 +22,20 @@ int wisp_cuda_test_copy(void *dst, const void *src, size_t n)
 void wisp_cuda_test_free(void *p) { (void)p; }
 
 /* wisp.h: batches in device memory need the CUDA backend */
-int wisp_session_score_device(wisp_session *s, size_t rows, const void *row_ptr, int row_ptr_bits, const int32_t *ids,
+int wisp_session_score_device(wisp_session *s, size_t rows, const void *indptr, int indptr_bits, const int32_t *ids,
                               const float *vals, void *stream, float *out, int out_on_device)
 {
-    (void)rows; (void)row_ptr; (void)row_ptr_bits; (void)ids; (void)vals; (void)stream; (void)out; (void)out_on_device;
+    (void)rows; (void)indptr; (void)indptr_bits; (void)ids; (void)vals; (void)stream; (void)out; (void)out_on_device;
     if (s) s->nbad = 0;
     return wisp__fail(WISP_ENODEV, "wisp_session_score_device: this build of wisp has no CUDA backend (nvcc was not found "
                      "at build time)");
 }
 
-int wisp_session_score_device_n(wisp_session *s, size_t rows, const void *row_ptr, int row_ptr_bits, const int32_t *ids,
+int wisp_session_score_device_n(wisp_session *s, size_t rows, const void *indptr, int indptr_bits, const int32_t *ids,
                                 const float *vals, size_t nnz, void *stream, float *out, int out_on_device)
 {
     (void)nnz;
-    return wisp_session_score_device(s, rows, row_ptr, row_ptr_bits, ids, vals, stream, out, out_on_device);
+    return wisp_session_score_device(s, rows, indptr, indptr_bits, ids, vals, stream, out, out_on_device);
 }
 
 int wisp_device_alloc(int dev, size_t n, void **out)

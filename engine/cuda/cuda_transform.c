@@ -332,12 +332,12 @@ static int raw_layout(xf *x, const wisp_raw *r, shipper *sh, struct rawlay *L, s
         t->need_fp = in->need_fp && in->dtype == WISP_INPUT_STRING;
         size_t n = in->sparse ? ri->n : rows;
         /* (never for a raw batch built by raw.c; EDEVICE sends such a batch to the CPU path) */
-        if (in->sparse ? (!ri->row_ptr || ri->row_ptr[rows] != ri->n || ri->row_ptr[0] != 0) : ri->n < rows)
+        if (in->sparse ? (!ri->indptr || ri->indptr[rows] != ri->n || ri->indptr[0] != 0) : ri->n < rows)
             return wisp__fail(WISP_EDEVICE, "cuda transform: input '%s': %zu values do not match %zu rows", in->name, ri->n, rows);
         if (n > 0xFFFFFFF0u || (in->dtype == WISP_INPUT_STRING && n && (!ri->str_off || ri->str_off[0] != 0)))
             return wisp__fail(WISP_EDEVICE, "cuda transform: input '%s': %zu values, not shippable", in->name, n);
         t->n = (uint32_t)n;
-        if (in->sparse) { t->row_ptr = (const uint32_t *)(uintptr_t)o; o += al((rows + 1) * 4); }
+        if (in->sparse) { t->indptr = (const uint32_t *)(uintptr_t)o; o += al((rows + 1) * 4); }
         if (in->dtype == WISP_INPUT_STRING) {
             t->str_off = (const uint32_t *)(uintptr_t)o; o += al((n + 1) * 4);
             t->vals = (const void *)(uintptr_t)o; o += al((n ? ri->str_off[n] : 0) + 8);
@@ -390,7 +390,7 @@ static int ship(void *sctx, xf *x, const wisp_raw *r, const struct rawlay *L, ui
         wisp_tinput *t = &x->tin[i];
         const struct wisp_raw_input *ri = &r->in[i];
         const size_t n = t->n;
-        if (t->row_ptr) { size_t off = (uintptr_t)t->row_ptr; t->row_ptr = (const uint32_t *)(d + off); st |= add_seg(&sh, h + off, ri->row_ptr, (rows + 1) * 4); }
+        if (t->indptr) { size_t off = (uintptr_t)t->indptr; t->indptr = (const uint32_t *)(d + off); st |= add_seg(&sh, h + off, ri->indptr, (rows + 1) * 4); }
         if (t->dtype == WISP_INPUT_STRING) {
             size_t so = (uintptr_t)t->str_off, vo = (uintptr_t)t->vals;
             t->str_off = (const uint32_t *)(d + so);
@@ -587,7 +587,7 @@ static int part_launch(void *sctx, int k, wisp_model *m, const wisp_raw *r, size
         for (size_t i = 0; i < ni; i++) {
             const struct wisp_input *in = &c->inputs[i];
             const struct wisp_raw_input *ri = &r->in[i];
-            size_t a = in->sparse ? ri->row_ptr[q->r0] : q->r0, z = in->sparse ? ri->row_ptr[q->r1] : q->r1;
+            size_t a = in->sparse ? ri->indptr[q->r0] : q->r0, z = in->sparse ? ri->indptr[q->r1] : q->r1;
             q->lo[i] = (uint32_t)a;
             q->hi[i] = (uint32_t)z;
             if (in->sparse) b += al((q->r1 - q->r0 + 1) * 4);
@@ -624,7 +624,7 @@ static int part_launch(void *sctx, int k, wisp_model *m, const wisp_raw *r, size
     wisp_tcount *dcnt = (wisp_tcount *)(d + P->ocnt);
     if (e == cudaSuccess) e = cudaMemsetAsync(dcnt, 0, sizeof *dcnt, x->cst);
     /* which arrays are pinned: their slices go to the device without packing
-     * (pin[i]: 1 row_ptr, 2 vals or string bytes, 4 string offsets) */
+     * (pin[i]: 1 indptr, 2 vals or string bytes, 4 string offsets) */
     unsigned char pin[64];
     int direct = 0;
     /* WISP_GPU_XF_DIRECT=0: pack every array (the path before direct copies, kept to compare) */
@@ -636,7 +636,7 @@ static int part_launch(void *sctx, int k, wisp_model *m, const wisp_raw *r, size
         const int str = in->dtype == WISP_INPUT_STRING;
         pin[i] = 0;
         if (!allow_direct) continue;
-        if (in->sparse && pinned_host(ri->row_ptr)) pin[i] |= 1;
+        if (in->sparse && pinned_host(ri->indptr)) pin[i] |= 1;
         if (pinned_host(str ? (const void *)ri->bytes : ri->vals)) pin[i] |= 2;
         if (str && pinned_host(ri->str_off)) pin[i] |= 4;
         direct |= pin[i] != 0;
@@ -660,8 +660,8 @@ static int part_launch(void *sctx, int k, wisp_model *m, const wisp_raw *r, size
             *t = x->tin[i];
             const size_t a = q->lo[i], z = q->hi[i];
             if (in->sparse) {
-                t->row_ptr = (const uint32_t *)biased(d, b, q->r0 * 4);
-                st |= add_seg(pin[i] & 1 ? &dsh : &sh, h + b, ri->row_ptr + q->r0, (q->r1 - q->r0 + 1) * 4);
+                t->indptr = (const uint32_t *)biased(d, b, q->r0 * 4);
+                st |= add_seg(pin[i] & 1 ? &dsh : &sh, h + b, ri->indptr + q->r0, (q->r1 - q->r0 + 1) * 4);
                 b += al((q->r1 - q->r0 + 1) * 4);
             }
             if (in->dtype == WISP_INPUT_STRING) {
@@ -859,7 +859,7 @@ int wisp__cuda_xf_transform(void *sctx, const wisp_raw *r, wisp_batch *b, uint64
     const size_t rows = r->rows;
     if (!rows) return WISP_OK;
     const uint64_t t0 = wisp__now_ns();
-    /* the outputs: n_row, nv_row (rows + 1 each), row_ptr, val_ptr (rows + 1), bad (rows), scan scratch */
+    /* the outputs: n_row, nv_row (rows + 1 each), indptr, val_ptr (rows + 1), bad (rows), scan scratch */
     const size_t scan = wisp_k_scan_bytes((uint32_t)rows);
     if (!scan) return wisp__fail(WISP_EDEVICE, "cuda transform: the scan's scratch size is unknown");
     const size_t w4 = al((rows + 1) * 4);

@@ -42,7 +42,23 @@
  * Glossary (the same words in C, Lua, Python, Java, C++, the CLI, the
  * service and the README):
  *   batch        rows of feature ids (and values), ready to score (wisp_batch).
- *   raw batch    rows of raw column inputs not yet transformed (wisp_raw).
+ *   indptr, ids, values
+ *                a batch's CSR arrays: row r's features are ids[indptr[r] ..
+ *                indptr[r + 1]), with values[k] the value of ids[k] (scipy's
+ *                words; scipy calls the ids `indices`, and the Python package
+ *                takes them under that name). wisp_batch_from_csr is the one
+ *                checked way in for every binding.
+ *   bad row      a row that cannot be scored as given (a malformed line, a
+ *                negative id, a value that is not finite, a row a transform
+ *                refuses): answered NaN, with a message, and never changing
+ *                another row's answer. Listed as "bad rows" everywhere:
+ *                wisp_batch_bad_row / wisp_session_bad_row here, :bad_rows()
+ *                in Lua, Session.bad_rows in Python, badRows() in Java,
+ *                "bad_rows" in the service's v1 and v2 answers, "bad rows" in
+ *                the CLI's --stats.
+ *   raw batch    rows of raw column inputs not yet transformed (wisp_raw);
+ *                scoring one is "score raw" (wisp_session_score_raw,
+ *                score_raw in Lua and Python, scoreRaw in Java).
  *   column description (short: description)
  *                the JSON in a model that says how raw inputs become ids:
  *                hashed, bucketized, crossed (wisp_columns; grammar in
@@ -58,6 +74,10 @@
  *   dtype        how a model stores its weights (f32, f16, int8).
  *   input type   the type of a column input (WISP_INPUT_*); never "dtype".
  *   session      one model placed on a device; scores batches.
+ *   v1, v2       the service's two HTTP protocols: v1 (TensorFlow Serving's
+ *                REST shape, /v1/models/NAME:predict) and v2 (the Open
+ *                Inference Protocol of KServe and Triton, /v2/models/NAME/infer);
+ *                "v2" is the one short name in code, folders and documents.
  * Names: public functions are wisp_<object>_<verb>. Internal functions with
  * external linkage are wisp__<subsystem>_<verb> (two underscores, as libuv's
  * uv__: wisp__batch_mark_bad, wisp__pool_run, wisp__cuda_score), declared in
@@ -316,7 +336,7 @@ int  wisp_import_onnx_memory(const void *data, size_t len, const char *out_path,
  * 4. Batches: rows of sparse features in CSR form
  *
  * Layout (what wisp_batch_wrap takes, and what the builders produce):
- *   row_ptr[rows+1]  uint32: row r's features are ids[row_ptr[r] .. row_ptr[r+1])
+ *   indptr[rows+1]  uint32: row r's features are ids[indptr[r] .. indptr[r+1])
  *   ids[nnz]         uint32 feature ids (an id >= 2^32 is stored as
  *                    0xFFFFFFFF, which is out of range of every model)
  *   val_ptr[rows+1]  uint32, optional: row r's first (val_ptr[r+1]-val_ptr[r])
@@ -363,10 +383,10 @@ int    wisp_batch_add_row_mixed(wisp_batch *b, const uint64_t *vids, const float
 
 /* A batch over caller memory, without copies: the arrays must stay valid
  * and unchanged while the batch is used. val_ptr and/or vals may be NULL
- * (see the value modes above). The arrays are checked (row_ptr monotone,
+ * (see the value modes above). The arrays are checked (indptr monotone,
  * within limits) here, once, and the values are read once (see Values:
  * a row holding a value that is not finite is listed bad); ids are not read. */
-int    wisp_batch_wrap(wisp_engine *eng, size_t rows, const uint32_t *row_ptr, const uint32_t *ids,
+int    wisp_batch_wrap(wisp_engine *eng, size_t rows, const uint32_t *indptr, const uint32_t *ids,
                        const uint32_t *val_ptr, const float *vals, wisp_batch **out);
 
 /* Parse libsvm-format text and append its rows: "[label] id:value id:value
@@ -400,10 +420,12 @@ int    wisp_batch_bad_row(const wisp_batch *b, size_t i, size_t *row, uint64_t *
 
 /* Read access to the CSR arrays (NULL where a mode has none); valid until
  * the batch changes. */
-const uint32_t *wisp_batch_row_ptr(const wisp_batch *b);
+const uint32_t *wisp_batch_indptr(const wisp_batch *b);
 const uint32_t *wisp_batch_ids(const wisp_batch *b);
 const uint32_t *wisp_batch_val_ptr(const wisp_batch *b);
 const float    *wisp_batch_vals(const wisp_batch *b);
+/* An alias of wisp_batch_indptr (its earlier name), kept through 0.1.x and removed in 0.2. */
+const uint32_t *wisp_batch_row_ptr(const wisp_batch *b);
 
 /* ---------------------------------------------------------------------------
  * 5. Sessions: placement, scoring and statistics
@@ -718,11 +740,11 @@ int    wisp_raw_parse_jsonl(wisp_raw *r, const char *text, size_t len, int final
 
 /* Read access to input i's values (for devices and tests), valid until r
  * changes. A dense input holds exactly one value per row, value k being
- * row k's (a bad row holds a placeholder), and *row_ptr is NULL; a sparse
- * input has row_ptr[rows+1]: row k's values are [row_ptr[k], row_ptr[k+1]).
+ * row k's (a bad row holds a placeholder), and *indptr is NULL; a sparse
+ * input has indptr[rows+1]: row k's values are [indptr[k], indptr[k+1]).
  * values: float[] (float32), int64_t[] (int64), or the string bytes, with
  * str_off[n+1] byte offsets (strings only; NULL otherwise). */
-int    wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **row_ptr, const void **values,
+int    wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **indptr, const void **values,
                       const uint32_t **str_off);
 
 /* A JSON list of numbers, text[0..len) from its '[' (nested lists flattened in row-major
@@ -798,40 +820,40 @@ int    wisp_session_bad_row(const wisp_session *s, size_t i, size_t *row, uint64
 
 /* A CSR batch whose arrays are already CUDA device memory (CuPy, PyTorch, a
  * cuDF pipeline), scored with the session's model: out[i] for row i.
- *   row_ptr   rows + 1 offsets, int32 (row_ptr_bits 32) or int64 (64); row r's features
- *             are [row_ptr[r], row_ptr[r + 1]) (row_ptr[0] may be > 0: a slice of a CSR)
- *   ids       row_ptr[rows] int32 feature ids
- *   vals      row_ptr[rows] float32 values (one per feature), or NULL: binary features
+ *   indptr   rows + 1 offsets, int32 (indptr_bits 32) or int64 (64); row r's features
+ *             are [indptr[r], indptr[r + 1]) (indptr[0] may be > 0: a slice of a CSR)
+ *   ids       indptr[rows] int32 feature ids
+ *   vals      indptr[rows] float32 values (one per feature), or NULL: binary features
  *   stream    the caller's cudaStream_t (NULL: the legacy default stream); every read and
  *             write is enqueued on it, after the work queued on it before the call
  *   out       rows floats: device memory when out_on_device is 1, host memory when 0
- * The arrays (and a device out) live on one GPU, found from row_ptr; they stay the
+ * The arrays (and a device out) live on one GPU, found from indptr; they stay the
  * caller's: wisp reads them during the call only and keeps no pointer. The call is
  * blocking: when it returns, the answers are in out and the stream is synchronized.
- * Checks, row by row, with nothing read outside [0, row_ptr[rows]): a row whose range
- * is not ordered inside [0, row_ptr[rows]] (a negative offset, a decrease), that holds
+ * Checks, row by row, with nothing read outside [0, indptr[rows]): a row whose range
+ * is not ordered inside [0, indptr[rows]] (a negative offset, a decrease), that holds
  * more than WISP_MAX_ROW_FEATURES features, a negative id, or a value that is not
  * finite is a bad row: NaN, counted (bad_rows) and listed by wisp_session_bad_row with
  * the reason; the other rows are scored. An id at or beyond the model's table is
- * ignored and counted (out_of_range) as in wisp_session_score. row_ptr[rows] negative
+ * ignored and counted (out_of_range) as in wisp_session_score. indptr[rows] negative
  * or beyond WISP_MAX_NNZ: WISP_EINVAL / WISP_ELIMIT, nothing scored.
  * Where: a session placed on a GPU that holds the arrays scores them there, on the
  * caller's stream (kernels/score_device.cu: the checks above run in the kernel; only
- * row_ptr[rows] and the answers, for a host out, cross PCIe). Elsewhere (a "cpu"
+ * indptr[rows] and the answers, for a host out, cross PCIe). Elsewhere (a "cpu"
  * session, a session on another GPU, batches submitted and not waited for, a device
  * failure: logged and counted as a fallback) the arrays are copied to pinned host
  * memory on the caller's stream, checked by the same rules and scored on the
  * session's device. Both give the same answers, bad rows and messages.
  * Statistics as wisp_session_score (nnz: the good rows' features).
  * WISP_ENODEV without a usable GPU or in a build without CUDA; WISP_EINVAL for
- * a NULL s/row_ptr/out, row_ptr_bits not 32 or 64, or an array that is not device
+ * a NULL s/indptr/out, indptr_bits not 32 or 64, or an array that is not device
  * memory; WISP_EDEVICE for a CUDA failure. A session is used by one thread at a time. */
-int    wisp_session_score_device(wisp_session *s, size_t rows, const void *row_ptr, int row_ptr_bits,
+int    wisp_session_score_device(wisp_session *s, size_t rows, const void *indptr, int indptr_bits,
                                  const int32_t *ids, const float *vals, void *stream, float *out, int out_on_device);
 /* As wisp_session_score_device, for a caller who knows how long ids (and vals) are:
- * row_ptr[rows] beyond nnz refuses the call (WISP_EINVAL, nothing scored), so arrays that
+ * indptr[rows] beyond nnz refuses the call (WISP_EINVAL, nothing scored), so arrays that
  * disagree are never read past their end (the Python package passes len(indices)). */
-int    wisp_session_score_device_n(wisp_session *s, size_t rows, const void *row_ptr, int row_ptr_bits,
+int    wisp_session_score_device_n(wisp_session *s, size_t rows, const void *indptr, int indptr_bits,
                                    const int32_t *ids, const float *vals, size_t nnz, void *stream, float *out,
                                    int out_on_device);
 

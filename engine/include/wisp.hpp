@@ -15,7 +15,7 @@
  * C++20 (std::span); and failures here are rare and not control flow (bad
  * rows are data: they score NaN and are listed, never thrown). Sizes the C
  * API cannot check (an out span shorter than the rows, indices shorter than
- * row_ptr says) are checked here and throw wisp::Error(WISP_EINVAL).
+ * indptr says) are checked here and throw wisp::Error(WISP_EINVAL).
  *
  * Ownership and threads, as in C: handles are move-only; a moved-from handle
  * is empty (get() == nullptr) and using it throws WISP_EINVAL. Engine and
@@ -166,20 +166,20 @@ public:
         h_ = decltype(h_)(b);
     }
     /* A batch over the caller's arrays, without copies (wisp_batch_wrap):
-     * row_ptr has rows + 1 entries; vals is empty (binary rows) or one per id. */
-    static Batch wrap(const Engine &eng, std::span<const uint32_t> row_ptr, std::span<const uint32_t> ids,
+     * indptr has rows + 1 entries; vals is empty (binary rows) or one per id. */
+    static Batch wrap(const Engine &eng, std::span<const uint32_t> indptr, std::span<const uint32_t> ids,
                       std::span<const float> vals = {})
     {
-        if (row_ptr.empty()) detail::fail(WISP_EINVAL, "wisp::Batch::wrap: row_ptr is empty (it has rows + 1 entries)");
-        size_t rows = row_ptr.size() - 1;
-        if (row_ptr[rows] > ids.size())
-            detail::fail(WISP_EINVAL, "wisp::Batch::wrap: row_ptr[" + std::to_string(rows) + "] = " +
-                                          std::to_string(row_ptr[rows]) + " but ids has " + std::to_string(ids.size()) + " entries");
-        if (!vals.empty() && row_ptr[rows] > vals.size())
-            detail::fail(WISP_EINVAL, "wisp::Batch::wrap: row_ptr[" + std::to_string(rows) + "] = " +
-                                          std::to_string(row_ptr[rows]) + " but vals has " + std::to_string(vals.size()) + " entries");
+        if (indptr.empty()) detail::fail(WISP_EINVAL, "wisp::Batch::wrap: indptr is empty (it has rows + 1 entries)");
+        size_t rows = indptr.size() - 1;
+        if (indptr[rows] > ids.size())
+            detail::fail(WISP_EINVAL, "wisp::Batch::wrap: indptr[" + std::to_string(rows) + "] = " +
+                                          std::to_string(indptr[rows]) + " but ids has " + std::to_string(ids.size()) + " entries");
+        if (!vals.empty() && indptr[rows] > vals.size())
+            detail::fail(WISP_EINVAL, "wisp::Batch::wrap: indptr[" + std::to_string(rows) + "] = " +
+                                          std::to_string(indptr[rows]) + " but vals has " + std::to_string(vals.size()) + " entries");
         wisp_batch *b = nullptr;
-        detail::check(wisp_batch_wrap(live(eng), rows, row_ptr.data(), ids.data(), nullptr,
+        detail::check(wisp_batch_wrap(live(eng), rows, indptr.data(), ids.data(), nullptr,
                                       vals.empty() ? nullptr : vals.data(), &b));
         return Batch(b);
     }

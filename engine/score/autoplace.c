@@ -86,16 +86,16 @@ static void calibrate(wisp_engine *eng, wisp_model *m)
     }
     const size_t max_rows = (size_t)1 << CAL_MAX_LOG2;
     const int nprobe = CAL_MAX_LOG2 + 1;
-    uint32_t *row_ptr = malloc((max_rows + 1) * sizeof *row_ptr), *val_ptr = malloc((max_rows + 1) * sizeof *val_ptr);
+    uint32_t *indptr = malloc((max_rows + 1) * sizeof *indptr), *val_ptr = malloc((max_rows + 1) * sizeof *val_ptr);
     uint32_t *ids = malloc(max_rows * CAL_WIDTH * sizeof *ids);
     float *vals = malloc(max_rows * CAL_VALUED * sizeof *vals), *out = malloc(max_rows * sizeof *out);
     wisp_session *gs = NULL;
     uint64_t cpu1[CAL_MAX_LOG2 + 1], cpup[CAL_MAX_LOG2 + 1], gpu[CAL_MAX_LOG2 + 1];
-    int ok = row_ptr && val_ptr && ids && vals && out && m->num_features > 0
+    int ok = indptr && val_ptr && ids && vals && out && m->num_features > 0
           && wisp_session_new(eng, m, "gpus", &gs) == WISP_OK;
     if (ok) {
         uint64_t x = 0x9E3779B97F4A7C15ull ^ m->num_features;
-        for (size_t r = 0; r <= max_rows; r++) { row_ptr[r] = (uint32_t)(r * CAL_WIDTH); val_ptr[r] = (uint32_t)(r * CAL_VALUED); }
+        for (size_t r = 0; r <= max_rows; r++) { indptr[r] = (uint32_t)(r * CAL_WIDTH); val_ptr[r] = (uint32_t)(r * CAL_VALUED); }
         for (size_t i = 0; i < max_rows * CAL_WIDTH; i++) {
             x ^= x << 13; x ^= x >> 7; x ^= x << 17;
             ids[i] = (uint32_t)(x % m->num_features);
@@ -105,7 +105,7 @@ static void calibrate(wisp_engine *eng, wisp_model *m)
     for (int k = 0; ok && k < nprobe; k++) {
         const size_t rows = (size_t)1 << k;
         wisp_batch *b = NULL;
-        if (wisp_batch_wrap(eng, rows, row_ptr, ids, val_ptr, vals, &b) != WISP_OK) { ok = 0; break; }
+        if (wisp_batch_wrap(eng, rows, indptr, ids, val_ptr, vals, &b) != WISP_OK) { ok = 0; break; }
         uint64_t t1[CAL_REPS], tg[CAL_REPS], oor = 0;
         wisp__cpu_score(NULL, m, b, out, &oor);                        /* warm: caches, pages */
         for (int w = 0; w < 2 && ok; w++) ok = wisp_session_score(gs, b, out) == WISP_OK;
@@ -155,7 +155,7 @@ static void calibrate(wisp_engine *eng, wisp_model *m)
     }
     atomic_store_explicit(&m->auto_cal, 2, memory_order_release);
     wisp_session_free(gs);
-    free(row_ptr); free(val_ptr); free(ids); free(vals); free(out);
+    free(indptr); free(val_ptr); free(ids); free(vals); free(out);
 }
 
 /* The model's crossovers: calibrated once (by whichever thread gets there first; the others

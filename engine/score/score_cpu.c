@@ -66,7 +66,7 @@
 enum { K_F32 = 0, K_F16 = 1, K_F16C = 2, K_I8 = 3 };
 
 struct kern_args {
-    const uint32_t *row_ptr;
+    const uint32_t *indptr;
     const uint32_t *ids;
     const uint32_t *val_ptr;     /* WISP_VALUES_MIXED only */
     const float *vals;           /* WISP_VALUES_ALL / MIXED */
@@ -154,8 +154,8 @@ struct row_cursor {
 
 AI void row_open(const struct kern_args *a, size_t r, struct row_cursor *c, int mode)
 {
-    uint32_t s = a->row_ptr[r], e = a->row_ptr[r + 1];
-    if (WISP_UNLIKELY(e < s)) e = s;                   /* a corrupt row_ptr reads nothing */
+    uint32_t s = a->indptr[r], e = a->indptr[r + 1];
+    if (WISP_UNLIKELY(e < s)) e = s;                   /* a corrupt indptr reads nothing */
     c->k = s;
     c->e = e;
     c->acc = 0.0;
@@ -244,7 +244,7 @@ AI uint64_t score_rows_generic(const struct kern_args *a, size_t r0, size_t r1, 
                                bool pf)
 {
     uint64_t oor = 0;
-    uint64_t pk = a->row_ptr[r0];
+    uint64_t pk = a->indptr[r0];
     if (pf)
         for (int i = 0; i < WISP_SCORE_PF_DIST; i++) prefetch_next(a, &pk, kind, pf);
     size_t r = r0;
@@ -336,8 +336,8 @@ static bool have_f16c(void)
 static bool prepare(const wisp_model *m, const wisp_batch *b, struct kern_args *a)
 {
     memset(a, 0, sizeof *a);
-    if (!m || !b || b->rows == 0 || !b->row_ptr) return false;
-    a->row_ptr = b->row_ptr;
+    if (!m || !b || b->rows == 0 || !b->indptr) return false;
+    a->indptr = b->indptr;
     a->ids = b->ids;
     a->mode = b->value_mode;
     a->vals = b->vals;
@@ -348,7 +348,7 @@ static bool prepare(const wisp_model *m, const wisp_batch *b, struct kern_args *
     a->w = m->weights;
     uint64_t nf = m->num_features;
     a->lim = m->weights ? (nf > UINT32_MAX ? UINT32_MAX : (uint32_t)nf) : 0;
-    a->pf_end = b->row_ptr[b->rows];
+    a->pf_end = b->indptr[b->rows];
     if (!a->ids) { a->pf_end = 0; a->lim = 0; }
     /* out-of-range ids read w[0] (and add 0): give an empty table one zero */
     static const uint64_t zero_weight = 0;
@@ -368,7 +368,7 @@ static bool prepare(const wisp_model *m, const wisp_batch *b, struct kern_args *
 static uint64_t run_rows(const struct kern_args *a, size_t r0, size_t r1, float *out)
 {
     if (r0 >= r1) return 0;
-    if (a->kind < 0 || (!a->ids && a->row_ptr[r1] > a->row_ptr[r0])) {
+    if (a->kind < 0 || (!a->ids && a->indptr[r1] > a->indptr[r0])) {
         for (size_t r = r0; r < r1; r++) out[r] = NAN;   /* unknown dtype: no score */
         return 0;
     }
@@ -408,7 +408,7 @@ struct score_job {
 
 AI uint64_t row_cost(const struct score_job *j, size_t r)
 {
-    return (uint64_t)(j->a.row_ptr[r] - j->a.row_ptr[0]) + (uint64_t)r * ROW_COST;
+    return (uint64_t)(j->a.indptr[r] - j->a.indptr[0]) + (uint64_t)r * ROW_COST;
 }
 
 /* The first row of task t: the first row whose cost reaches t/ntasks of the total. */
@@ -444,7 +444,7 @@ void wisp__cpu_score(wisp_engine *eng, const wisp_model *m, const wisp_batch *b,
     atomic_init(&j.oor, 0);
     wisp_pool *pool = eng ? eng->pool : NULL;
 
-    bool monotone = b->row_ptr[b->rows] >= b->row_ptr[0];
+    bool monotone = b->indptr[b->rows] >= b->indptr[0];
     j.total = monotone ? row_cost(&j, j.rows) : (uint64_t)j.rows * ROW_COST;
     size_t ntasks = (size_t)((j.total + WISP_SCORE_CHUNK - 1) / WISP_SCORE_CHUNK);
     if (ntasks > j.rows) ntasks = j.rows;

@@ -66,7 +66,7 @@ static int stk_reserve(tctx *t, size_t more)
 /* Row `row`'s values of input i: [*a, *z). Dense inputs hold value k for row k. */
 static inline void span(const wisp_raw *r, size_t i, size_t row, uint32_t *a, uint32_t *z)
 {
-    if (r->cols->inputs[i].sparse) { *a = r->in[i].row_ptr[row]; *z = r->in[i].row_ptr[row + 1]; }
+    if (r->cols->inputs[i].sparse) { *a = r->in[i].indptr[row]; *z = r->in[i].indptr[row + 1]; }
     else { *a = (uint32_t)row; *z = (uint32_t)row + 1; }
 }
 

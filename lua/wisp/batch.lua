@@ -289,7 +289,8 @@ function Batch:bad_rows()
 end
 
 -- Copies of the CSR arrays as Lua tables (for inspection and tests):
--- {row_ptr={...}, ids={...}, val_ptr={...} or nil, vals={...} or nil}, all 1-based arrays.
+-- {indptr={...}, ids={...}, val_ptr={...} or nil, vals={...} or nil}, all 1-based arrays
+-- (row_ptr: the same table as indptr under its earlier name, kept through 0.1.x).
 function Batch:csr()
     local h = handle(self, Batch, "batch", "csr")
     local rows = tonumber(C.wisp_batch_rows(h))
@@ -301,8 +302,10 @@ function Batch:csr()
         for i = 0, n - 1 do t[i + 1] = tonumber(p[i]) end
         return t
     end
+    local indptr = copy(C.wisp_batch_indptr(h), rows + 1) or {}
     return {
-        row_ptr = copy(C.wisp_batch_row_ptr(h), rows + 1) or {},
+        indptr = indptr,
+        row_ptr = indptr,
         ids = copy(C.wisp_batch_ids(h), nnz) or {},
         val_ptr = copy(C.wisp_batch_val_ptr(h), rows + 1),
         vals = copy(C.wisp_batch_vals(h), nvals),
@@ -330,11 +333,11 @@ end
 
 function Batch:is_closed() return self._h == nil end
 
-local function wrap(fname, e, rows, row_ptr, ids, val_ptr, vals)
+local function wrap(fname, e, rows, indptr, ids, val_ptr, vals)
     rows = check_uint(2, 1, fname, rows, "rows", nil)
     if rows == nil then argerror(2, 1, fname, "number of rows expected, got nil") end
-    need(2, 2, fname, ffi_elems(2, 2, fname, row_ptr, u32p_probe, "uint32_t array", 4), rows + 1, "row_ptr")
-    local nnz = tonumber(row_ptr[rows])
+    need(2, 2, fname, ffi_elems(2, 2, fname, indptr, u32p_probe, "uint32_t array", 4), rows + 1, "indptr")
+    local nnz = tonumber(indptr[rows])
     need(2, 3, fname, ffi_elems(2, 3, fname, ids, u32p_probe, "uint32_t array", 4), nnz, "ids")
     local nvals = nnz
     if val_ptr ~= nil then
@@ -345,27 +348,27 @@ local function wrap(fname, e, rows, row_ptr, ids, val_ptr, vals)
     if vals ~= nil then
         need(2, 5, fname, ffi_elems(2, 5, fname, vals, f32p_probe, "float array", 4), nvals, "vals")
     end
-    local rc = C.wisp_batch_wrap(e._h, rows, row_ptr, ids, val_ptr, vals, batch_box)
+    local rc = C.wisp_batch_wrap(e._h, rows, indptr, ids, val_ptr, vals, batch_box)
     if rc ~= 0 then return nil, last_error(rc, fname) end
     local h = ffi_gc(batch_box[0], base.batch_gc)
     batch_box[0] = nil
     local b = new_batch_object(h, e, true)
-    b._refs = { row_ptr = row_ptr, ids = ids, val_ptr = val_ptr, vals = vals }
+    b._refs = { indptr = indptr, ids = ids, val_ptr = val_ptr, vals = vals }
     return b
 end
 
--- wisp.batch_wrap(rows, row_ptr, ids[, val_ptr][, vals][, engine]) (wisp_batch_wrap)
+-- wisp.batch_wrap(rows, indptr, ids[, val_ptr][, vals][, engine]) (wisp_batch_wrap)
 -- A batch over FFI arrays without copies (the CSR layout of wisp.h: uint32
--- row_ptr[rows+1], uint32 ids, optional uint32 val_ptr[rows+1], optional
+-- indptr[rows+1], uint32 ids, optional uint32 val_ptr[rows+1], optional
 -- float vals). The batch keeps references to the arrays, so they live as
 -- long as it does; they must not change while it is used. Pass nil for
 -- val_ptr to give vals for every feature. wisp.batch_from_ffi is its old
 -- name, kept as a deprecated alias (its messages say the name called).
 local function wrap_fn(fname)
-    return function(rows, row_ptr, ids, val_ptr, vals, eng)
+    return function(rows, indptr, ids, val_ptr, vals, eng)
         local e, err = resolve_engine(1, 6, fname, eng)
         if not e then return nil, err end
-        local b, berr = wrap(fname, e, rows, row_ptr, ids, val_ptr, vals)
+        local b, berr = wrap(fname, e, rows, indptr, ids, val_ptr, vals)
         return b, berr
     end
 end
@@ -373,9 +376,9 @@ wisp.batch_wrap = wrap_fn("batch_wrap")
 wisp.batch_from_ffi = wrap_fn("batch_from_ffi")
 
 local function engine_wrap_fn(fname)
-    return function(self, rows, row_ptr, ids, val_ptr, vals)
+    return function(self, rows, indptr, ids, val_ptr, vals)
         handle(self, Engine, "engine", fname)
-        local b, err = wrap(fname, self, rows, row_ptr, ids, val_ptr, vals)
+        local b, err = wrap(fname, self, rows, indptr, ids, val_ptr, vals)
         return b, err
     end
 end

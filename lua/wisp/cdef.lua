@@ -81,7 +81,7 @@ void   wisp_batch_clear(wisp_batch *b);
 int    wisp_batch_add_row(wisp_batch *b, const uint64_t *ids, const float *vals, size_t n);
 int    wisp_batch_add_row_mixed(wisp_batch *b, const uint64_t *vids, const float *vals, size_t nv,
                                 const uint64_t *bids, size_t nb);
-int    wisp_batch_wrap(wisp_engine *eng, size_t rows, const uint32_t *row_ptr, const uint32_t *ids,
+int    wisp_batch_wrap(wisp_engine *eng, size_t rows, const uint32_t *indptr, const uint32_t *ids,
                        const uint32_t *val_ptr, const float *vals, wisp_batch **out);
 int    wisp_batch_parse_libsvm(wisp_batch *b, const char *text, size_t len, int final,
                                size_t max_rows, uint64_t *line_no, size_t *consumed);
@@ -90,6 +90,7 @@ size_t wisp_batch_nnz(const wisp_batch *b);
 size_t wisp_batch_nvals(const wisp_batch *b);
 size_t wisp_batch_bad_count(const wisp_batch *b);
 int    wisp_batch_bad_row(const wisp_batch *b, size_t i, size_t *row, uint64_t *line, const char **msg);
+const uint32_t *wisp_batch_indptr(const wisp_batch *b);
 const uint32_t *wisp_batch_row_ptr(const wisp_batch *b);
 const uint32_t *wisp_batch_ids(const wisp_batch *b);
 const uint32_t *wisp_batch_val_ptr(const wisp_batch *b);
@@ -154,7 +155,7 @@ int    wisp_raw_parse_tsv(wisp_raw *r, const char *text, size_t len, int final, 
 const char *wisp_raw_csv_record_end(const char *text, const char *end, const char *want);
 int    wisp_raw_parse_jsonl(wisp_raw *r, const char *text, size_t len, int final, size_t max_rows,
                             uint64_t *line_no, size_t *consumed);
-int    wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **row_ptr, const void **values,
+int    wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **indptr, const void **values,
                       const uint32_t **str_off);
 int    wisp_json_numbers(const char *text, size_t len, int is_float, int bits, void *out, size_t cap,
                          size_t *count, size_t *consumed);
@@ -165,9 +166,9 @@ int    wisp_session_transform(wisp_session *s, const wisp_raw *r, wisp_batch *b)
 int    wisp_session_score_raw(wisp_session *s, const wisp_raw *r, float *out);
 size_t wisp_session_bad_count(const wisp_session *s);
 int    wisp_session_bad_row(const wisp_session *s, size_t i, size_t *row, uint64_t *line, const char **msg);
-int    wisp_session_score_device(wisp_session *s, size_t rows, const void *row_ptr, int row_ptr_bits,
+int    wisp_session_score_device(wisp_session *s, size_t rows, const void *indptr, int indptr_bits,
                                  const int32_t *ids, const float *vals, void *stream, float *out, int out_on_device);
-int    wisp_session_score_device_n(wisp_session *s, size_t rows, const void *row_ptr, int row_ptr_bits,
+int    wisp_session_score_device_n(wisp_session *s, size_t rows, const void *indptr, int indptr_bits,
                                    const int32_t *ids, const float *vals, size_t nnz, void *stream, float *out,
                                    int out_on_device);
 int    wisp_device_alloc(int dev, size_t n, void **out);

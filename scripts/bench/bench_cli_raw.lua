@@ -66,7 +66,7 @@ local function gen()
     local text = assert(io.open(tsv, "rb")):read("*a")
     assert(t:parse_tsv(text, { schema = "criteo" }))
     local b = assert(t:transform())
-    local rp, ids = C.wisp_batch_row_ptr(b._h), C.wisp_batch_ids(b._h)
+    local rp, ids = C.wisp_batch_indptr(b._h), C.wisp_batch_ids(b._h)
     local vp, vals = C.wisp_batch_val_ptr(b._h), C.wisp_batch_vals(b._h)
     local o = assert(io.open(svm, "wb"))
     local lines = {}

@@ -18,7 +18,7 @@
 -- beyond the caches; anonymous memory with MADV_HUGEPAGE, as numpy gives the peer);
 -- a batch of B rows is a window [k*B, (k+1)*B) of the pool, k < min(pool/B, 4096), and
 -- the timing rotates through the windows so neither the batch data nor the weights it
--- touches stay cached between calls. The windows share one row_ptr/val_ptr array
+-- touches stay cached between calls. The windows share one indptr/val_ptr array
 -- (every row has the same shape); their ids and values are distinct.
 -- For each (distribution, huge pages, threads, size): a warm-up pass, then --repeats
 -- passes of at least --min-ms each; the median per-batch time gives rows/s and ns per
@@ -573,13 +573,13 @@ local function make_pool(dist, rows)
     return { dist = dist, rows = rows, ids = ids, vals = vals }
 end
 
--- Shared offsets: row_ptr[r] = 39 r, val_ptr[r] = 13 r, for every window (the timed
+-- Shared offsets: indptr[r] = 39 r, val_ptr[r] = 13 r, for every window (the timed
 -- sizes, the correctness samples, the rows the peer's cross-check compares).
 local peer_check_rows = min(peer_rows, 200000)
 local max_window = max(max_size, check_rows, peer_check_rows)
-local row_ptr = big_array("uint32_t", max_window + 1)
+local indptr = big_array("uint32_t", max_window + 1)
 local val_ptr = big_array("uint32_t", max_window + 1)
-for r = 0, max_window do row_ptr[r] = r * NF; val_ptr[r] = r * NV end
+for r = 0, max_window do indptr[r] = r * NF; val_ptr[r] = r * NV end
 
 local t0 = now_ns()
 local weights = make_weights()
@@ -662,7 +662,7 @@ for _, d in ipairs(opt.dists) do
 end
 
 local function window(eng, pool, first, rows)
-    local b, err = wisp.batch_from_ffi(rows, row_ptr, pool.ids + first * NF, val_ptr, pool.vals + first * NV, eng)
+    local b, err = wisp.batch_from_ffi(rows, indptr, pool.ids + first * NF, val_ptr, pool.vals + first * NV, eng)
     if not b then die("batch_from_ffi: " .. tostring(err)) end
     return b
 end
@@ -807,7 +807,7 @@ if opt.peer and not why_no_peer then
         assert(sess:score(b, out_ptr))
         b:close()
         ok, err = write_raw(workdir .. "/" .. d .. ".wisp.f32", out_buf, ncheck * 4)
-        if ok then ok, err = write_raw(workdir .. "/" .. d .. ".row_ptr.i32", rp, (peer_rows + 1) * 4) end
+        if ok then ok, err = write_raw(workdir .. "/" .. d .. ".indptr.i32", rp, (peer_rows + 1) * 4) end
         if ok then ok, err = write_raw(workdir .. "/" .. d .. ".indices.i32", pool.ids, peer_rows * NF * 4) end
         if not ok then die(err) end
         local f = C.bench_cpu_fopen(workdir .. "/" .. d .. ".data.f32", "wb")

@@ -88,7 +88,7 @@ class Batch:
 
     def __init__(self, rng, rows, nf, dist):
         self.rows = rows
-        self.row_ptr = (np.arange(rows + 1, dtype=np.uint64) * K).astype(np.uint32)
+        self.indptr = (np.arange(rows + 1, dtype=np.uint64) * K).astype(np.uint32)
         self.val_ptr = (np.arange(rows + 1, dtype=np.uint64) * KV).astype(np.uint32)
         self.ids = gen_ids(rng, rows * K, nf, dist)
         self.vals = rng.uniform(-1, 1, size=rows * KV).astype(np.float32)
@@ -108,7 +108,7 @@ class Batch:
             return t, n
         self._keep = []
         out = {}
-        for k in ("row_ptr", "val_ptr", "ids", "vals"):
+        for k in ("indptr", "val_ptr", "ids", "vals"):
             t, n = pin(getattr(self, k))
             self._keep.append(t)
             out[k] = n
@@ -117,7 +117,7 @@ class Batch:
 
 def wrap(w, eng, rows, arrs):
     b = C.c_void_p()
-    w.ok(w.L.wisp_batch_wrap(eng, rows, ptr(arrs["row_ptr"]), ptr(arrs["ids"]), ptr(arrs["val_ptr"]),
+    w.ok(w.L.wisp_batch_wrap(eng, rows, ptr(arrs["indptr"]), ptr(arrs["ids"]), ptr(arrs["val_ptr"]),
                              ptr(arrs["vals"]), C.byref(b)), "wisp_batch_wrap")
     return b
 
@@ -222,7 +222,7 @@ def small_c_and_package(args, res, small, sb, sout, f32_path, NS):
     psess, pwhy = package_small(f32_path)
     if pwhy:
         res["notes"].append("small: " + pwhy)
-    X = (sb.row_ptr, sb.ids, sb.psw)
+    X = (sb.indptr, sb.ids, sb.psw)
     # The package's own layout from C as well: a value for each of the 39 entries (1.0 for the binary
     # ones) and a wisp_batch_wrap + wisp_batch_free inside each timed call, as Session.score does.
     PKG_LAYOUT = ("--values", "all", "--wrap-each")
@@ -445,7 +445,7 @@ def main():
     outs = {}
     for dist in ("uniform", "zipf"):
         bt = Batch(rng, R_RES, nf, dist)
-        arrs = {k: getattr(bt, k) for k in ("row_ptr", "val_ptr", "ids", "vals")}
+        arrs = {k: getattr(bt, k) for k in ("indptr", "val_ptr", "ids", "vals")}
         for name in ("f32", "f16", "i8"):
             k_ms, out_e2e, out_res = wisp_resident(models[name], arrs, R_RES)
             p_ms, _, _ = wisp_resident(models[name], arrs, R_RES, what=1)
@@ -464,7 +464,7 @@ def main():
             log("lanes sweep (f32 uniform):", sweep)
             # PyTorch EmbeddingBag, inputs already on the device
             ids_d = torch.from_numpy(bt.ids.view(np.int32)).to(dev)
-            offs_d = torch.from_numpy(bt.row_ptr[:-1].view(np.int32)).to(dev)
+            offs_d = torch.from_numpy(bt.indptr[:-1].view(np.int32)).to(dev)
             psw_d = torch.from_numpy(bt.psw).to(dev)
             bag = torch.nn.EmbeddingBag(nf, 1, mode="sum").to(dev)
             with torch.no_grad():
@@ -478,7 +478,7 @@ def main():
             resident["f32_uniform"]["torch_vs_wisp_max_abs_diff"] = float(np.max(np.abs(pt - outs["f32_uniform"])))
             del ids_d, offs_d, psw_d
             # cuSPARSE SpMV through CuPy (the mat-vec alone, then with the sigmoid)
-            A = cps.csr_matrix((cp.asarray(bt.psw), cp.asarray(bt.ids.view(np.int32)), cp.asarray(bt.row_ptr.view(np.int32))),
+            A = cps.csr_matrix((cp.asarray(bt.psw), cp.asarray(bt.ids.view(np.int32)), cp.asarray(bt.indptr.view(np.int32))),
                                shape=(R_RES, nf))
             wv = cp.asarray(weights)
 
@@ -547,7 +547,7 @@ def main():
     del os.environ["WISP_GPU_CHUNKS"]
     e2e["wisp_pinned_chunks_sweep_ms"] = sweep
     log("e2e chunk sweep:", {k: round(v, 3) for k, v in sweep.items()})
-    arrs_pageable = {k: getattr(bt, k) for k in ("row_ptr", "val_ptr", "ids", "vals")}
+    arrs_pageable = {k: getattr(bt, k) for k in ("indptr", "val_ptr", "ids", "vals")}
     ms_page, st_page, _ = wisp_e2e(arrs_pageable, out_pageable)
     shipped = st_pin["bytes_h2d"]
     back = st_pin["bytes_d2h"]
@@ -595,7 +595,7 @@ def main():
     with torch.no_grad():
         bag.weight.copy_(torch.from_numpy(weights).view(-1, 1))
     ids_np = bt.ids.view(np.int32)
-    offs_np = bt.row_ptr[:-1].view(np.int32).copy()
+    offs_np = bt.indptr[:-1].view(np.int32).copy()
     psw_np = bt.psw
 
     def torch_pageable():
@@ -666,7 +666,7 @@ def main():
         L.wisp_session_free(s)
         for k in env:
             del os.environ[k]
-    sids, soffs, spsw = sb.ids.view(np.int32), sb.row_ptr[:-1].view(np.int32).copy(), sb.psw
+    sids, soffs, spsw = sb.ids.view(np.int32), sb.indptr[:-1].view(np.int32).copy(), sb.psw
 
     def torch_small():
         with torch.no_grad():

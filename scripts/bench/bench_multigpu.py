@@ -186,11 +186,11 @@ class Batch:
         vcnt = np.full(rows, KV, dtype=np.uint64)
         cnt[self.empty] = 0
         vcnt[self.empty] = 0
-        row_ptr = np.zeros(rows + 1, dtype=np.uint64)
-        np.cumsum(cnt, out=row_ptr[1:])
+        indptr = np.zeros(rows + 1, dtype=np.uint64)
+        np.cumsum(cnt, out=indptr[1:])
         val_ptr = np.zeros(rows + 1, dtype=np.uint64)
         np.cumsum(vcnt, out=val_ptr[1:])
-        nnz, nvals = int(row_ptr[-1]), int(val_ptr[-1])
+        nnz, nvals = int(indptr[-1]), int(val_ptr[-1])
         assert nnz < 2 ** 32
         ids = rng.integers(0, nf, size=nnz, dtype=np.uint32) if nf < 2 ** 32 else \
             rng.integers(0, nf, size=nnz, dtype=np.uint64).astype(np.uint32)
@@ -198,16 +198,16 @@ class Batch:
         vals *= 2
         vals -= 1
         # edges of the table, valued and binary; a row of duplicates
-        r1, r2 = int(row_ptr[1]), int(row_ptr[rows - 2])
+        r1, r2 = int(indptr[1]), int(indptr[rows - 2])
         ids[r1] = 0
         ids[r1 + KV] = nf - 1
         ids[r1 + K - 1] = 0
         ids[r2] = nf - 1
         ids[r2 + KV] = 0
         ids[r2 + K - 1] = nf - 1
-        r3 = int(row_ptr[2])
+        r3 = int(indptr[2])
         ids[r3:r3 + K] = ids[r3]
-        self.row_ptr_h = row_ptr.astype(np.uint32)
+        self.row_ptr_h = indptr.astype(np.uint32)
         self.val_ptr_h = val_ptr.astype(np.uint32)
         self.ids_h, self.vals_h = ids, vals
         self.nnz, self.nvals = nnz, nvals
@@ -215,10 +215,10 @@ class Batch:
         self._keep = []
         self.pinned = False
         if torch is not None:
-            self.arrs = {k: self._pin(torch, getattr(self, k + "_h")) for k in ("row_ptr", "val_ptr", "ids", "vals")}
+            self.arrs = {k: self._pin(torch, getattr(self, k + "_h")) for k in ("indptr", "val_ptr", "ids", "vals")}
             self.pinned = True
         else:
-            self.arrs = {k: getattr(self, k + "_h") for k in ("row_ptr", "val_ptr", "ids", "vals")}
+            self.arrs = {k: getattr(self, k + "_h") for k in ("indptr", "val_ptr", "ids", "vals")}
 
     def _pin(self, torch, a):
         t = torch.empty(a.shape, dtype={np.uint32: torch.int32, np.float32: torch.float32}[a.dtype.type], pin_memory=True)
@@ -452,7 +452,7 @@ def run_config(w, eng, ctx, cfg, batches, refs, rnd=1, show_units=True):
                 b = C.c_void_p()
                 try:
                     out = ctx["outs"][bt.rows]
-                    w.ok(L.wisp_batch_wrap(eng, bt.rows, ptr(bt.arrs["row_ptr"]), ptr(bt.arrs["ids"]),
+                    w.ok(L.wisp_batch_wrap(eng, bt.rows, ptr(bt.arrs["indptr"]), ptr(bt.arrs["ids"]),
                                            ptr(bt.arrs["val_ptr"]), ptr(bt.arrs["vals"]), C.byref(b)), "wisp_batch_wrap")
                     # correctness first: every row written, the checked rows within TOL of float64
                     out.fill(np.nan)

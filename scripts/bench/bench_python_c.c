@@ -52,16 +52,16 @@ static uint64_t best_of(uint64_t *t, long repeats, uint64_t *median)
 static int device_main(int argc, char **argv)
 {
     size_t lp, li, lv;
-    uint32_t *row_ptr = slurp(argv[2], &lp), *ids = slurp(argv[3], &li);
+    uint32_t *indptr = slurp(argv[2], &lp), *ids = slurp(argv[3], &li);
     float *vals = slurp(argv[4], &lv);
-    size_t rows = lp / 4 - 1, nnz = row_ptr[rows];
+    size_t rows = lp / 4 - 1, nnz = indptr[rows];
     long iters = atol(argv[5]), repeats = atol(argv[6]);
     wisp_engine *eng; wisp_model *m; wisp_session *s;
     void *drp, *dids, *dvals, *dout;
     if (wisp_engine_new(atoi(argv[7]), &eng) || wisp_model_load(eng, argv[1], &m) || wisp_session_new(eng, m, "gpu", &s) ||
         wisp_cuda_test_alloc(0, lp, &drp) || wisp_cuda_test_alloc(0, nnz * 4, &dids) ||
         wisp_cuda_test_alloc(0, nnz * 4, &dvals) || wisp_cuda_test_alloc(0, rows * 4, &dout) ||
-        wisp_cuda_test_copy(drp, row_ptr, lp) || wisp_cuda_test_copy(dids, ids, nnz * 4) ||
+        wisp_cuda_test_copy(drp, indptr, lp) || wisp_cuda_test_copy(dids, ids, nnz * 4) ||
         wisp_cuda_test_copy(dvals, vals, nnz * 4)) {
         fprintf(stderr, "%s\n", wisp_errmsg());
         return 1;
@@ -104,7 +104,7 @@ int main(int argc, char **argv)
         return 2;
     }
     size_t lp, li, lv;
-    uint32_t *row_ptr = slurp(argv[2], &lp), *ids = slurp(argv[3], &li);
+    uint32_t *indptr = slurp(argv[2], &lp), *ids = slurp(argv[3], &li);
     float *vals = slurp(argv[4], &lv);
     size_t rows = lp / 4 - 1;
     long iters = atol(argv[5]), repeats = atol(argv[6]);
@@ -120,7 +120,7 @@ int main(int argc, char **argv)
         uint64_t t0 = wisp_clock_ns();
         for (long i = 0; i < iters; i++) {
             wisp_batch *b;
-            if (wisp_batch_wrap(eng, rows, row_ptr, ids, NULL, vals, &b) || wisp_session_score(s, b, out)) {
+            if (wisp_batch_wrap(eng, rows, indptr, ids, NULL, vals, &b) || wisp_session_score(s, b, out)) {
                 fprintf(stderr, "%s\n", wisp_errmsg());
                 return 1;
             }
@@ -130,7 +130,7 @@ int main(int argc, char **argv)
     }
     qsort(t, (size_t)repeats, sizeof *t, cmp_u64);
     printf("{\"rows\": %zu, \"nnz\": %u, \"best_ns_per_call\": %llu, \"median_ns_per_call\": %llu, \"checksum\": %.9g}\n",
-           rows, row_ptr[rows], (unsigned long long)t[0], (unsigned long long)t[repeats / 2], (double)out[0]);
+           rows, indptr[rows], (unsigned long long)t[0], (unsigned long long)t[repeats / 2], (double)out[0]);
     wisp_session_free(s);
     wisp_model_free(m);
     wisp_engine_free(eng);

@@ -6,7 +6,7 @@
 #
 # DIR holds raw little-endian files written by bench_cpu.lua:
 #   weights.f32                  the weight vector (float32, num_features values)
-#   <dist>.row_ptr.i32           int32 row offsets of the data rows (rows + 1 values, [0] == 0)
+#   <dist>.indptr.i32           int32 row offsets of the data rows (rows + 1 values, [0] == 0)
 #   <dist>.indices.i32           int32 feature ids
 #   <dist>.data.f32              float32 values (1.0 for binary features)
 #   <dist>.wisp.f32              (optional) wisp's probabilities for the first --check-rows rows
@@ -120,17 +120,17 @@ def main():
 
     min_ns = opts["min_ms"] * 1e6
     for dist in opts["dists"]:
-        row_ptr = np.fromfile(os.path.join(d, dist + ".row_ptr.i32"), dtype=np.int32)
+        indptr = np.fromfile(os.path.join(d, dist + ".indptr.i32"), dtype=np.int32)
         indices = np.fromfile(os.path.join(d, dist + ".indices.i32"), dtype=np.int32)
         data = np.fromfile(os.path.join(d, dist + ".data.f32"), dtype=np.float32)
-        nrows = row_ptr.shape[0] - 1
+        nrows = indptr.shape[0] - 1
 
         # correctness against wisp's probabilities on the first rows
         wisp_path = os.path.join(d, dist + ".wisp.f32")
         if opts["check_rows"] > 0 and os.path.exists(wisp_path):
             pw = np.fromfile(wisp_path, dtype=np.float32).astype(np.float64)
             n = min(opts["check_rows"], nrows, pw.shape[0])
-            A = sp.csr_matrix((data[:row_ptr[n]], indices[:row_ptr[n]], row_ptr[:n + 1]), shape=(n, nfeat))
+            A = sp.csr_matrix((data[:indptr[n]], indices[:indptr[n]], indptr[:n + 1]), shape=(n, nfeat))
             z = (A @ w).astype(np.float64) + float(bias)
             ps = 1.0 / (1.0 + np.exp(-z))
             result["check"][dist] = {"rows": int(n), "max_abs_diff": float(np.max(np.abs(ps - pw[:n]))) if n else 0.0}
@@ -141,10 +141,10 @@ def main():
             nwin = min(nrows // B, opts["max_windows"])
             mats = []
             for k in range(nwin):
-                a, b = int(row_ptr[k * B]), int(row_ptr[(k + 1) * B])
-                ip = row_ptr[k * B:(k + 1) * B + 1] - np.int32(a)
+                a, b = int(indptr[k * B]), int(indptr[(k + 1) * B])
+                ip = indptr[k * B:(k + 1) * B + 1] - np.int32(a)
                 mats.append(sp.csr_matrix((data[a:b], indices[a:b], ip), shape=(B, nfeat)))
-            nnz = int(row_ptr[nwin * B])
+            nnz = int(indptr[nwin * B])
             mv_med, mv_min, mv_max, mv_calls = timed(lambda A: A @ w, mats, min_ns, opts["repeats"])
             tot_med, tot_min, tot_max, tot_calls = timed(sigmoid_of, mats, min_ns, opts["repeats"])
             feats = nnz / (nwin * B)

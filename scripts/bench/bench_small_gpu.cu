@@ -404,9 +404,9 @@ int main(int argc, char **argv)
     ok(W.engine_new(0, &eng), "wisp_engine_new");
     ok(W.model_load(eng, model, &m), "wisp_model_load");
     if (model == tmp) unlink(tmp);
-    std::vector<uint32_t> row_ptr(rows + 1), val_ptr(rows + 1), ids(rows * K);
+    std::vector<uint32_t> indptr(rows + 1), val_ptr(rows + 1), ids(rows * K);
     std::vector<float> vals(rows * KV), out(rows);
-    for (long r = 0; r <= rows; r++) { row_ptr[r] = (uint32_t)(r * K); val_ptr[r] = (uint32_t)(r * KV); }
+    for (long r = 0; r <= rows; r++) { indptr[r] = (uint32_t)(r * K); val_ptr[r] = (uint32_t)(r * KV); }
     for (auto &x : ids) x = (uint32_t)(next() % nf);
     for (auto &x : vals) x = (float)((double)(next() >> 11) / 9007199254740992.0 * 2 - 1);
     /* --values all: each row's 13 values first, then 1.0 for its 26 binary entries (the same products) */
@@ -416,7 +416,7 @@ int main(int argc, char **argv)
     const int vmode = !strcmp(values, "mixed") ? 0 : !strcmp(values, "all") ? 1 : 2;
     const uint32_t *vp_arg = vmode == 0 ? val_ptr.data() : NULL;
     const float *v_arg = vmode == 0 ? vals.data() : vmode == 1 ? all_vals.data() : NULL;
-    ok(W.batch_wrap(eng, (size_t)rows, row_ptr.data(), ids.data(), vp_arg, v_arg, &b), "wisp_batch_wrap");
+    ok(W.batch_wrap(eng, (size_t)rows, indptr.data(), ids.data(), vp_arg, v_arg, &b), "wisp_batch_wrap");
     ok(W.session_new(eng, m, device, &s), "wisp_session_new");
     for (int i = 0; i < 200; i++) ok(W.session_score(s, b, out.data()), "wisp_session_score");
     W.session_reset_stats(s);
@@ -426,7 +426,7 @@ int main(int argc, char **argv)
         uint64_t t0 = now_ns();
         if (wrap_each) {
             wisp_batch *bb;
-            failed |= W.batch_wrap(eng, (size_t)rows, row_ptr.data(), ids.data(), vp_arg, v_arg, &bb);
+            failed |= W.batch_wrap(eng, (size_t)rows, indptr.data(), ids.data(), vp_arg, v_arg, &bb);
             failed |= W.session_score(s, bb, out.data());
             W.batch_free(bb);
         } else {

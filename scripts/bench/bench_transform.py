@@ -161,7 +161,7 @@ class Wisp:
     def ids(self, spec, rows):
         """Per row, per column: sorted local ids (numeric: the value)."""
         lib = self.lib
-        rp, ids = lib.wisp_batch_row_ptr(self.batch), lib.wisp_batch_ids(self.batch)
+        rp, ids = lib.wisp_batch_indptr(self.batch), lib.wisp_batch_ids(self.batch)
         vp, vals = lib.wisp_batch_val_ptr(self.batch), lib.wisp_batch_vals(self.batch)
         slices = [(c["name"], c["offset"], tf_export.column_size(c), c["type"]) for c in spec["columns"]]
         out = []

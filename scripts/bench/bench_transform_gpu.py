@@ -218,7 +218,7 @@ def main():
     t_c = timed(gpu_transform, max(3, a.repeat // 2))
     same_ids = L.wisp_batch_nnz(gb) == nnz and \
         ctypes.string_at(L.wisp_batch_ids(gb), nnz * 4) == ctypes.string_at(L.wisp_batch_ids(batch), nnz * 4) and \
-        ctypes.string_at(L.wisp_batch_row_ptr(gb), (rows + 1) * 4) == ctypes.string_at(L.wisp_batch_row_ptr(batch), (rows + 1) * 4)
+        ctypes.string_at(L.wisp_batch_indptr(gb), (rows + 1) * 4) == ctypes.string_at(L.wisp_batch_indptr(batch), (rows + 1) * 4)
 
     # (b') all cores: one raw batch per thread, transformed in parallel, then submitted back to back
     batches = []

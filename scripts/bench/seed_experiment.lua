@@ -207,8 +207,8 @@ do
     for r = 0, 999 do
         local z = model:bias()
         local vp0, vp1 = csr.val_ptr[r + 1], csr.val_ptr[r + 2]
-        for k = csr.row_ptr[r + 1], csr.row_ptr[r + 2] - 1 do
-            local v = (k - csr.row_ptr[r + 1]) < (vp1 - vp0) and csr.vals[vp0 + (k - csr.row_ptr[r + 1]) + 1] or 1
+        for k = csr.indptr[r + 1], csr.indptr[r + 2] - 1 do
+            local v = (k - csr.indptr[r + 1]) < (vp1 - vp0) and csr.vals[vp0 + (k - csr.indptr[r + 1]) + 1] or 1
             z = z + model:weight(csr.ids[k + 1]) * v
         end
         worst = max(worst, math.abs(out[r] - 1 / (1 + exp(-z))))

@@ -132,7 +132,7 @@ static char *render(const wisp_batch *b, size_t upto)
 {
     str o = { 0 };
     sputf(&o, "%s", "");
-    const uint32_t *rp = wisp_batch_row_ptr(b), *ids = wisp_batch_ids(b), *vp = wisp_batch_val_ptr(b);
+    const uint32_t *rp = wisp_batch_indptr(b), *ids = wisp_batch_ids(b), *vp = wisp_batch_val_ptr(b);
     const float *vals = wisp_batch_vals(b);
     size_t n = wisp_batch_rows(b), nbad = wisp_batch_bad_count(b), bi = 0;
     if (upto > n) upto = n;

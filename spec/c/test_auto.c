@@ -161,7 +161,7 @@ static void *thread_main(void *p)
     for (int k = 0; a->ok && k < 6; k++) {
         const struct data *d = &a->d[k];
         wisp_batch *b = NULL;
-        a->ok = wisp_batch_wrap(a->eng, d->rows, d->row_ptr, d->ids, a->vm[k] == VM_MIXED ? d->val_ptr : NULL,
+        a->ok = wisp_batch_wrap(a->eng, d->rows, d->indptr, d->ids, a->vm[k] == VM_MIXED ? d->val_ptr : NULL,
                                 a->vm[k] == VM_NONE ? NULL : d->vals, &b) == WISP_OK;
         double e = a->ok ? batch_err(s, b, d) : 1;
         if (e > a->maxerr) a->maxerr = e;

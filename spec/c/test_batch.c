@@ -76,15 +76,15 @@ static void test_builders(wisp_engine *eng)
         if (sc[s].mode >= 0) CHECK_MSG(b->value_mode == sc[s].mode, "%s: mode %d", sc[s].name, b->value_mode);
 
         /* clear and reuse: same content, no new memory, same arrays */
-        const uint32_t *rp = wisp_batch_row_ptr(b), *ids = wisp_batch_ids(b);
+        const uint32_t *rp = wisp_batch_indptr(b), *ids = wisp_batch_ids(b);
         wisp_batch_clear(b);
         CHECK(wisp_batch_rows(b) == 0 && wisp_batch_nnz(b) == 0 && wisp_batch_nvals(b) == 0);
-        CHECK(wisp_batch_row_ptr(b)[0] == 0 && wisp_batch_vals(b) == NULL && wisp_batch_val_ptr(b) == NULL);
+        CHECK(wisp_batch_indptr(b)[0] == 0 && wisp_batch_vals(b) == NULL && wisp_batch_val_ptr(b) == NULL);
         CHECK(b->value_mode == WISP_VALUES_NONE);
         wisp_fault_alloc_after(0);
         for (size_t r = 0; r < n; r++) add_ref_row(b, &rows[r]);
         CHECK_MSG(wisp_fault_alloc_after(0) == 0, "%s: refilling after clear allocated", sc[s].name);
-        CHECK(wisp_batch_row_ptr(b) == rp && wisp_batch_ids(b) == ids);
+        CHECK(wisp_batch_indptr(b) == rp && wisp_batch_ids(b) == ids);
         check_same(b, rows, n, sc[s].name);
 
         /* reuse with different content after clear (modes reset) */
@@ -108,7 +108,7 @@ static void test_value_modes(wisp_engine *eng)
     uint64_t ids[] = { 5, 6, 7, 8 };
     float vals[] = { 0.5f, 2.0f, -3.0f, 4.0f };
     CHECK_OK(wisp_batch_new(eng, &b));
-    CHECK(b->value_mode == WISP_VALUES_NONE && wisp_batch_rows(b) == 0 && wisp_batch_row_ptr(b)[0] == 0);
+    CHECK(b->value_mode == WISP_VALUES_NONE && wisp_batch_rows(b) == 0 && wisp_batch_indptr(b)[0] == 0);
     CHECK_OK(wisp_batch_add_row(b, ids, NULL, 2));              /* binary */
     CHECK_OK(wisp_batch_add_row(b, ids, NULL, 0));              /* empty */
     CHECK(b->value_mode == WISP_VALUES_NONE && !wisp_batch_vals(b) && !wisp_batch_val_ptr(b));
@@ -119,7 +119,7 @@ static void test_value_modes(wisp_engine *eng)
     CHECK(wisp_batch_vals(b) && wisp_batch_vals(b)[2] == -3.0f);
     CHECK_OK(wisp_batch_add_row_mixed(b, ids, vals, 1, ids + 2, 2));
     vp = wisp_batch_val_ptr(b);
-    CHECK(vp[4] == 4 && wisp_batch_row_ptr(b)[4] == 8 && wisp_batch_nvals(b) == 4 && wisp_batch_nnz(b) == 8);
+    CHECK(vp[4] == 4 && wisp_batch_indptr(b)[4] == 8 && wisp_batch_nvals(b) == 4 && wisp_batch_nnz(b) == 8);
     CHECK(wisp_batch_ids(b)[5] == 5 && wisp_batch_ids(b)[6] == 7 && wisp_batch_ids(b)[7] == 8);
     char *s = render(b);
     CHECK_MSG(strcmp(s, "|5 6;|;6:0.5 7:2 8:-3|;5:0.5|7 8") == 0, "got %s", s);
@@ -224,7 +224,7 @@ static void test_builder_errors(wisp_engine *eng)
     wisp_batch_free(b);
     wisp_batch_free(NULL);
     wisp_batch_clear(NULL);
-    CHECK(wisp_batch_rows(NULL) == 0 && wisp_batch_row_ptr(NULL) == NULL && wisp_batch_vals(NULL) == NULL);
+    CHECK(wisp_batch_rows(NULL) == 0 && wisp_batch_indptr(NULL) == NULL && wisp_batch_vals(NULL) == NULL);
 }
 
 /* ---- wrap --------------------------------------------------------------------------- */
@@ -236,7 +236,7 @@ static void test_wrap(wisp_engine *eng)
     float vals[] = { 0.5f, 1.5f, 2.5f, 3.5f, 4.5f };
 
     CHECK_OK(wisp_batch_wrap(eng, 3, rp, ids, NULL, NULL, &b));
-    CHECK(b->value_mode == WISP_VALUES_NONE && wisp_batch_row_ptr(b) == rp && wisp_batch_ids(b) == ids);
+    CHECK(b->value_mode == WISP_VALUES_NONE && wisp_batch_indptr(b) == rp && wisp_batch_ids(b) == ids);
     char *s = render(b);
     CHECK_MSG(strcmp(s, "|1 2;|;|3 4 4294967295") == 0, "%s", s); free(s);
     uint64_t one = 1;
@@ -263,13 +263,13 @@ static void test_wrap(wisp_engine *eng)
 
     uint32_t vp_all[] = { 0, 2, 2, 5 }, vp_none[] = { 0, 0, 0, 0 };
     CHECK_OK(wisp_batch_wrap(eng, 3, rp, ids, vp_all, vals, &b));
-    CHECK(b->value_mode == WISP_VALUES_ALL && !wisp_batch_val_ptr(b));   /* val_ptr == row_ptr */
+    CHECK(b->value_mode == WISP_VALUES_ALL && !wisp_batch_val_ptr(b));   /* val_ptr == indptr */
     wisp_batch_free(b);
     CHECK_OK(wisp_batch_wrap(eng, 3, rp, ids, vp_none, NULL, &b));
     CHECK(b->value_mode == WISP_VALUES_NONE && !wisp_batch_vals(b));
     wisp_batch_free(b);
     CHECK_OK(wisp_batch_wrap(eng, 0, NULL, NULL, NULL, NULL, &b));
-    CHECK(wisp_batch_rows(b) == 0 && wisp_batch_row_ptr(b) && wisp_batch_row_ptr(b)[0] == 0);
+    CHECK(wisp_batch_rows(b) == 0 && wisp_batch_indptr(b) && wisp_batch_indptr(b)[0] == 0);
     wisp_batch_free(b);
     uint32_t rp0[] = { 0, 0 };
     CHECK_OK(wisp_batch_wrap(eng, 1, rp0, NULL, NULL, NULL, &b));   /* no features: ids may be NULL */
@@ -280,13 +280,13 @@ static void test_wrap(wisp_engine *eng)
     CHECK_FAILS(wisp_batch_wrap(NULL, 3, rp, ids, NULL, NULL, &b), WISP_EINVAL, "engine");
     CHECK(b == NULL);
     CHECK_FAILS(wisp_batch_wrap(eng, 3, rp, ids, NULL, NULL, NULL), WISP_EINVAL, "out");
-    CHECK_FAILS(wisp_batch_wrap(eng, 3, NULL, ids, NULL, NULL, &b), WISP_EINVAL, "row_ptr is NULL");
+    CHECK_FAILS(wisp_batch_wrap(eng, 3, NULL, ids, NULL, NULL, &b), WISP_EINVAL, "indptr is NULL");
     CHECK_FAILS(wisp_batch_wrap(eng, 3, rp, NULL, NULL, NULL, &b), WISP_EINVAL, "ids is NULL");
     CHECK_FAILS(wisp_batch_wrap(eng, WISP_MAX_ROWS + (size_t)1, rp, ids, NULL, NULL, &b), WISP_ELIMIT, "WISP_MAX_ROWS");
     uint32_t rp_start[] = { 1, 2, 3 };
-    CHECK_FAILS(wisp_batch_wrap(eng, 2, rp_start, ids, NULL, NULL, &b), WISP_EINVAL, "row_ptr[0] is 1");
+    CHECK_FAILS(wisp_batch_wrap(eng, 2, rp_start, ids, NULL, NULL, &b), WISP_EINVAL, "indptr[0] is 1");
     uint32_t rp_dec[] = { 0, 3, 4, 2, 5 };
-    CHECK_FAILS(wisp_batch_wrap(eng, 4, rp_dec, ids, NULL, NULL, &b), WISP_EINVAL, "row_ptr decreases at row 2");
+    CHECK_FAILS(wisp_batch_wrap(eng, 4, rp_dec, ids, NULL, NULL, &b), WISP_EINVAL, "indptr decreases at row 2");
     uint32_t rp_wide[] = { 0, 1, 1 + WISP_MAX_ROW_FEATURES + 1 };
     CHECK_FAILS(wisp_batch_wrap(eng, 2, rp_wide, ids, NULL, NULL, &b), WISP_ELIMIT, "row 1 has 1048577 features");
     /* nnz beyond WISP_MAX_NNZ: 4095 rows of 2^20, then one of 0xFFFF8 */
@@ -376,7 +376,7 @@ static int arena_ok(const wisp_batch *b)
     int ok = b->off_vp % 256 == 0 && b->off_rp % 256 == 0 && b->off_vals % 256 == 0 && b->off_ids % 256 == 0;
     ok = ok && b->off_vp + (b->row_cap + 1) * 4 <= b->off_rp && b->off_rp + (b->row_cap + 1) * 4 <= b->off_vals
          && b->off_vals + b->val_cap * 4 <= b->off_ids && b->off_ids + b->id_cap * 4 <= b->arena_bytes;
-    ok = ok && (const char *)b->row_ptr == a + b->off_rp && (!b->val_ptr || (const char *)b->val_ptr == a + b->off_vp)
+    ok = ok && (const char *)b->indptr == a + b->off_rp && (!b->val_ptr || (const char *)b->val_ptr == a + b->off_vp)
          && (!b->ids || (const char *)b->ids == a + b->off_ids) && (!b->vals || (const char *)b->vals == a + b->off_vals);
     return ok && b->rows <= b->row_cap && b->nnz <= b->id_cap && b->nvals <= b->val_cap;
 }
@@ -386,7 +386,7 @@ static void test_arena(wisp_engine *eng)
     wisp_batch *b = NULL;
     CHECK_OK(wisp_batch_new(eng, &b));
     if (!b) return;
-    CHECK(arena_ok(b) && b->ids == NULL && b->vals == NULL && b->val_ptr == NULL && b->row_ptr[0] == 0);
+    CHECK(arena_ok(b) && b->ids == NULL && b->vals == NULL && b->val_ptr == NULL && b->indptr[0] == 0);
     uint64_t seed = 12345;
     for (int round = 0; round < 3; round++) {
         /* binary rows, then valued ones (val_ptr appears late), then mixed; growth past every first capacity */
@@ -411,12 +411,12 @@ static void test_arena(wisp_engine *eng)
         CHECK_MSG(ok, "round %d: append or arena invariants failed at %zu rows", round, wisp_batch_rows(b));
         CHECK(wisp_batch_rows(b) == rows && wisp_batch_nnz(b) == nnz && wisp_batch_nvals(b) == nv);
         CHECK(b->value_mode == WISP_VALUES_MIXED && b->val_ptr != NULL);
-        CHECK(!memcmp(b->row_ptr, xr, (rows + 1) * 4) && !memcmp(b->ids, xid, nnz * 4)
+        CHECK(!memcmp(b->indptr, xr, (rows + 1) * 4) && !memcmp(b->ids, xid, nnz * 4)
               && !memcmp(b->val_ptr, xvp, (rows + 1) * 4) && !memcmp(b->vals, xv, nv * 4));
         free(xr); free(xid); free(xvp); free(xv);
         const void *arena = b->arena;
         wisp_batch_clear(b);                       /* keeps the arena and val_ptr */
-        CHECK(b->arena == arena && arena_ok(b) && b->rows == 0 && b->row_ptr[0] == 0 && b->val_ptr[0] == 0);
+        CHECK(b->arena == arena && arena_ok(b) && b->rows == 0 && b->indptr[0] == 0 && b->val_ptr[0] == 0);
     }
     wisp_batch_free(b);
 }
@@ -437,7 +437,7 @@ static void check_edge_rows(const wisp_batch *b, const char *where, const char *
     for (size_t k = 0; k < NEDGE; k++) nbad += (size_t)edge_bad[k];
     CHECK_MSG(wisp_batch_bad_count(b) == nbad, "%s: %zu bad rows, want %zu", where, wisp_batch_bad_count(b), nbad);
     size_t bi = 0;
-    const uint32_t *rp = wisp_batch_row_ptr(b);
+    const uint32_t *rp = wisp_batch_indptr(b);
     for (size_t k = 0; k < NEDGE; k++) {
         const size_t r = 3 * k + 1;
         CHECK_MSG(rp[r] - rp[r - 1] == 2 && rp[r + 2] - rp[r + 1] == 2, "%s: the good rows around '%s' lost features",

@@ -164,7 +164,7 @@ static void test_parse_limits(wisp_engine *eng)
     size_t used = 0;
     CHECK_OK(wisp_batch_parse_libsvm(b, t.s, t.len, 1, 0, &ln, &used));
     CHECK(used == t.len && ln == 3 && wisp_batch_rows(b) == 3);
-    CHECK(wisp_batch_row_ptr(b)[1] == WISP_MAX_ROW_FEATURES && wisp_batch_nnz(b) == WISP_MAX_ROW_FEATURES + 1);
+    CHECK(wisp_batch_indptr(b)[1] == WISP_MAX_ROW_FEATURES && wisp_batch_nnz(b) == WISP_MAX_ROW_FEATURES + 1);
     const char *msg = "";
     size_t row = 0;
     CHECK(wisp_batch_bad_count(b) == 1 && wisp_batch_bad_row(b, 0, &row, &ln, &msg) == WISP_OK);
@@ -318,7 +318,7 @@ static void test_parse_numbers(wisp_engine *eng)
     wisp_batch_new(eng, &b);
     CHECK_OK(wisp_batch_parse_libsvm(b, t.s, t.len, 1, 0, NULL, NULL));
     CHECK(wisp_batch_rows(b) == N);
-    const uint32_t *rp = wisp_batch_row_ptr(b), *vp = wisp_batch_val_ptr(b);
+    const uint32_t *rp = wisp_batch_indptr(b), *vp = wisp_batch_val_ptr(b);
     const float *vals = wisp_batch_vals(b);
     int wrong = 0, nbad = 0, nfinite = 0;
     size_t bi = 0;

@@ -267,7 +267,7 @@ static void test_transform_reference(wisp_engine *eng)
     CHECK(wisp_raw_rows(raw) == N && wisp_raw_bad_count(raw) == 0);
     CHECK_OK(wisp_transform(raw, b));
     CHECK(wisp_batch_rows(b) == N && wisp_batch_bad_count(b) == 0);
-    const uint32_t *rp = wisp_batch_row_ptr(b), *ids = wisp_batch_ids(b), *vp = wisp_batch_val_ptr(b);
+    const uint32_t *rp = wisp_batch_indptr(b), *ids = wisp_batch_ids(b), *vp = wisp_batch_val_ptr(b);
     const float *vals = wisp_batch_vals(b);
     int wrong = 0;
     uint64_t want[64], got[64];
@@ -570,7 +570,7 @@ static void test_values_rule_text(wisp_engine *eng)
         CHECK_OK(wisp_transform(r, b));
         size_t bi = 0, nbad = wisp_batch_bad_count(b);
         CHECK_MSG(wisp_batch_rows(b) == 3 * n, "%s: transform: %zu rows", what, wisp_batch_rows(b));
-        const uint32_t *rp = wisp_batch_row_ptr(b);
+        const uint32_t *rp = wisp_batch_indptr(b);
         for (size_t k = 0; k < n && rp; k++) {
             CHECK_MSG(rp[3 * k + 1] - rp[3 * k] == 2 && rp[3 * k + 3] - rp[3 * k + 2] == 2,
                       "%s: the rows around '%s' lost features", what, tx[k]);

@@ -106,7 +106,7 @@ static int write_version(const char *path, int v)
 /* rows of b scored in float64 from the batch's arrays; returns the number of rows off by > 1e-6 */
 static int check_f64(const wisp_model *m, const wisp_batch *b, const float *got)
 {
-    const uint32_t *rp = wisp_batch_row_ptr(b), *ids = wisp_batch_ids(b), *vp = wisp_batch_val_ptr(b);
+    const uint32_t *rp = wisp_batch_indptr(b), *ids = wisp_batch_ids(b), *vp = wisp_batch_val_ptr(b);
     const float *vals = wisp_batch_vals(b);
     size_t nbad = wisp_batch_bad_count(b), bi = 0;
     int bad = 0;

@@ -1,7 +1,7 @@
 /* test_device_batch.c — wisp_session_score_device (a CSR batch in CUDA device memory): on a GPU session the
  * checked kernel, on a CPU session the copy path, both against a float64 reference and the host path on random CSR
  * (uniform and Zipf ids, empty rows, duplicates, ids 0 and num_features-1, ids beyond the table, negative ids,
- * non-finite values, non-monotone and out-of-bounds row_ptr, a row_ptr[0] > 0), int32 and int64 row_ptr, values
+ * non-finite values, non-monotone and out-of-bounds indptr, a indptr[0] > 0), int32 and int64 indptr, values
  * or none, the answers to host (pageable or pinned) or device memory, f32/f16/i8 tables; the refusals; without a GPU, WISP_ENODEV.
  * WISP_TEST_GPU=1: a GPU must be usable. WISP_TEST_QUICK / WISP_TEST_GPU_QUICK: 20k rows at most (else 200k). */
 #include "testgpu.h"
@@ -19,7 +19,7 @@ int wisp__device_sync(int dev);
  * expected outcome computed here, independently of the engine: per row, good or why not,
  * and for a good row its float64 probability. */
 struct dcase {
-    size_t rows, nnz;                 /* nnz = row_ptr[rows] (the ids array's length) */
+    size_t rows, nnz;                 /* nnz = indptr[rows] (the ids array's length) */
     int64_t *rp;
     int32_t *ids;
     float *vals;
@@ -69,7 +69,7 @@ static void dcase_gen(struct dcase *c, const wisp_model *m, size_t rows, int zip
     c->vals = malloc(cap * sizeof *c->vals);
     struct zipf zf = zipf_new((double)nf, 1.1);
     size_t k = 0;
-    for (; k < (size_t)base; k++) { c->ids[k] = -99; c->vals[k] = NAN; }    /* before row_ptr[0]: never read */
+    for (; k < (size_t)base; k++) { c->ids[k] = -99; c->vals[k] = NAN; }    /* before indptr[0]: never read */
     c->rp[0] = base;
     for (size_t r = 0; r < rows; r++) {
         size_t w = rnd_below(10) == 0 ? 0 : 1 + rnd_below(39);              /* empty rows, widths 1..39 */
@@ -169,7 +169,7 @@ static void run_dcase(const wisp_model *m, wisp_session *s, const struct dcase *
         const int with_vals = pinned ? !(pass & 2) : !(pass & 4);
         float *hout = pinned ? pout : got;
         char what[160];
-        snprintf(what, sizeof what, "%s, %s, row_ptr int%d, out on the %s, %s", label, wisp_session_device(s), bits,
+        snprintf(what, sizeof what, "%s, %s, indptr int%d, out on the %s, %s", label, wisp_session_device(s), bits,
                  on_dev ? "device" : pinned ? "host (pinned)" : "host", with_vals ? "values" : "binary");
         for (size_t r = 0; r < rows; r++) got[r] = hout[r] = -7.0f;
         if (on_dev) CHECK_OK(wisp_cuda_test_copy(dout, got, rows * 4));
@@ -264,19 +264,19 @@ static void test_refusals(wisp_engine *eng, wisp_session *s)
     if (!drp || !dids) goto done;
     CHECK_OK(wisp_cuda_test_copy(drp, rp, sizeof rp));
     CHECK_OK(wisp_cuda_test_copy(dids, ids, sizeof ids));
-    CHECK_FAILS(wisp_session_score_device(s, 3, drp, 16, dids, NULL, NULL, got, 0), WISP_EINVAL, "row_ptr_bits");
+    CHECK_FAILS(wisp_session_score_device(s, 3, drp, 16, dids, NULL, NULL, got, 0), WISP_EINVAL, "indptr_bits");
     CHECK_FAILS(wisp_session_score_device(s, 3, rp, 32, dids, NULL, NULL, got, 0), WISP_EINVAL, "not CUDA device memory");
     CHECK_FAILS(wisp_session_score_device(s, 3, drp, 32, dids, NULL, NULL, got, 1), WISP_EINVAL, "out is not memory");
     CHECK_FAILS(wisp_session_score_device(s, 3, drp, 32, ids, NULL, NULL, got, 0), WISP_EINVAL, "ids is not memory");
     CHECK_FAILS(wisp_session_score_device(s, 3, drp, 32, NULL, NULL, NULL, got, 0), WISP_EINVAL, "ids is NULL");
     CHECK_FAILS(wisp_session_score_device(NULL, 3, drp, 32, dids, NULL, NULL, got, 0), WISP_EINVAL, "session is NULL");
-    CHECK_FAILS(wisp_session_score_device(s, 3, NULL, 32, dids, NULL, NULL, got, 0), WISP_EINVAL, "row_ptr is NULL");
+    CHECK_FAILS(wisp_session_score_device(s, 3, NULL, 32, dids, NULL, NULL, got, 0), WISP_EINVAL, "indptr is NULL");
     CHECK_OK(wisp_session_score_device(s, 0, NULL, 32, NULL, NULL, NULL, NULL, 0));      /* no rows: nothing to do */
     CHECK(wisp_session_bad_count(s) == 0);
-    /* the _n form: row_ptr[rows] past the ids' length is refused before an id is read */
+    /* the _n form: indptr[rows] past the ids' length is refused before an id is read */
     CHECK_FAILS(wisp_session_score_device_n(s, 3, drp, 32, dids, NULL, 2, NULL, got, 0), WISP_EINVAL, "but ids has 2 entries");
     CHECK_OK(wisp_session_score_device_n(s, 3, drp, 32, dids, NULL, 3, NULL, got, 0));
-    rp[3] = -1;                                                                       /* row_ptr[rows] negative */
+    rp[3] = -1;                                                                       /* indptr[rows] negative */
     CHECK_OK(wisp_cuda_test_copy(drp, rp, sizeof rp));
     CHECK_FAILS(wisp_session_score_device(s, 3, drp, 32, dids, NULL, NULL, got, 0), WISP_EINVAL, "negative");
     CHECK(wisp_session_bad_count(s) == 0);
@@ -353,7 +353,7 @@ int main(void)
                 dcase_gen(&c, m, sizes[si], zipf, hostile, base);
                 char label[96];
                 snprintf(label, sizeof label, "%s, %zu rows, %s ids%s%s", wisp_dtype_name(dtypes[di]), sizes[si],
-                         zipf ? "Zipf" : "uniform", hostile ? ", hostile" : "", base ? ", row_ptr[0] > 0" : "");
+                         zipf ? "Zipf" : "uniform", hostile ? ", hostile" : "", base ? ", indptr[0] > 0" : "");
                 run_dcase(m, sg, &c, label, 1);
                 if (sizes[si] <= 4097 || !quick) run_dcase(m, sc, &c, label, 0);
                 same_on_both(sg, sc, &c);

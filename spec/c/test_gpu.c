@@ -76,13 +76,13 @@ static void wide_data(struct data *d, const wisp_model *m, size_t copies)
     const size_t nr = sizeof rn / sizeof rn[0], rows = nr * copies;
     memset(d, 0, sizeof *d);
     d->rows = rows;
-    d->row_ptr = malloc((rows + 1) * sizeof *d->row_ptr);
+    d->indptr = malloc((rows + 1) * sizeof *d->indptr);
     d->val_ptr = malloc((rows + 1) * sizeof *d->val_ptr);
     d->ids = malloc(rows * 3 * sizeof *d->ids);
     d->ids64 = malloc(rows * 3 * sizeof *d->ids64);
     d->vals = malloc(rows * 3 * sizeof *d->vals);
     d->ref = malloc(rows * sizeof *d->ref);
-    d->row_ptr[0] = d->val_ptr[0] = 0;
+    d->indptr[0] = d->val_ptr[0] = 0;
     for (size_t r = 0; r < rows; r++) {
         const size_t q = r % nr;
         /* the float64 reference: the weights as the model holds them (int8: the stored q, the
@@ -99,7 +99,7 @@ static void wide_data(struct data *d, const wisp_model *m, size_t copies)
             d->nnz++;
         }
         const double z = wisp_model_bias(m) + (i8 ? sum * (double)wisp_model_scale(m) : sum);
-        d->row_ptr[r + 1] = (uint32_t)d->nnz;
+        d->indptr[r + 1] = (uint32_t)d->nnz;
         d->val_ptr[r + 1] = (uint32_t)d->nvals;
         d->ref[r] = z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z));
     }
@@ -217,7 +217,7 @@ static int arena_ok(const wisp_batch *b)
     int ok = b->off_vp % 256 == 0 && b->off_rp % 256 == 0 && b->off_vals % 256 == 0 && b->off_ids % 256 == 0;
     ok = ok && b->off_vp + (b->row_cap + 1) * 4 <= b->off_rp && b->off_rp + (b->row_cap + 1) * 4 <= b->off_vals
          && b->off_vals + b->val_cap * 4 <= b->off_ids && b->off_ids + b->id_cap * 4 <= b->arena_bytes;
-    ok = ok && (const char *)b->row_ptr == a + b->off_rp && (!b->val_ptr || (const char *)b->val_ptr == a + b->off_vp)
+    ok = ok && (const char *)b->indptr == a + b->off_rp && (!b->val_ptr || (const char *)b->val_ptr == a + b->off_vp)
          && (!b->ids || (const char *)b->ids == a + b->off_ids) && (!b->vals || (const char *)b->vals == a + b->off_vals);
     return ok && b->rows <= b->row_cap && b->nnz <= b->id_cap && b->nvals <= b->val_cap;
 }
@@ -399,7 +399,7 @@ static void *thread_main(void *p)
     wisp_batch *b = NULL;
     wisp_session *s = NULL;
     float *out = malloc(d->rows * sizeof *out);
-    a->ok = wisp_batch_wrap(a->eng, d->rows, d->row_ptr, d->ids, a->vm == VM_MIXED ? d->val_ptr : NULL,
+    a->ok = wisp_batch_wrap(a->eng, d->rows, d->indptr, d->ids, a->vm == VM_MIXED ? d->val_ptr : NULL,
                             a->vm == VM_NONE ? NULL : d->vals, &b) == WISP_OK
             && wisp_session_new(a->eng, a->m, "gpu", &s) == WISP_OK;
     for (int rep = 0; a->ok && rep < 5; rep++) {
@@ -464,8 +464,8 @@ static void test_gpu(wisp_engine *eng, int quick)
         d.nvals = 0;
         for (size_t r = 0; r < d.rows; r++) {
             double z = wisp_model_bias(m);
-            for (uint32_t k = d.row_ptr[r]; k < d.row_ptr[r + 1]; k++) {
-                unsigned j = k - d.row_ptr[r];
+            for (uint32_t k = d.indptr[r]; k < d.indptr[r + 1]; k++) {
+                unsigned j = k - d.indptr[r];
                 double v = 1.0;
                 if (j < 13) { d.vals[d.nvals] = (float)(rnd01() * 2 - 1); v = d.vals[d.nvals++]; }
                 if (d.ids64[k] < wisp_model_num_features(m)) z += (double)wisp_model_weight(m, d.ids64[k]) * v;

@@ -245,7 +245,7 @@ static void test_values_vs_libc(wisp_engine *eng)
     wisp_batch *b;
     CHECK_OK(wisp_batch_new(eng, &b));
     CHECK_OK(wisp_batch_parse_libsvm(b, t.s, t.len, 1, 0, NULL, NULL));
-    const uint32_t *rp = wisp_batch_row_ptr(b), *vp = wisp_batch_val_ptr(b);
+    const uint32_t *rp = wisp_batch_indptr(b), *vp = wisp_batch_val_ptr(b);
     const float *vals = wisp_batch_vals(b);
     int wrong = 0, differ = 0, fast_form = 0, fast_differ = 0;
     size_t bi = 0, nbad = wisp_batch_bad_count(b);

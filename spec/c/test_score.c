@@ -93,7 +93,7 @@ static void tmodel_free(struct tmodel *t) { free(t->w); free(t->deq); }
 
 struct tbatch {
     struct wisp_batch b;
-    uint32_t *row_ptr, *ids, *val_ptr;
+    uint32_t *indptr, *ids, *val_ptr;
     float *vals;
     struct wisp_bad_row *bad;
 };
@@ -113,13 +113,13 @@ static void tbatch_init(struct tbatch *t, size_t rows, int maxlen, int mode, int
         lens[r] = rnd_below(8) == 0 ? 0 : rnd_below((uint64_t)maxlen + 1);
         nnz += lens[r];
     }
-    t->row_ptr = malloc((rows + 1) * sizeof(uint32_t));
+    t->indptr = malloc((rows + 1) * sizeof(uint32_t));
     t->ids = malloc((nnz ? nnz : 1) * sizeof(uint32_t));
     if (mode != WISP_VALUES_NONE) t->vals = malloc((nnz ? nnz : 1) * sizeof(float));
     if (mode == WISP_VALUES_MIXED) t->val_ptr = malloc((rows + 1) * sizeof(uint32_t));
     size_t k = 0, nv = 0;
     const uint32_t edge[] = { 0, (uint32_t)(nf - 1), (uint32_t)nf, WISP_ID_NONE, (uint32_t)(nf + 1) };
-    t->row_ptr[0] = 0;
+    t->indptr[0] = 0;
     if (t->val_ptr) t->val_ptr[0] = 0;
     for (size_t r = 0; r < rows; r++) {
         size_t s = k;
@@ -136,13 +136,13 @@ static void tbatch_init(struct tbatch *t, size_t rows, int maxlen, int mode, int
             for (uint32_t q = 0; q < valued; q++) t->vals[nv++] = rnd_range(-2.0f, 2.0f);
             t->val_ptr[r + 1] = (uint32_t)nv;
         }
-        t->row_ptr[r + 1] = (uint32_t)k;
+        t->indptr[r + 1] = (uint32_t)k;
     }
     free(lens);
     t->b.rows = rows;
     t->b.nnz = nnz;
     t->b.nvals = mode == WISP_VALUES_ALL ? nnz : nv;
-    t->b.row_ptr = t->row_ptr;
+    t->b.indptr = t->indptr;
     t->b.ids = t->ids;
     t->b.val_ptr = t->val_ptr;
     t->b.vals = t->vals;
@@ -161,7 +161,7 @@ static void tbatch_mark_bad(struct tbatch *t, size_t row)
 
 static void tbatch_free(struct tbatch *t)
 {
-    free(t->row_ptr); free(t->ids); free(t->val_ptr); free(t->vals); free(t->bad);
+    free(t->indptr); free(t->ids); free(t->val_ptr); free(t->vals); free(t->bad);
 }
 
 /* the float64 reference: in-order double sums of dequantized weights */
@@ -170,7 +170,7 @@ static uint64_t reference(const struct tmodel *tm, const struct tbatch *tb, doub
     const struct wisp_batch *b = &tb->b;
     uint64_t oor = 0;
     for (size_t r = 0; r < b->rows; r++) {
-        uint32_t s = b->row_ptr[r], e = b->row_ptr[r + 1];
+        uint32_t s = b->indptr[r], e = b->indptr[r + 1];
         uint32_t nv = b->value_mode == WISP_VALUES_ALL ? e - s
                     : b->value_mode == WISP_VALUES_MIXED ? b->val_ptr[r + 1] - b->val_ptr[r] : 0;
         const float *v = b->value_mode == WISP_VALUES_ALL ? b->vals + s
@@ -450,7 +450,7 @@ static void test_exact_cases(void)
     uint32_t rp[] = { 0, 1, 2, 3, 4, 4, 7, 8, 9, 14 };
     uint32_t ids[] = { 0, 999, 1000, WISP_ID_NONE, 0, 0, 0, 7, 8, 0, 999, 1000, WISP_ID_NONE, 0 };
     struct wisp_batch b = { 0 };
-    b.rows = 9; b.nnz = 14; b.row_ptr = rp; b.ids = ids; b.value_mode = WISP_VALUES_NONE;
+    b.rows = 9; b.nnz = 14; b.indptr = rp; b.ids = ids; b.value_mode = WISP_VALUES_NONE;
     float out[9];
     uint64_t oor = wisp__cpu_score_rows(&tm.m, &b, 0, 9, out);
     CHECK(oor == 4);
@@ -546,7 +546,7 @@ static void test_wide_sums(void)
             ref[r] = z >= 0 ? 1.0 / (1.0 + exp(-z)) : exp(z) / (1.0 + exp(z));
         }
         struct wisp_batch b = { 0 };
-        b.rows = NR; b.nnz = k; b.nvals = k; b.row_ptr = rp; b.ids = ids; b.vals = vals;
+        b.rows = NR; b.nnz = k; b.nvals = k; b.indptr = rp; b.ids = ids; b.vals = vals;
         b.value_mode = WISP_VALUES_ALL;
         float out[NR];
         wisp__cpu_score_rows(&tm.m, &b, 0, NR, out);
@@ -572,7 +572,7 @@ static void test_f16_specials(void)
     rp[13] = 16;
     struct tbatch tb;
     memset(&tb, 0, sizeof tb);
-    tb.b.rows = 13; tb.b.nnz = 16; tb.b.row_ptr = rp; tb.b.ids = ids; tb.b.value_mode = WISP_VALUES_NONE;
+    tb.b.rows = 13; tb.b.nnz = 16; tb.b.indptr = rp; tb.b.ids = ids; tb.b.value_mode = WISP_VALUES_NONE;
     float out[13];
     uint64_t oor = wisp__cpu_score_rows(&tm.m, &tb.b, 0, 13, out);
     compare("fp16 specials", &tm, &tb, out, oor);
@@ -686,7 +686,7 @@ static void bench(void)
         for (size_t k = 0; k < nnz; k++) ids[k] = dist ? zipf_id(&z, nf) : rnd_below(nf);
         struct wisp_batch b = { 0 };
         b.rows = rows; b.nnz = nnz; b.nvals = rows * nvalued;
-        b.row_ptr = rp; b.ids = ids; b.val_ptr = vp; b.vals = vals; b.value_mode = WISP_VALUES_MIXED;
+        b.indptr = rp; b.ids = ids; b.val_ptr = vp; b.vals = vals; b.value_mode = WISP_VALUES_MIXED;
         for (int pages = 0; pages < 2; pages++) {
             float *w = pages ? huge : plain;
             struct wisp_model m = { 0 };
@@ -714,7 +714,7 @@ static void bench(void)
     /* small batch: 10 rows through the pool, end to end */
     {
         struct wisp_batch b = { 0 };
-        b.rows = 10; b.nnz = 10 * per; b.row_ptr = rp; b.ids = ids; b.val_ptr = vp; b.vals = vals;
+        b.rows = 10; b.nnz = 10 * per; b.indptr = rp; b.ids = ids; b.val_ptr = vp; b.vals = vals;
         b.value_mode = WISP_VALUES_MIXED;
         struct wisp_model m = { 0 };
         m.weights = huge; m.num_features = nf; m.dtype = WISP_F32; m.scale = 1;

@@ -177,7 +177,7 @@ static void test_libsvm(wisp_engine *eng)
         }
         bool valued = b->val_ptr && b->val_ptr[r + 1] > b->val_ptr[r];
         float got = valued ? b->vals[b->val_ptr[r]] : 1.0f;
-        bool present = b->row_ptr[r + 1] > b->row_ptr[r];
+        bool present = b->indptr[r + 1] > b->indptr[r];
         if (!present) got = 0.0f;                 /* a zero value adds no feature */
         if (!(same_f32(got, want) || (!present && want == 0.0f)) && bad++ < 5)
             fprintf(stderr, "libsvm '%s' = %.9g, (float)strtod %.9g\n", tok[r], (double)got, (double)want);

@@ -114,7 +114,7 @@ static int iv_cmp(const void *a, const void *b)
 }
 static size_t row_pairs(const wisp_batch *b, size_t r, iv **out)
 {
-    const uint32_t *rp = wisp_batch_row_ptr(b), *ids = wisp_batch_ids(b), *vp = wisp_batch_val_ptr(b);
+    const uint32_t *rp = wisp_batch_indptr(b), *ids = wisp_batch_ids(b), *vp = wisp_batch_val_ptr(b);
     const float *vals = wisp_batch_vals(b);
     size_t n = rp[r + 1] - rp[r], nvalued = 0, voff = 0;
     if (vals && vp) { nvalued = vp[r + 1] - vp[r]; voff = vp[r]; }

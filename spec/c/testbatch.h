@@ -23,7 +23,7 @@ static inline int same_batches(const wisp_batch *a, const wisp_batch *b, char *w
         return 0;
     }
     if (a->value_mode != b->value_mode) { snprintf(why, whylen, "value modes differ"); return 0; }
-    if (memcmp(wisp_batch_row_ptr(a), wisp_batch_row_ptr(b), (rows + 1) * 4)) { snprintf(why, whylen, "row_ptr"); return 0; }
+    if (memcmp(wisp_batch_indptr(a), wisp_batch_indptr(b), (rows + 1) * 4)) { snprintf(why, whylen, "indptr"); return 0; }
     if (wisp_batch_nnz(a) && memcmp(wisp_batch_ids(a), wisp_batch_ids(b), wisp_batch_nnz(a) * 4)) {
         snprintf(why, whylen, "ids");
         return 0;
@@ -62,7 +62,7 @@ static inline char *render(const wisp_batch *b)
 {
     str o = {0};
     sputs(&o, "");
-    const uint32_t *rp = wisp_batch_row_ptr(b), *ids = wisp_batch_ids(b), *vp = wisp_batch_val_ptr(b);
+    const uint32_t *rp = wisp_batch_indptr(b), *ids = wisp_batch_ids(b), *vp = wisp_batch_val_ptr(b);
     const float *vals = wisp_batch_vals(b);
     size_t nbad = wisp_batch_bad_count(b), bi = 0;
     for (size_t r = 0; r < wisp_batch_rows(b); r++) {
@@ -107,20 +107,20 @@ static inline int expected_mode(const wisp_batch *b)
 /* Structural invariants every batch must keep; returns 0 when fine. */
 static inline int invariants(const wisp_batch *b, const char *where)
 {
-    const uint32_t *rp = wisp_batch_row_ptr(b), *vp = wisp_batch_val_ptr(b);
+    const uint32_t *rp = wisp_batch_indptr(b), *vp = wisp_batch_val_ptr(b);
     size_t rows = wisp_batch_rows(b), bad = 0;
     char why[200] = "";
-    if (!rp) snprintf(why, sizeof why, "row_ptr NULL");
-    else if (rp[0] != 0) snprintf(why, sizeof why, "row_ptr[0] = %u", rp[0]);
-    else if (rp[rows] != wisp_batch_nnz(b)) snprintf(why, sizeof why, "row_ptr[rows] %u != nnz %zu", rp[rows], wisp_batch_nnz(b));
+    if (!rp) snprintf(why, sizeof why, "indptr NULL");
+    else if (rp[0] != 0) snprintf(why, sizeof why, "indptr[0] = %u", rp[0]);
+    else if (rp[rows] != wisp_batch_nnz(b)) snprintf(why, sizeof why, "indptr[rows] %u != nnz %zu", rp[rows], wisp_batch_nnz(b));
     else if (b->value_mode != expected_mode(b)) snprintf(why, sizeof why, "mode %d, counts say %d", b->value_mode, expected_mode(b));
     else if ((wisp_batch_vals(b) != NULL) != (b->value_mode != WISP_VALUES_NONE)) snprintf(why, sizeof why, "vals accessor vs mode");
     else if ((vp != NULL) != (b->value_mode == WISP_VALUES_MIXED)) snprintf(why, sizeof why, "val_ptr accessor vs mode");
     for (size_t r = 0; !why[0] && r < rows; r++) {
-        if (rp[r + 1] < rp[r]) snprintf(why, sizeof why, "row_ptr decreases at %zu", r);
+        if (rp[r + 1] < rp[r]) snprintf(why, sizeof why, "indptr decreases at %zu", r);
         if (vp && (vp[r + 1] < vp[r] || vp[r + 1] - vp[r] > rp[r + 1] - rp[r])) snprintf(why, sizeof why, "val_ptr bad at %zu", r);
         if (b->value_mode == WISP_VALUES_ALL && b->val_ptr && b->val_ptr[r + 1] != rp[r + 1])
-            snprintf(why, sizeof why, "ALL mode but internal val_ptr != row_ptr at %zu", r);
+            snprintf(why, sizeof why, "ALL mode but internal val_ptr != indptr at %zu", r);
     }
     if (!why[0] && vp && vp[rows] != wisp_batch_nvals(b)) snprintf(why, sizeof why, "val_ptr[rows] != nvals");
     for (size_t i = 0; !why[0] && i < wisp_batch_bad_count(b); i++) {

@@ -50,7 +50,7 @@ struct spec {
 
 struct data {
     size_t rows, nnz, nvals;
-    uint32_t *row_ptr, *val_ptr, *ids;
+    uint32_t *indptr, *val_ptr, *ids;
     uint64_t *ids64;             /* as given to the builders (ids >= 2^32 stay large) */
     float *vals;
     double *ref;                 /* float64 probabilities */
@@ -59,7 +59,7 @@ struct data {
 
 static inline void data_free(struct data *d)
 {
-    free(d->row_ptr); free(d->val_ptr); free(d->ids); free(d->ids64); free(d->vals); free(d->ref);
+    free(d->indptr); free(d->val_ptr); free(d->ids); free(d->ids64); free(d->vals); free(d->ref);
     memset(d, 0, sizeof *d);
 }
 
@@ -82,13 +82,13 @@ static inline void gen(struct data *d, const struct spec *sp, const wisp_model *
     memset(d, 0, sizeof *d);
     d->rows = sp->rows;
     size_t cap = sp->rows * (size_t)(sp->wmax + 1) + 1;
-    d->row_ptr = malloc((sp->rows + 1) * sizeof *d->row_ptr);
+    d->indptr = malloc((sp->rows + 1) * sizeof *d->indptr);
     d->val_ptr = malloc((sp->rows + 1) * sizeof *d->val_ptr);
     d->ids = malloc(cap * sizeof *d->ids);
     d->ids64 = malloc(cap * sizeof *d->ids64);
     d->vals = malloc(cap * sizeof *d->vals);
     d->ref = malloc(sp->rows * sizeof *d->ref);
-    d->row_ptr[0] = d->val_ptr[0] = 0;
+    d->indptr[0] = d->val_ptr[0] = 0;
     const double bias = wisp_model_bias(m);
     for (size_t r = 0; r < sp->rows; r++) {
         unsigned n = sp->wmin + (unsigned)rnd_below(sp->wmax - sp->wmin + 1);
@@ -113,7 +113,7 @@ static inline void gen(struct data *d, const struct spec *sp, const wisp_model *
             else d->oor++;
             d->nnz++;
         }
-        d->row_ptr[r + 1] = (uint32_t)d->nnz;
+        d->indptr[r + 1] = (uint32_t)d->nnz;
         d->val_ptr[r + 1] = (uint32_t)d->nvals;
         d->ref[r] = 1.0 / (1.0 + exp(-zsum));
     }
@@ -124,8 +124,8 @@ static inline void append_rows(wisp_batch *b, const struct data *d, int vm)
 {
     int st = WISP_OK;
     for (size_t r = 0; r < d->rows && st == WISP_OK; r++) {
-        const uint64_t *ids = d->ids64 + d->row_ptr[r];
-        size_t n = d->row_ptr[r + 1] - d->row_ptr[r], nv = d->val_ptr[r + 1] - d->val_ptr[r];
+        const uint64_t *ids = d->ids64 + d->indptr[r];
+        size_t n = d->indptr[r + 1] - d->indptr[r], nv = d->val_ptr[r + 1] - d->val_ptr[r];
         const float *v = d->vals + d->val_ptr[r];
         if (vm == VM_NONE) st = wisp_batch_add_row(b, ids, NULL, n);
         else if (vm == VM_ALL) st = wisp_batch_add_row(b, ids, v, n);
@@ -139,7 +139,7 @@ static inline wisp_batch *make_batch(wisp_engine *eng, const struct data *d, int
 {
     wisp_batch *b = NULL;
     if (wrap) {
-        CHECK_OK(wisp_batch_wrap(eng, d->rows, d->row_ptr, d->ids, vm == VM_MIXED ? d->val_ptr : NULL,
+        CHECK_OK(wisp_batch_wrap(eng, d->rows, d->indptr, d->ids, vm == VM_MIXED ? d->val_ptr : NULL,
                                  vm == VM_NONE ? NULL : d->vals, &b));
         return b;
     }

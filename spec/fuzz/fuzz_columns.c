@@ -71,7 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_REQUIRE(st == WISP_OK || st == WISP_ELIMIT, "transform -> %d", st);
         if (st == WISP_OK) {
             FUZZ_REQUIRE(wisp_batch_rows(b) == 1, "transform made %zu rows", wisp_batch_rows(b));
-            const uint32_t *rp = wisp_batch_row_ptr(b), *ids = wisp_batch_ids(b);
+            const uint32_t *rp = wisp_batch_indptr(b), *ids = wisp_batch_ids(b);
             for (uint32_t k = rp[0]; k < rp[1]; k++)
                 FUZZ_REQUIRE(ids[k] < nf, "feature id %u outside the table of %llu", ids[k], (unsigned long long)nf);
             if (wisp_batch_bad_count(b)) FUZZ_REQUIRE(rp[1] == rp[0], "a bad row with features");

@@ -95,7 +95,7 @@ static inline void fuzz_check_scores(wisp_model *m, const wisp_batch *b)
     float *out = malloc((rows ? rows : 1) * sizeof *out);
     st = wisp_session_score(s, b, out);
     FUZZ_REQUIRE(st == WISP_OK, "score -> %d", st);
-    const uint32_t *rp = wisp_batch_row_ptr(b), *ids = wisp_batch_ids(b), *vp = wisp_batch_val_ptr(b);
+    const uint32_t *rp = wisp_batch_indptr(b), *ids = wisp_batch_ids(b), *vp = wisp_batch_val_ptr(b);
     const float *vals = wisp_batch_vals(b);
     uint64_t nf = wisp_model_num_features(m);
     size_t nbad = wisp_batch_bad_count(b), bi = 0;

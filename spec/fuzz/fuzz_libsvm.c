@@ -172,10 +172,10 @@ static void check_batch(const wisp_batch *b, const ref_batch *B, const char *pas
 {
     size_t rows = wisp_batch_rows(b);
     FUZZ_REQUIRE(rows == B->n, "%s: %zu rows, reference %zu", pass, rows, B->n);
-    const uint32_t *rp = wisp_batch_row_ptr(b), *ids = wisp_batch_ids(b), *vp = wisp_batch_val_ptr(b);
+    const uint32_t *rp = wisp_batch_indptr(b), *ids = wisp_batch_ids(b), *vp = wisp_batch_val_ptr(b);
     const float *vals = wisp_batch_vals(b);
     size_t nnz = wisp_batch_nnz(b), nvals = wisp_batch_nvals(b);
-    FUZZ_REQUIRE(rp && rp[0] == 0 && rp[rows] == nnz, "%s: row_ptr ends at %u, nnz %zu", pass, rp ? rp[rows] : 0, nnz);
+    FUZZ_REQUIRE(rp && rp[0] == 0 && rp[rows] == nnz, "%s: indptr ends at %u, nnz %zu", pass, rp ? rp[rows] : 0, nnz);
     FUZZ_REQUIRE((nvals == 0) == (vals == NULL), "%s: nvals %zu but vals %p", pass, nvals, (const void *)vals);
     FUZZ_REQUIRE((vp != NULL) == (nvals != 0 && nvals != nnz), "%s: val_ptr %p with nvals %zu of %zu", pass,
                  (const void *)vp, nvals, nnz);
@@ -191,7 +191,7 @@ static void check_batch(const wisp_batch *b, const ref_batch *B, const char *pas
         int is_bad = brow == r;
         FUZZ_REQUIRE(is_bad == R->bad, "%s: row %zu (line %llu) bad=%d, reference bad=%d%s%s", pass, r,
                      (unsigned long long)R->line, is_bad, R->bad, is_bad ? ": " : "", is_bad ? msg : "");
-        FUZZ_REQUIRE(rp[r + 1] >= rp[r], "%s: row_ptr decreases at %zu", pass, r);
+        FUZZ_REQUIRE(rp[r + 1] >= rp[r], "%s: indptr decreases at %zu", pass, r);
         size_t a = rp[r], z = rp[r + 1];
         size_t nv = vp ? vp[r + 1] - vp[r] : vals ? z - a : 0, v0 = vp ? vp[r] : a;
         if (is_bad) {

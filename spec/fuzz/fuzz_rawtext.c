@@ -78,7 +78,7 @@ static char *render(const wisp_raw *r, wisp_batch **keep)
     FUZZ_REQUIRE(wisp_batch_rows(b) == wisp_raw_rows(r) && wisp_batch_bad_count(b) >= wisp_raw_bad_count(r),
                  "transform: %zu rows (%zu bad) from %zu raw rows (%zu bad)", wisp_batch_rows(b),
                  wisp_batch_bad_count(b), wisp_raw_rows(r), wisp_raw_bad_count(r));
-    const uint32_t *rp = wisp_batch_row_ptr(b), *ids = wisp_batch_ids(b), *vp = wisp_batch_val_ptr(b);
+    const uint32_t *rp = wisp_batch_indptr(b), *ids = wisp_batch_ids(b), *vp = wisp_batch_val_ptr(b);
     const float *vals = wisp_batch_vals(b);
     size_t rows = wisp_batch_rows(b), nbad = wisp_batch_bad_count(b), bi = 0, cap = 64, n = 0;
     uint64_t nf = wisp_columns_num_features(cols);

@@ -38,7 +38,7 @@ static wisp_batch *new_batch(void)
 static void check_invariants(const wisp_batch *b, int bits)
 {
     size_t rows = wisp_batch_rows(b), nbad = wisp_batch_bad_count(b), bi = 0;
-    const uint32_t *rp = wisp_batch_row_ptr(b), *ids = wisp_batch_ids(b), *vp = wisp_batch_val_ptr(b);
+    const uint32_t *rp = wisp_batch_indptr(b), *ids = wisp_batch_ids(b), *vp = wisp_batch_val_ptr(b);
     const float *vals = wisp_batch_vals(b);
     for (size_t r = 0; r < rows; r++) {
         size_t brow = SIZE_MAX;
@@ -75,7 +75,7 @@ static void same_batches(const wisp_batch *a, const wisp_batch *b)
                  "batches differ: rows %zu/%zu nnz %zu/%zu bad %zu/%zu", rows, wisp_batch_rows(b), wisp_batch_nnz(a),
                  wisp_batch_nnz(b), wisp_batch_bad_count(a), wisp_batch_bad_count(b));
     size_t nnz = wisp_batch_nnz(a), nvals = wisp_batch_nvals(a);
-    FUZZ_REQUIRE(!memcmp(wisp_batch_row_ptr(a), wisp_batch_row_ptr(b), (rows + 1) * sizeof(uint32_t)), "row_ptr differs");
+    FUZZ_REQUIRE(!memcmp(wisp_batch_indptr(a), wisp_batch_indptr(b), (rows + 1) * sizeof(uint32_t)), "indptr differs");
     FUZZ_REQUIRE(!nnz || !memcmp(wisp_batch_ids(a), wisp_batch_ids(b), nnz * sizeof(uint32_t)), "ids differ");
     FUZZ_REQUIRE(!nvals || !memcmp(wisp_batch_vals(a), wisp_batch_vals(b), nvals * sizeof(float)), "values differ");
     for (size_t i = 0; i < wisp_batch_bad_count(a); i++) {

@@ -1,7 +1,7 @@
 /* fuzz_wrap.c — libFuzzer target: wisp_batch_wrap's validation of caller CSR arrays, and scoring what it accepts. */
 /*
  * Input: byte 0: rows (% 33); byte 1: flags (bit 0 val_ptr, bit 1 vals,
- * bit 2 corrupt one row_ptr entry, bit 3 corrupt one val_ptr entry);
+ * bit 2 corrupt one indptr entry, bit 3 corrupt one val_ptr entry);
  * byte 2: the corrupted entry; bytes 3..6: the corrupting value (u32);
  * then one byte per row (features: low 4 bits, valued: high 4 bits), then
  * ids and values drawn from the rest.
@@ -10,7 +10,7 @@
  * float64 reference, reading nothing past the arrays (each is an exactly
  * sized heap block, so a stray read is an ASan report); a row is listed
  * bad exactly when one of its values is not finite (the values rule:
- * value bytes 0, 1, 2 are NaN, +inf, -inf). wrap reads row_ptr, val_ptr
+ * value bytes 0, 1, 2 are NaN, +inf, -inf). wrap reads indptr, val_ptr
  * and the values (once), never the ids.
  */
 #include "fuzz_common.h"

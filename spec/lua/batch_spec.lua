@@ -13,7 +13,7 @@ end
 
 -- the CSR a list of rows should produce (ids as stored)
 local function expected_csr(rows)
-    local row_ptr, ids, val_ptr, vals = { 0 }, {}, { 0 }, {}
+    local indptr, ids, val_ptr, vals = { 0 }, {}, { 0 }, {}
     local any_vals = false
     for _, row in ipairs(rows) do
         for _, id in ipairs(row.ids) do ids[#ids + 1] = id >= 2 ^ 32 and NONE or id end
@@ -22,18 +22,18 @@ local function expected_csr(rows)
             any_vals = true
             for _, v in ipairs(row.vals) do vals[#vals + 1] = v end
         end
-        row_ptr[#row_ptr + 1] = #ids
+        indptr[#indptr + 1] = #ids
         val_ptr[#val_ptr + 1] = #vals
     end
-    return { row_ptr = row_ptr, ids = ids, val_ptr = val_ptr, vals = vals, any_vals = any_vals }
+    return { indptr = indptr, ids = ids, val_ptr = val_ptr, vals = vals, any_vals = any_vals }
 end
 
 -- Each row's features as sorted {id, value} pairs (binary features have value 1).
 local function features(b)
     local csr = b:csr()
     local out = {}
-    for r = 1, #csr.row_ptr - 1 do
-        local s, e = csr.row_ptr[r], csr.row_ptr[r + 1]
+    for r = 1, #csr.indptr - 1 do
+        local s, e = csr.indptr[r], csr.indptr[r + 1]
         local nv, v0 = 0, 0
         if csr.val_ptr then
             nv, v0 = csr.val_ptr[r + 1] - csr.val_ptr[r], csr.val_ptr[r]
@@ -75,7 +75,7 @@ describe("batches", function()
         assert.equal(3 + 2 + 0 + 3 + 4, b:nnz())
         assert.equal(3, b:nvals())
         local csr = b:csr()
-        assert.same({ 0, 3, 5, 5, 8, 12 }, csr.row_ptr)
+        assert.same({ 0, 3, 5, 5, 8, 12 }, csr.indptr)
         assert.same({ 3, 17, 4096, 5, 6, 9, 1, 2, NONE, NONE, NONE, 7 }, csr.ids)
         assert.same({ 0.5, 2, -1.5 }, csr.vals)
         assert.same({ 0, 0, 2, 2, 3, 3 }, csr.val_ptr)
@@ -92,7 +92,7 @@ describe("batches", function()
             assert.is_true(add(b))
             assert.equal(2, b:rows())
             assert.equal(0, b:nnz())
-            assert.same({ 0, 0, 0 }, b:csr().row_ptr)
+            assert.same({ 0, 0, 0 }, b:csr().indptr)
         end
         assert.equal(1, wisp.batch_from_rows({ { ids = {}, bids = {} } }):rows())
     end)
@@ -108,7 +108,7 @@ describe("batches", function()
         local want = expected_csr(rows)
         local csr = b:csr()
         assert.equal(#rows, b:rows())
-        assert.same(want.row_ptr, csr.row_ptr)
+        assert.same(want.indptr, csr.indptr)
         assert.same(want.ids, csr.ids)
         -- valued features of a row come first, binary ones after
         local nv = 0
@@ -127,7 +127,7 @@ describe("batches", function()
         })
         assert.equal(6, b:rows())
         local csr = b:csr()
-        assert.same({ 0, 2, 3, 6, 6, 9, 10 }, csr.row_ptr)
+        assert.same({ 0, 2, 3, 6, 6, 9, 10 }, csr.indptr)
         assert.same({ 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 }, csr.ids)
         assert.same({ 0.5, 0.25, 2 }, csr.vals)
         local e = wisp.engine { threads = 1 }
@@ -162,25 +162,25 @@ describe("batches", function()
         assert.same({}, b:bad_rows())
         assert(b:add { 42 })
         assert.same({ 42 }, b:csr().ids)
-        assert.same({ 0, 1 }, b:csr().row_ptr)
+        assert.same({ 0, 1 }, b:csr().indptr)
     end)
 
     describe("zero-copy FFI batches", function()
         it("wrap caller arrays in each value mode", function()
-            local row_ptr = ffi.new("uint32_t[4]", { 0, 2, 2, 5 })
+            local indptr = ffi.new("uint32_t[4]", { 0, 2, 2, 5 })
             local ids = ffi.new("uint32_t[5]", { 1, 2, 3, 4, NONE })
-            local b = assert(wisp.batch_from_ffi(3, row_ptr, ids))
+            local b = assert(wisp.batch_from_ffi(3, indptr, ids))
             assert.is_true(b:is_wrapped())
             assert.equal(3, b:rows())
             assert.equal(5, b:nnz())
-            assert.same({ 0, 2, 2, 5 }, b:csr().row_ptr)
+            assert.same({ 0, 2, 2, 5 }, b:csr().indptr)
             -- every feature valued
             local vals = ffi.new("float[5]", { 1, 2, 3, 4, 5 })
-            local b2 = assert(wisp.batch_from_ffi(3, row_ptr, ids, nil, vals))
+            local b2 = assert(wisp.batch_from_ffi(3, indptr, ids, nil, vals))
             assert.same({ 1, 2, 3, 4, 5 }, b2:csr().vals)
             -- mixed: row 0 has one valued feature, row 2 two
             local val_ptr = ffi.new("uint32_t[4]", { 0, 1, 1, 3 })
-            local b3 = assert(wisp.batch_from_ffi(3, row_ptr, ids, val_ptr, vals))
+            local b3 = assert(wisp.batch_from_ffi(3, indptr, ids, val_ptr, vals))
             assert.same({ 0, 1, 1, 3 }, b3:csr().val_ptr)
             -- pointers (sizes unknown, trusted) and VLAs
             local rp = ffi.new("uint32_t[?]", 4, { 0, 2, 2, 5 })
@@ -188,14 +188,14 @@ describe("batches", function()
             assert.equal(5, b4:nnz())
             -- an engine of one's own
             local e = wisp.engine { threads = 1 }
-            assert.equal(3, assert(e:batch_from_ffi(3, row_ptr, ids)):rows())
-            assert.equal(3, assert(wisp.batch_from_ffi(3, row_ptr, ids, nil, nil, e)):rows())
+            assert.equal(3, assert(e:batch_from_ffi(3, indptr, ids)):rows())
+            assert.equal(3, assert(wisp.batch_from_ffi(3, indptr, ids, nil, nil, e)):rows())
         end)
 
         it("see the caller's memory without copying it", function()
-            local row_ptr = ffi.new("uint32_t[2]", { 0, 2 })
+            local indptr = ffi.new("uint32_t[2]", { 0, 2 })
             local ids = ffi.new("uint32_t[2]", { 1, 2 })
-            local b = assert(wisp.batch_from_ffi(1, row_ptr, ids))
+            local b = assert(wisp.batch_from_ffi(1, indptr, ids))
             ids[1] = 99
             assert.same({ 1, 99 }, b:csr().ids)
         end)
@@ -203,11 +203,11 @@ describe("batches", function()
         it("keep their arrays alive when the caller drops them", function()
             local function make()
                 local n = 1000
-                local row_ptr = ffi.new("uint32_t[?]", n + 1)
+                local indptr = ffi.new("uint32_t[?]", n + 1)
                 local ids = ffi.new("uint32_t[?]", n)
                 local vals = ffi.new("float[?]", n)
-                for i = 0, n - 1 do row_ptr[i + 1] = i + 1; ids[i] = i; vals[i] = i / 2 end
-                return assert(wisp.batch_from_ffi(n, row_ptr, ids, nil, vals))
+                for i = 0, n - 1 do indptr[i + 1] = i + 1; ids[i] = i; vals[i] = i / 2 end
+                return assert(wisp.batch_from_ffi(n, indptr, ids, nil, vals))
             end
             local b = make()
             collectgarbage(); collectgarbage()
@@ -238,7 +238,7 @@ describe("batches", function()
             raises("bad argument #2 to 'batch_from_ffi' (uint32_t array expected, got table)", wisp.batch_from_ffi, 2, { 0, 1, 2 }, ids)
             raises("bad argument #2 to 'batch_from_ffi' (uint32_t array expected, got double [3])",
                    wisp.batch_from_ffi, 2, ffi.new("double[3]"), ids)
-            raises("bad argument #2 to 'batch_from_ffi' (row_ptr holds 3 elements, 4 needed)", wisp.batch_from_ffi, 3, rp, ids)
+            raises("bad argument #2 to 'batch_from_ffi' (indptr holds 3 elements, 4 needed)", wisp.batch_from_ffi, 3, rp, ids)
             raises("bad argument #3 to 'batch_from_ffi' (ids holds 1 elements, 2 needed)",
                    wisp.batch_from_ffi, 2, rp, ffi.new("uint32_t[1]"))
             raises("bad argument #3 to 'batch_from_ffi' (uint32_t array expected, got int64_t [2])",
@@ -251,7 +251,7 @@ describe("batches", function()
         end)
 
         it("return nil, err for arrays the library rejects", function()
-            -- row_ptr not monotone
+            -- indptr not monotone
             local b, err = wisp.batch_from_ffi(2, ffi.new("uint32_t[3]", { 0, 2, 1 }), ffi.cast("uint32_t *", ffi.new("uint32_t[2]")))
             assert.is_nil(b)
             assert.matches("batch_from_ffi: ", err, 1, true)
@@ -314,8 +314,8 @@ describe("batches", function()
             assert.equal(#want, b:bad_count())
             -- bad rows have no features; good rows are intact
             local csr = b:csr()
-            assert.equal(0, csr.row_ptr[3] - csr.row_ptr[2])
-            assert.equal(1, csr.row_ptr[2] - csr.row_ptr[1])
+            assert.equal(0, csr.indptr[3] - csr.indptr[2])
+            assert.equal(1, csr.indptr[2] - csr.indptr[1])
             assert.equal(NONE, csr.ids[#csr.ids])
         end)
 
@@ -531,8 +531,8 @@ describe("the values rule: a value that is not a finite float32 makes its row ba
             local c = b:csr()
             for i = 1, #EDGE do
                 local r = 3 * (i - 1)                                 -- good rows keep their features
-                assert.equal(2, c.row_ptr[r + 2] - c.row_ptr[r + 1])
-                assert.equal(1, c.row_ptr[r + 4] - c.row_ptr[r + 3])
+                assert.equal(2, c.indptr[r + 2] - c.indptr[r + 1])
+                assert.equal(1, c.indptr[r + 4] - c.indptr[r + 3])
             end
             b:close()
         end

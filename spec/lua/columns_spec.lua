@@ -54,7 +54,7 @@ end
 -- The features of batch row r (0-based) inside [off, off+size): sorted local ids, and values by id.
 local function row_slice(csr, r, off, size)
     local ids, vals = {}, {}
-    local a, z = csr.row_ptr[r + 1], csr.row_ptr[r + 2]
+    local a, z = csr.indptr[r + 1], csr.indptr[r + 2]
     local va = csr.val_ptr and csr.val_ptr[r + 1] or nil
     local nvals = csr.val_ptr and (csr.val_ptr[r + 2] - va) or (csr.vals and (z - a) or 0)
     for k = a, z - 1 do
@@ -328,9 +328,9 @@ describe("feature columns: raw rows", function()
         -- float64 reference from the features
         local csr = b:csr()
         local z = 0.25
-        for k = csr.row_ptr[1], csr.row_ptr[2] - 1 do
+        for k = csr.indptr[1], csr.indptr[2] - 1 do
             local id = csr.ids[k + 1]
-            local v = (csr.val_ptr and k - csr.row_ptr[1] < csr.val_ptr[2] - csr.val_ptr[1]) and csr.vals[k + 1] or 1
+            local v = (csr.val_ptr and k - csr.indptr[1] < csr.val_ptr[2] - csr.val_ptr[1]) and csr.vals[k + 1] or 1
             z = z + w[id + 1] * v
         end
         assert.is_true(math.abs(p[1] - 1 / (1 + math.exp(-z))) < 1e-6)

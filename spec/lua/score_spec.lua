@@ -30,7 +30,7 @@ local function ffi_batch(rows, mode)
         nnz = nnz + #row.ids + #(row.bids or {})
         nv = nv + (row.vals and #row.vals or 0)
     end
-    local row_ptr = ffi.new("uint32_t[?]", n + 1)
+    local indptr = ffi.new("uint32_t[?]", n + 1)
     local val_ptr = ffi.new("uint32_t[?]", n + 1)
     local ids = ffi.new("uint32_t[?]", math.max(nnz, 1))
     local vals = ffi.new("float[?]", math.max(mode == "all" and nnz or nv, 1))
@@ -49,15 +49,15 @@ local function ffi_batch(rows, mode)
             if mode == "all" then vals[k] = 1 end
             k = k + 1
         end
-        row_ptr[r] = k
+        indptr[r] = k
         val_ptr[r] = v
     end
     if mode == "mixed" then
-        return assert(wisp.batch_from_ffi(n, row_ptr, ids, val_ptr, vals))
+        return assert(wisp.batch_from_ffi(n, indptr, ids, val_ptr, vals))
     elseif mode == "all" then
-        return assert(wisp.batch_from_ffi(n, row_ptr, ids, nil, vals))
+        return assert(wisp.batch_from_ffi(n, indptr, ids, nil, vals))
     end
-    return assert(wisp.batch_from_ffi(n, row_ptr, ids))
+    return assert(wisp.batch_from_ffi(n, indptr, ids))
 end
 
 describe("sessions", function()

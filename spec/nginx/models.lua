@@ -47,9 +47,9 @@ f:close()
 local function libsvm_of(batch)
     local csr = batch:csr()
     local lines = {}
-    for r = 1, #csr.row_ptr - 1 do
+    for r = 1, #csr.indptr - 1 do
         local parts = { "0" }
-        local a, z = csr.row_ptr[r], csr.row_ptr[r + 1]
+        local a, z = csr.indptr[r], csr.indptr[r + 1]
         local va, vz = 0, 0
         if csr.val_ptr then va, vz = csr.val_ptr[r], csr.val_ptr[r + 1] end
         for k = a, z - 1 do

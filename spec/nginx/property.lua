@@ -401,9 +401,9 @@ if cmd == "ref" then
     local badrow = {}
     for _, r in ipairs(tr:bad_rows()) do badrow[r.row] = true end
     local lines = {}
-    for r = 1, #csr.row_ptr - 1 do
+    for r = 1, #csr.indptr - 1 do
         local parts = { "0" }
-        local a, z = csr.row_ptr[r], csr.row_ptr[r + 1]
+        local a, z = csr.indptr[r], csr.indptr[r + 1]
         local va, vz = 0, 0
         if csr.val_ptr then va, vz = csr.val_ptr[r], csr.val_ptr[r + 1] end
         for k = a, z - 1 do

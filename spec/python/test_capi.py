@@ -31,7 +31,7 @@ def test_every_declared_function_is_read():
     assert declared and declared <= set(protos), sorted(declared - set(protos))
     assert protos["wisp_errmsg"] == (C.c_char_p, [])
     assert protos["wisp_engine_new"] == (C.c_int, [C.c_int, C.POINTER(C.c_void_p)])
-    assert protos["wisp_batch_row_ptr"][0] == C.POINTER(C.c_uint32)
+    assert protos["wisp_batch_indptr"][0] == C.POINTER(C.c_uint32)
     assert protos["wisp_batch_vals"][0] == C.POINTER(C.c_float)
     assert protos["wisp_model_write"][1][0] is C.c_char_p and protos["wisp_model_write"][1][1] is C.c_void_p
     assert protos["wisp_cuda_time_resident"][1][-2:] == [C.c_void_p, C.c_void_p]
@@ -61,7 +61,7 @@ def test_calls_through_the_binding(lib, model_path):
     ids = np.array([1, 7, 1000], np.uint32)
     vals = np.array([0.5, -1.0, 2.0], np.float32)
     assert lib.wisp_batch_wrap(eng, 3, indptr.ctypes.data, ids.ctypes.data, None, vals.ctypes.data, C.byref(b)) == 0
-    assert lib.wisp_batch_rows(b) == 3 and lib.wisp_batch_row_ptr(b)[3] == 3
+    assert lib.wisp_batch_rows(b) == 3 and lib.wisp_batch_indptr(b)[3] == 3
     out = np.zeros(3, np.float32)
     assert lib.wisp_session_score(s, b, out.ctypes.data) == 0
     ref = wisp_load_score(model_path, indptr, ids, vals)
