@@ -1,6 +1,7 @@
-/* cuda_internal.h — the CUDA backend's private header: its devices, device copies of the weights, sessions, units and
- * batches in flight, shared by engine/cuda/cuda_device.c, cuda_session.c, cuda_score.c, cuda_hooks.c and cuda_transform.c;
- * never included outside the backend (CUDA builds only). */
+/* cuda_internal.h — the CUDA backend's private header: devices, weights on devices, sessions, units, batches in flight.
+ * Shared by the backend's files (engine/cuda/: cuda_device.c, cuda_session.c, cuda_plan.c, cuda_launch.c,
+ * cuda_score.c, cuda_hooks.c, cuda_transform.c, cuda_device_batch.c); never included outside the backend
+ * (CUDA builds only). */
 #ifndef WISP_CUDA_INTERNAL_H
 #define WISP_CUDA_INTERNAL_H
 
@@ -12,8 +13,8 @@
 #include <cuda_runtime_api.h>
 #include <stdatomic.h>
 
-/* NVTX ranges for Nsight Systems (issue 5): nvtx3 is header-only in CUDA 12+; with no
- * tool attached a range is a load and a branch. WISP_NO_NVTX compiles them out. */
+/* NVTX ranges for Nsight Systems: nvtx3 is header-only in CUDA 12+; with no tool attached
+ * a range is a load and a branch. WISP_NO_NVTX compiles them out. */
 #if !defined(WISP_NO_NVTX) && defined(__has_include)
 #if __has_include(<nvtx3/nvToolsExt.h>)
 #include <nvtx3/nvToolsExt.h>
@@ -175,6 +176,12 @@ struct job {
  * CPU's double sum does not). */
 #define OUT_SIZE(j) ((j)->partial ? sizeof(double) : sizeof(float))
 
+/* Whether the batch records timing events (WISP_GPU_TIMING; by default large batches only). */
+static inline int use_timing(const struct job *j)
+{
+    return j->s->timing == 1 || (j->s->timing == -1 && !j->small);
+}
+
 #define JOB_CHECK(j, u, call, what) do { \
     cudaError_t e_ = (call); \
     if (e_ != cudaSuccess && (j)->err == cudaSuccess) { (j)->err = e_; (j)->err_dev = (u)->dev; (j)->err_what = (what); } \
@@ -201,9 +208,14 @@ int wisp__cuda_wait(void *vs, uint64_t *stats);
 void wisp__cuda_layout(struct lay *L, size_t rows, size_t nnz, size_t nvals, int vm, int nsh, int zc, size_t osz);
 int wisp__cuda_grow_dbuf(sess *s, struct unit *u, size_t need);
 float wisp__cuda_elapsed_ms(cudaEvent_t a, cudaEvent_t b);
+/* a batch scored (engine/cuda/cuda_score.c: check, plan, enqueue; wait, collect): the plan of the job over the
+ * session's units, buffers allocated, nothing enqueued (cuda_plan.c); unit u's part enqueued, phase 0 its copies
+ * in (everything for a batch that is not large), phase 1 a large batch's kernels and copies out (cuda_launch.c) */
 int wisp__cuda_job_start(sess *s, struct job *j, wisp_model *m, const wisp_batch *b, float *out, uint64_t *stats,
                      const char *fn, int submitted);
 int wisp__cuda_job_finish(struct job *j, uint64_t *stats, int async);
+int wisp__cuda_plan(struct job *j);
+void wisp__cuda_enqueue_unit(struct job *j, struct unit *u, int phase);
 
 /* the GPU transform (engine/cuda/cuda_transform.c) */
 int  wisp__cuda_xf_transform(void *sctx, const wisp_raw *r, wisp_batch *b, uint64_t *stats);
