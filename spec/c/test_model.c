@@ -64,7 +64,7 @@ static void write_all(const char *path, const void *buf, size_t len)
 
 static void write_text(const char *path, const char *text) { write_all(path, text, strlen(text)); }
 
-/* the layout this test knows (see the comment at the top of engine/model/model.c) */
+/* the layout this test knows (see the comment at the top of engine/model/format.h) */
 static uint64_t get64(const unsigned char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 static void put64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
 static void put32(unsigned char *p, uint32_t v) { memcpy(p, &v, 4); }
