@@ -881,10 +881,10 @@ void   wisp_device_free(int dev, void *p);
  * --noconstant, --ignore, --keep, --ignore_linear) live in the model's meta
  * ("vw_options"), so the text needs nothing else. The weights sit at VW's
  * own indices in a table of 2^bits (the constant's weight at 11650396 &
- * mask, bias 0), and the score is sigmoid(VW's sum). The rules (VW's
- * MurmurHash3 hashstring, namespaces, values, quadratic interactions,
- * labels, tags, and where wisp is stricter than VW) are written at the top
- * of engine/parse/vw.c.
+ * mask, bias 0), and the score is sigmoid(VW's sum). The rules are written
+ * at the top of engine/transform/vw_hash.c (VW's MurmurHash3 hashstring,
+ * namespaces, quadratic interactions) and of engine/parse/vw_text.c
+ * (values, labels, tags, and where wisp is stricter than VW).
  * ------------------------------------------------------------------------- */
 
 typedef struct wisp_vw wisp_vw;   /* hashing options; immutable, thread-safe */

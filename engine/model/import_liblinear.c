@@ -50,7 +50,7 @@ struct reader {
 };
 
 /* Read the whole file into memory (NUL-terminated); `what` names what the file
- * should be, for the message about a directory. Shared with vw.c's importer. */
+ * should be, for the message about a directory. Shared with import_vw.c. */
 int wisp__read_file(const char *path, const char *what, char **out, size_t *len)
 {
     char eb[128];

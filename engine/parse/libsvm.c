@@ -123,7 +123,7 @@ static inline uint32_t id32(uint64_t id)
 }
 
 /* The token at s (up to a blank or e) for a message: at most 40 bytes,
- * non-printable bytes as '?', "..." when cut (buf: 44 bytes). vw.c uses it too. */
+ * non-printable bytes as '?', "..." when cut (buf: 44 bytes). vw_text.c uses it too. */
 const char *wisp__excerpt(const char *s, const char *e, char *buf)
 {
     size_t n = 0;
