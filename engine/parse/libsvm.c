@@ -1,4 +1,4 @@
-/* libsvm.c — the fast libsvm-format text parser behind wisp_batch_parse_libsvm. */
+/* libsvm.c — the fast libsvm text parser (wisp_batch_parse_libsvm) and the batch text parsers' line loop. */
 /*
  * Grammar of one line (fields separated by spaces and/or tabs, CRLF accepted):
  *     [label] feature feature ... [# comment]
@@ -619,26 +619,18 @@ static int add_bad_row(wisp_batch *b, uint64_t line, const char *msg)
     return st;
 }
 
-int wisp_batch_parse_libsvm(wisp_batch *b, const char *text, size_t len, int final,
-                            size_t max_rows, uint64_t *line_no, size_t *consumed)
+/* wisp__parse_text_rows' body: inlined into wisp_batch_parse_libsvm, whose first() and row() then inline too. */
+static inline __attribute__((always_inline)) int text_rows(wisp_batch *b, const char *text, size_t len, int final,
+                                                           size_t max_rows, uint64_t *line_no, size_t *consumed,
+                                                           const wisp__text_rows *fn)
 {
-    static const char fn[] = "wisp_batch_parse_libsvm";
-    if (consumed) *consumed = 0;
-    if (!b) return wisp__fail(WISP_EINVAL, "%s: batch is NULL", fn);
-    if (b->wrapped) return wisp__fail(WISP_ESTATE, "%s: the batch wraps caller arrays and cannot grow", fn);
-    if (!text && len) return wisp__fail(WISP_EINVAL, "%s: text is NULL", fn);
-
     uint64_t ln = line_no ? *line_no : 0;
     size_t pos = 0, added = 0;
-#if HAVE_FAST_PATH
-    const int fast_on = __atomic_load_n(&fast_path_on, __ATOMIC_RELAXED);
-#endif
     int st = WISP_OK;
-    char msg[256];
-    struct line_out o;
+    char msg[320];
 
     while (pos < len && (max_rows == 0 || added < max_rows)) {
-        const char *s = text + pos, *e = NULL;
+        const char *s = text + pos, *e = NULL, *p = NULL;
         size_t next = 0;
         const int cut = wisp__next_line(text, len, pos, final, ln, &e, &next);
         if (cut <= 0) { st = cut; break; }       /* more text needed (WISP_OK), or a line too long */
@@ -646,56 +638,20 @@ int wisp_batch_parse_libsvm(wisp_batch *b, const char *text, size_t len, int fin
         size_t L = (size_t)(e - s);
         int bad = 0;
         if (WISP_UNLIKELY(L > WISP_MAX_LINE_BYTES)) {
-            if (b->rows >= WISP_MAX_ROWS) {
-                st = wisp__fail(WISP_ELIMIT, "line %llu: the batch already holds WISP_MAX_ROWS (%u) rows",
-                               (unsigned long long)this_line, WISP_MAX_ROWS);
-                break;
-            }
             snprintf(msg, sizeof msg, "line %llu: longer than WISP_MAX_LINE_BYTES (%u bytes), at column %u",
                      (unsigned long long)this_line, WISP_MAX_LINE_BYTES, WISP_MAX_LINE_BYTES + 1);
             bad = 1;
         } else {
             if (e > s && e[-1] == '\r') e--;
-            const char *p = s;
-            while (p < e && is_blank(*p)) p++;
-            if (p == e || *p == '#') { ln = this_line; pos = next; continue; }   /* no row */
-            if (b->rows >= WISP_MAX_ROWS) {
-                st = wisp__fail(WISP_ELIMIT, "line %llu: the batch already holds WISP_MAX_ROWS (%u) rows",
-                               (unsigned long long)this_line, WISP_MAX_ROWS);
-                break;
-            }
-            size_t lim = WISP_MAX_ROW_FEATURES;
-            int row_lim = 1;
-            if (WISP_MAX_NNZ - b->nnz < lim) { lim = WISP_MAX_NNZ - b->nnz; row_lim = 0; }
-            size_t nfeat = (size_t)(e - p) / 2 + 1;
-            if (nfeat > lim) nfeat = lim;
-            uint32_t *vid, *bid;
-            float *vv;
-            if ((st = wisp__batch_reserve_line(b, nfeat, &vid, &vv, &bid)) != WISP_OK) {
-                wisp__fail_context(st, "line %llu", (unsigned long long)this_line);
-                break;
-            }
-            int r = LINE_BAD;
-#if HAVE_FAST_PATH
-            if (WISP_LIKELY(fast_on)) r = fast_line(p, e, text + len, lim, vid, vv, bid, &o) == FAST_OK ? LINE_OK : LINE_BAD;
-            if (r != LINE_OK)
-#endif
-                r = parse_line(p, e, text + len, lim, row_lim, vid, vv, bid, &o);
-            if (r == LINE_OK) {
-                if ((st = wisp__batch_commit_line(b, o.nv, o.nb)) != WISP_OK) {
-                    wisp__fail_context(st, "line %llu", (unsigned long long)this_line);
-                    break;
-                }
-            } else if (r == LINE_LIMIT) {
-                st = wisp__fail(WISP_ELIMIT, "line %llu: the batch would hold more than WISP_MAX_NNZ (%u) features",
-                               (unsigned long long)this_line, WISP_MAX_NNZ);
-                break;
-            } else {
-                snprintf(msg, sizeof msg, "line %llu: %s, at column %zu", (unsigned long long)this_line,
-                         o.what, (size_t)(o.err_at - s) + 1);
-                bad = 1;
-            }
+            if (!(p = fn->first(s, e))) { ln = this_line; pos = next; continue; }   /* no row */
         }
+        if (b->rows >= WISP_MAX_ROWS) {
+            st = wisp__fail(WISP_ELIMIT, "line %llu: the batch already holds WISP_MAX_ROWS (%u) rows",
+                           (unsigned long long)this_line, WISP_MAX_ROWS);
+            break;
+        }
+        if (!bad && (st = fn->row(fn->ctx, b, s, p, e, text + len, this_line, &bad, msg, sizeof msg)) != WISP_OK)
+            break;
         if (bad && (st = add_bad_row(b, this_line, msg)) != WISP_OK) {
             wisp__fail_context(st, "line %llu", (unsigned long long)this_line);
             break;
@@ -707,4 +663,74 @@ int wisp_batch_parse_libsvm(wisp_batch *b, const char *text, size_t len, int fin
     if (line_no) *line_no = ln;
     if (consumed) *consumed = pos;
     return st;
+}
+
+int wisp__parse_text_rows(wisp_batch *b, const char *text, size_t len, int final, size_t max_rows,
+                          uint64_t *line_no, size_t *consumed, const wisp__text_rows *fn)
+{
+    return text_rows(b, text, len, final, max_rows, line_no, consumed, fn);
+}
+
+/* A libsvm line's row starts at its first non-blank byte; a blank line or a comment makes none. */
+static const char *libsvm_first(const char *s, const char *e)
+{
+    const char *p = s;
+    while (p < e && is_blank(*p)) p++;
+    return p == e || *p == '#' ? NULL : p;
+}
+
+struct libsvm_ctx {
+    int fast_on;                 /* the fast path, read once a call */
+    struct line_out o;
+};
+
+/* The row of line number `line` (s its start, its text at p..e): straight into the batch's arrays. */
+static int libsvm_row(void *vctx, wisp_batch *b, const char *s, const char *p, const char *e, const char *bufend,
+                      uint64_t line, int *bad, char *msg, size_t msg_len)
+{
+    struct libsvm_ctx *c = vctx;
+    size_t lim = WISP_MAX_ROW_FEATURES;
+    int row_lim = 1;
+    if (WISP_MAX_NNZ - b->nnz < lim) { lim = WISP_MAX_NNZ - b->nnz; row_lim = 0; }
+    size_t nfeat = (size_t)(e - p) / 2 + 1;
+    if (nfeat > lim) nfeat = lim;
+    uint32_t *vid, *bid;
+    float *vv;
+    int st = wisp__batch_reserve_line(b, nfeat, &vid, &vv, &bid);
+    if (st != WISP_OK) return wisp__fail_context(st, "line %llu", (unsigned long long)line);
+    int r = LINE_BAD;
+#if HAVE_FAST_PATH
+    if (WISP_LIKELY(c->fast_on)) r = fast_line(p, e, bufend, lim, vid, vv, bid, &c->o) == FAST_OK ? LINE_OK : LINE_BAD;
+    if (r != LINE_OK)
+#endif
+        r = parse_line(p, e, bufend, lim, row_lim, vid, vv, bid, &c->o);
+    if (r == LINE_OK) {
+        if ((st = wisp__batch_commit_line(b, c->o.nv, c->o.nb)) != WISP_OK)
+            return wisp__fail_context(st, "line %llu", (unsigned long long)line);
+    } else if (r == LINE_LIMIT) {
+        return wisp__fail(WISP_ELIMIT, "line %llu: the batch would hold more than WISP_MAX_NNZ (%u) features",
+                          (unsigned long long)line, WISP_MAX_NNZ);
+    } else {
+        snprintf(msg, msg_len, "line %llu: %s, at column %zu", (unsigned long long)line, c->o.what,
+                 (size_t)(c->o.err_at - s) + 1);
+        *bad = 1;
+    }
+    return WISP_OK;
+}
+
+int wisp_batch_parse_libsvm(wisp_batch *b, const char *text, size_t len, int final,
+                            size_t max_rows, uint64_t *line_no, size_t *consumed)
+{
+    static const char fn[] = "wisp_batch_parse_libsvm";
+    if (consumed) *consumed = 0;
+    if (!b) return wisp__fail(WISP_EINVAL, "%s: batch is NULL", fn);
+    if (b->wrapped) return wisp__fail(WISP_ESTATE, "%s: the batch wraps caller arrays and cannot grow", fn);
+    if (!text && len) return wisp__fail(WISP_EINVAL, "%s: text is NULL", fn);
+    struct libsvm_ctx c;
+    c.fast_on = 0;
+#if HAVE_FAST_PATH
+    c.fast_on = __atomic_load_n(&fast_path_on, __ATOMIC_RELAXED);
+#endif
+    const wisp__text_rows rows = { libsvm_first, libsvm_row, &c };
+    return text_rows(b, text, len, final, max_rows, line_no, consumed, &rows);
 }

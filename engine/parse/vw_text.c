@@ -264,19 +264,6 @@ static long parse_features(const wisp_vw *v, const char *p, const char *e, struc
     return (long)n;
 }
 
-/* Append an empty row marked bad. On failure nothing changed. */
-static int add_bad_row(wisp_batch *b, uint64_t line, const char *msg)
-{
-    uint32_t *ids, *scr;
-    float *vals;
-    int st = wisp__batch_reserve_line(b, 0, &ids, &vals, &scr);
-    if (st == WISP_OK) st = wisp__batch_commit_line(b, 0, 0);
-    if (st != WISP_OK) return st;
-    st = wisp__batch_mark_bad(b, b->rows - 1, line, msg);
-    if (st != WISP_OK) b->rows--;
-    return st;
-}
-
 static inline void emit(uint32_t id, float val, uint32_t *vid, float *vv, size_t *nv, uint32_t *bid, size_t *nb)
 {
     if (val == 1.0f) bid[(*nb)++] = id;
@@ -370,6 +357,32 @@ static int parse_line(const wisp_vw *v, wisp_batch *b, const char *s, const char
     return wisp__batch_commit_line(b, nv, nb);
 }
 
+/* A VW line's row starts after a UTF-8 byte order mark, if any; a blank line makes none. */
+static const char *vw_first(const char *s, const char *e)
+{
+    if (e - s >= 3 && (unsigned char)s[0] == 0xEF && (unsigned char)s[1] == 0xBB && (unsigned char)s[2] == 0xBF)
+        s += 3;                                  /* VW skips a UTF-8 BOM at a line's start */
+    const char *p = s;
+    while (p < e && is_blank(*p)) p++;
+    return p == e ? NULL : s;                    /* blank: no row */
+}
+
+struct vw_ctx { const wisp_vw *v; struct scratch sc; };
+
+/* The row of line number `line` (s its start, its text at p..e). */
+static int vw_row(void *vctx, wisp_batch *b, const char *s, const char *p, const char *e, const char *bufend,
+                  uint64_t line, int *bad, char *msg, size_t msg_len)
+{
+    struct vw_ctx *c = vctx;
+    struct line_err err;
+    int st = parse_line(c->v, b, p, e, &c->sc, bad, &err);
+    if (st != WISP_OK) return wisp__fail_context(st, "line %llu", (unsigned long long)line);
+    if (*bad)
+        snprintf(msg, msg_len, "line %llu: %s, at column %zu", (unsigned long long)line, err.what,
+                 (size_t)(err.at - s) + 1);
+    return WISP_OK;
+}
+
 int wisp_batch_parse_vw(wisp_batch *b, const wisp_vw *v, const char *text, size_t len, int final,
                         size_t max_rows, uint64_t *line_no, size_t *consumed)
 {
@@ -380,60 +393,10 @@ int wisp_batch_parse_vw(wisp_batch *b, const wisp_vw *v, const char *text, size_
     if (b->wrapped) return wisp__fail(WISP_ESTATE, "%s: the batch wraps caller arrays and cannot grow", fn);
     if (!text && len) return wisp__fail(WISP_EINVAL, "%s: text is NULL", fn);
     pthread_once(&vw_once, vw_init_tables);
-
-    uint64_t ln = line_no ? *line_no : 0;
-    size_t pos = 0, added = 0;
-    int st = WISP_OK;
-    char msg[320];
-    struct line_err err;
-    struct scratch sc = {0};
-
-    while (pos < len && (max_rows == 0 || added < max_rows)) {
-        const char *s = text + pos, *e = NULL;
-        size_t next = 0;
-        const int cut = wisp__next_line(text, len, pos, final, ln, &e, &next);
-        if (cut <= 0) { st = cut; break; }       /* more text needed (WISP_OK), or a line too long */
-        uint64_t this_line = ln + 1;
-        size_t L = (size_t)(e - s);
-        int bad = 0;
-        if (WISP_UNLIKELY(L > WISP_MAX_LINE_BYTES)) {
-            snprintf(msg, sizeof msg, "line %llu: longer than WISP_MAX_LINE_BYTES (%u bytes), at column %u",
-                     (unsigned long long)this_line, WISP_MAX_LINE_BYTES, WISP_MAX_LINE_BYTES + 1);
-            bad = 1;
-        } else {
-            if (e > s && e[-1] == '\r') e--;
-            if (e - s >= 3 && (unsigned char)s[0] == 0xEF && (unsigned char)s[1] == 0xBB && (unsigned char)s[2] == 0xBF)
-                s += 3;                                  /* VW skips a UTF-8 BOM at a line's start */
-            const char *p = s;
-            while (p < e && is_blank(*p)) p++;
-            if (p == e) { ln = this_line; pos = next; continue; }   /* blank: no row */
-        }
-        if (b->rows >= WISP_MAX_ROWS) {
-            st = wisp__fail(WISP_ELIMIT, "line %llu: the batch already holds WISP_MAX_ROWS (%u) rows",
-                           (unsigned long long)this_line, WISP_MAX_ROWS);
-            break;
-        }
-        if (!bad) {
-            st = parse_line(v, b, s, e, &sc, &bad, &err);
-            if (st != WISP_OK) {
-                wisp__fail_context(st, "line %llu", (unsigned long long)this_line);
-                break;
-            }
-            if (bad)
-                snprintf(msg, sizeof msg, "line %llu: %s, at column %zu", (unsigned long long)this_line, err.what,
-                         (size_t)(err.at - (text + pos)) + 1);
-        }
-        if (bad && (st = add_bad_row(b, this_line, msg)) != WISP_OK) {
-            wisp__fail_context(st, "line %llu", (unsigned long long)this_line);
-            break;
-        }
-        ln = this_line;
-        pos = next;
-        added++;
-    }
-    wisp__free(sc.f);
-    wisp__free(sc.pos);
-    if (line_no) *line_no = ln;
-    if (consumed) *consumed = pos;
+    struct vw_ctx c = { v, {0} };
+    const wisp__text_rows rows = { vw_first, vw_row, &c };
+    int st = wisp__parse_text_rows(b, text, len, final, max_rows, line_no, consumed, &rows);
+    wisp__free(c.sc.f);
+    wisp__free(c.sc.pos);
     return st;
 }
