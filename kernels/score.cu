@@ -34,39 +34,10 @@ namespace {
 constexpr int BLOCK = WISP_K_BLOCK;
 constexpr int UNROLL = 4;
 
-// ---- weights: one read-only load per dtype, dequantization outside the sum --
-
-template <typename W> struct weight;
-template <> struct weight<float> {
-    static __device__ __forceinline__ float load(const void *w, uint32_t i)
-    {
-        return __ldg(static_cast<const float *>(w) + i);
-    }
-};
-template <> struct weight<__half> {
-    static __device__ __forceinline__ float load(const void *w, uint32_t i)
-    {
-        return __half2float(__ushort_as_half(__ldg(static_cast<const unsigned short *>(w) + i)));
-    }
-};
-template <> struct weight<int8_t> {
-    // the int8 scale multiplies the row's sum once, after the loop
-    static __device__ __forceinline__ float load(const void *w, uint32_t i)
-    {
-        return static_cast<float>(__ldg(static_cast<const signed char *>(w) + i));
-    }
-};
+using wisp_k::weight;
+using wisp_k::sigmoid;
 
 // ---- the score kernel ----------------------------------------------------------
-
-// The CPU's sigmoid (score_cpu.c): exp of a non-positive number only, in double,
-// rounded to float once; NaN stays NaN.
-__device__ __forceinline__ float sigmoid(double z)
-{
-    if (z >= 0) return static_cast<float>(1.0 / (1.0 + exp(-z)));
-    const double e = exp(z);
-    return static_cast<float>(e / (1.0 + e));
-}
 
 // Where the batch's arrays are read from: global memory through the read-only
 // path, or shared memory (the tiny kernel copies its launch parameters there).
@@ -142,17 +113,10 @@ __device__ __forceinline__ void score_rows(const wisp_kparams &p, const wisp_ksh
             }
             oor += (ok[j] && id[j] >= p.num_features) ? 1u : 0u;
         }
-#pragma unroll
-        for (int j = 0; j < UNROLL; j++)
-            // widen, multiply, add, each rounded as the CPU does (no fused multiply-add)
-            if (in[j]) acc = __dadd_rn(acc, __dmul_rn(static_cast<double>(w[j]), static_cast<double>(v[j])));
+        wisp_k::add_products(acc, in, w, v);
     }
 
-#pragma unroll
-    for (int off = L / 2; off > 0; off >>= 1) {
-        acc += __shfl_xor_sync(0xffffffffu, acc, off, L);
-        oor += __shfl_xor_sync(0xffffffffu, oor, off, L);
-    }
+    wisp_k::lanes_sum<L>(acc, oor);
 
     if (active && lane == 0 && slots) {
         // the tiny kernel's answer: one aligned 8-byte store to mapped host memory, {probability,

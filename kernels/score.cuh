@@ -1,4 +1,5 @@
-/* score.cuh — the contract between the CUDA host code (engine/cuda/cuda_score.c and cuda_hooks.c, plain C) and the scoring kernels (kernels/score.cu). */
+/* score.cuh — the contract between the CUDA host code (engine/cuda/, plain C) and the scoring kernels (kernels/score.cu),
+ * and the device code the scoring kernels share. */
 #ifndef WISP_KERNELS_SCORE_CUH
 #define WISP_KERNELS_SCORE_CUH
 
@@ -122,4 +123,67 @@ int wisp_k_trap(cudaStream_t stream);
 #ifdef __cplusplus
 }
 #endif
+
+#ifdef __CUDACC__
+/* ---- device code the scoring kernels share (score.cu, score_device.cu; transform_rows.cuh's sigmoid) ---- */
+#include <cuda_fp16.h>
+
+namespace wisp_k {
+
+// The weights: one read-only load per dtype, dequantization outside the sum.
+template <typename W> struct weight;
+template <> struct weight<float> {
+    static __device__ __forceinline__ float load(const void *w, uint32_t i)
+    {
+        return __ldg(static_cast<const float *>(w) + i);
+    }
+};
+template <> struct weight<__half> {
+    static __device__ __forceinline__ float load(const void *w, uint32_t i)
+    {
+        return __half2float(__ushort_as_half(__ldg(static_cast<const unsigned short *>(w) + i)));
+    }
+};
+template <> struct weight<int8_t> {
+    // the int8 scale multiplies the row's sum once, after the loop
+    static __device__ __forceinline__ float load(const void *w, uint32_t i)
+    {
+        return static_cast<float>(__ldg(static_cast<const signed char *>(w) + i));
+    }
+};
+
+// The CPU's sigmoid (score_cpu.c): exp of a non-positive number only, in double,
+// rounded to float once; NaN stays NaN.
+__device__ __forceinline__ float sigmoid(double z)
+{
+    if (z >= 0) return static_cast<float>(1.0 / (1.0 + exp(-z)));
+    const double e = exp(z);
+    return static_cast<float>(e / (1.0 + e));
+}
+
+// Adds to acc the products w[j] * v[j] of the features j with in[j], in order: widen, multiply, add,
+// each rounded as the CPU does (no fused multiply-add).
+template <int N>
+__device__ __forceinline__ void add_products(double &acc, const bool (&in)[N], const float (&w)[N],
+                                             const float (&v)[N])
+{
+#pragma unroll
+    for (int j = 0; j < N; j++)
+        if (in[j]) acc = __dadd_rn(acc, __dmul_rn(static_cast<double>(w[j]), static_cast<double>(v[j])));
+}
+
+// The L lanes of a row meet (a shuffle reduction): each ends with the row's sum and out-of-range
+// count. Every thread of the warp calls it (the shuffles use the full mask).
+template <int L>
+__device__ __forceinline__ void lanes_sum(double &acc, uint32_t &oor)
+{
+#pragma unroll
+    for (int off = L / 2; off > 0; off >>= 1) {
+        acc += __shfl_xor_sync(0xffffffffu, acc, off, L);
+        oor += __shfl_xor_sync(0xffffffffu, oor, off, L);
+    }
+}
+
+} // namespace wisp_k
+#endif /* __CUDACC__ */
 #endif

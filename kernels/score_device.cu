@@ -11,8 +11,8 @@
 //   - an id at or beyond num_features is ignored and counted (good rows only), as on the CPU.
 // Work split and arithmetic are score.cu's (a sub-warp of L lanes per row, UNROLL loads in
 // flight, products and sum in double, the CPU's sigmoid), so the answers are the host path's.
-// The weight loaders and the sigmoid are repeated from score.cu (its helpers live in that
-// file's anonymous namespace; sharing them would rebuild every kernel for a dozen lines).
+// The weight loads, the sigmoid, the sum of a lane's products and the lanes' reduction are
+// score.cu's, from kernels/score.cuh (namespace wisp_k).
 #include "score.cuh"
 #include "score_device.cuh"
 #include "wisp.h"
@@ -25,26 +25,8 @@ constexpr int BLOCK = WISP_K_BLOCK;
 constexpr int UNROLL = 4;
 constexpr uint32_t NONE = 0xFFFFFFFFu;
 
-template <typename W> struct weight;
-template <> struct weight<float> {
-    static __device__ __forceinline__ float load(const void *w, uint32_t i)
-    { return __ldg(static_cast<const float *>(w) + i); }
-};
-template <> struct weight<__half> {
-    static __device__ __forceinline__ float load(const void *w, uint32_t i)
-    { return __half2float(__ushort_as_half(__ldg(static_cast<const unsigned short *>(w) + i))); }
-};
-template <> struct weight<int8_t> {
-    static __device__ __forceinline__ float load(const void *w, uint32_t i)
-    { return static_cast<float>(__ldg(static_cast<const signed char *>(w) + i)); }
-};
-
-__device__ __forceinline__ float sigmoid(double z)
-{
-    if (z >= 0) return static_cast<float>(1.0 / (1.0 + exp(-z)));
-    const double e = exp(z);
-    return static_cast<float>(e / (1.0 + e));
-}
+using wisp_k::weight;
+using wisp_k::sigmoid;
 
 template <typename W, int L>
 __global__ void __launch_bounds__(BLOCK) checked_kernel(const wisp_kdev p)
@@ -90,17 +72,13 @@ __global__ void __launch_bounds__(BLOCK) checked_kernel(const wisp_kdev p)
             w[j] = in[j] ? weight<W>::load(p.weights, static_cast<uint32_t>(id[j])) : 0.f;
             oor += (ok[j] && id[j] >= 0 && static_cast<uint32_t>(id[j]) >= p.num_features) ? 1u : 0u;
         }
-#pragma unroll
-        for (int j = 0; j < UNROLL; j++)
-            if (in[j]) acc = __dadd_rn(acc, __dmul_rn(static_cast<double>(w[j]), static_cast<double>(v[j])));
+        wisp_k::add_products(acc, in, w, v);
     }
 
+    wisp_k::lanes_sum<L>(acc, oor);
 #pragma unroll
-    for (int off = L / 2; off > 0; off >>= 1) {
-        acc += __shfl_xor_sync(0xffffffffu, acc, off, L);
-        oor += __shfl_xor_sync(0xffffffffu, oor, off, L);
+    for (int off = L / 2; off > 0; off >>= 1)
         first_bad = min(first_bad, __shfl_xor_sync(0xffffffffu, first_bad, off, L));
-    }
 
     if (active && lane == 0) {
         if (code == 0 && first_bad == NONE) {

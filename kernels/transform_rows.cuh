@@ -16,6 +16,7 @@
 #define WISP_KERNELS_TRANSFORM_ROWS_CUH
 #include "transform/farmhash.h" // Fingerprint64 (wisp__fingerprint64) and FingerprintCat64 (wisp__cat64), as on the CPU
 #include "transform/bucketize.h" // bucketized columns' upper_bound (wisp__bucketize), as on the CPU
+#include "score.cuh"
 #include "transform.cuh"
 #include "wisp.h"
 
@@ -339,12 +340,7 @@ struct FillV {
     __device__ void binary(uint64_t id) { ids[nv_total + (n - nv)] = static_cast<uint32_t>(id); n++; }
 };
 
-__device__ __forceinline__ float sigmoid(double z)
-{
-    if (z >= 0) return static_cast<float>(1.0 / (1.0 + exp(-z)));
-    double e = exp(z);
-    return static_cast<float>(e / (1.0 + e));
-}
+using wisp_k::sigmoid;           // the scoring kernels' (kernels/score.cuh): the CPU's sigmoid
 
 __device__ __forceinline__ void block_add(unsigned long long v, unsigned long long *dst)
 {

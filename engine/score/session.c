@@ -270,6 +270,14 @@ static void finish_batch(wisp_session *s, const wisp_batch *b, float *out)
     s->stats[WISP_STAT_BAD_ROWS] += b->nbad;
 }
 
+/* A call's start: its clock, and the statistics before it (what account() compares with). */
+static uint64_t call_start(const wisp_session *s, uint64_t *before)
+{
+    const uint64_t t0 = wisp__now_ns();
+    memcpy(before, s->stats, sizeof s->stats);
+    return t0;
+}
+
 /* The wall time of one call, and the part of it no stage accounts for. */
 static void account(wisp_session *s, uint64_t t0, const uint64_t *before)
 {
@@ -333,9 +341,8 @@ int wisp_session_score(wisp_session *s, const wisp_batch *b, float *out)
 {
     if (!s || !b || (!out && b->rows))
         return wisp__fail(WISP_EINVAL, "wisp_session_score: %s is NULL", !s ? "session" : !b ? "batch" : "out");
-    uint64_t t0 = wisp__now_ns();
     uint64_t before[WISP_STAT_COUNT];
-    memcpy(before, s->stats, sizeof before);
+    const uint64_t t0 = call_start(s, before);
     drain_gpu(s);                        /* submitted batches finish first; they stay owed a wait */
     score_batch(s, b, out);
     account(s, t0, before);
@@ -349,9 +356,8 @@ int wisp_session_submit(wisp_session *s, const wisp_batch *b, float *out)
     if (s->npend >= WISP_MAX_PENDING)
         return wisp__fail(WISP_ELIMIT, "wisp_session_submit: %d batches are already submitted and not waited for "
                          "(WISP_MAX_PENDING); call wisp_session_wait first", s->npend);
-    uint64_t t0 = wisp__now_ns();
     uint64_t before[WISP_STAT_COUNT];
-    memcpy(before, s->stats, sizeof before);
+    const uint64_t t0 = call_start(s, before);
     const wisp_backend *be = s->eng->gpu;
     bool on_gpu = false, done = false;
     if (want_gpu(s, b)) {
@@ -384,9 +390,8 @@ int wisp_session_wait(wisp_session *s, const wisp_batch **done)
     if (done) *done = NULL;
     if (!s) return wisp__fail(WISP_EINVAL, "wisp_session_wait: session is NULL");
     if (s->npend == 0) return wisp__fail(WISP_ESTATE, "wisp_session_wait: no batch is in flight (submit one first)");
-    uint64_t t0 = wisp__now_ns();
     uint64_t before[WISP_STAT_COUNT];
-    memcpy(before, s->stats, sizeof before);
+    const uint64_t t0 = call_start(s, before);
     struct wisp_pending *p = &s->pend[s->pend_head];
     if (p->on_gpu) complete_oldest_gpu(s);   /* the oldest entry is the oldest one in the backend */
     const wisp_batch *b = p->b;
@@ -474,9 +479,8 @@ int wisp_session_transform(wisp_session *s, const wisp_raw *r, wisp_batch *b)
     if (r->open) return wisp__fail(WISP_ESTATE, "wisp_session_transform: a row is still open (call wisp_raw_row_end)");
     if (b->wrapped)
         return wisp__fail(WISP_ESTATE, "wisp_session_transform: the batch wraps caller arrays and cannot grow");
-    uint64_t t0 = wisp__now_ns();
     uint64_t before[WISP_STAT_COUNT];
-    memcpy(before, s->stats, sizeof before);
+    const uint64_t t0 = call_start(s, before);
     drain_gpu(s);
     int st = WISP_EDEVICE;
     const wisp_backend *be = transform_gpu(s, r->rows, true);
@@ -547,9 +551,8 @@ int wisp_session_score_raw(wisp_session *s, const wisp_raw *r, float *out)
     if (!s || !r || (!out && r && r->rows))
         return wisp__fail(WISP_EINVAL, "wisp_session_score_raw: %s is NULL", !s ? "session" : !r ? "raw" : "out");
     if (r->open) return wisp__fail(WISP_ESTATE, "wisp_session_score_raw: a row is still open (call wisp_raw_row_end)");
-    uint64_t t0 = wisp__now_ns();
     uint64_t before[WISP_STAT_COUNT];
-    memcpy(before, s->stats, sizeof before);
+    const uint64_t t0 = call_start(s, before);
     drain_gpu(s);
     int st = WISP_EDEVICE;
     const wisp_backend *be = transform_gpu(s, r->rows, false);

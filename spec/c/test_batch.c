@@ -369,18 +369,6 @@ static void test_bad_rows(wisp_engine *eng)
 
 /* ---- the arena: one block, regions in order, aligned; contents survive every re-layout ---- */
 
-static int arena_ok(const wisp_batch *b)
-{
-    const char *a = b->arena;
-    if (!a || b->wrapped) return 0;
-    int ok = b->off_vp % 256 == 0 && b->off_rp % 256 == 0 && b->off_vals % 256 == 0 && b->off_ids % 256 == 0;
-    ok = ok && b->off_vp + (b->row_cap + 1) * 4 <= b->off_rp && b->off_rp + (b->row_cap + 1) * 4 <= b->off_vals
-         && b->off_vals + b->val_cap * 4 <= b->off_ids && b->off_ids + b->id_cap * 4 <= b->arena_bytes;
-    ok = ok && (const char *)b->indptr == a + b->off_rp && (!b->val_ptr || (const char *)b->val_ptr == a + b->off_vp)
-         && (!b->ids || (const char *)b->ids == a + b->off_ids) && (!b->vals || (const char *)b->vals == a + b->off_vals);
-    return ok && b->rows <= b->row_cap && b->nnz <= b->id_cap && b->nvals <= b->val_cap;
-}
-
 static void test_arena(wisp_engine *eng)
 {
     wisp_batch *b = NULL;

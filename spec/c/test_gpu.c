@@ -3,6 +3,7 @@
  * batches shipped packed, faults. Submit/wait streams and batches in device memory: test_gpu_stream.c; what the
  * two share: testgpu.h. */
 #include "testgpu.h"
+#include "testbatch.h"        /* arena_ok */
 #include "core/wisp_test.h"   /* wisp_cuda_units_read, wisp_cuda_time_resident */
 
 #include <float.h>
@@ -208,19 +209,6 @@ static void test_wide_sums(wisp_engine *eng, int quick)
 }
 
 /* ---- owned batches: one arena, shipped packed (engine/batch/batch.c, engine/cuda/cuda_score.c) ---------------- */
-
-/* the arena's invariants: every array a region of one block, in order, aligned, inside it */
-static int arena_ok(const wisp_batch *b)
-{
-    const char *a = b->arena;
-    if (!a || b->wrapped) return 0;
-    int ok = b->off_vp % 256 == 0 && b->off_rp % 256 == 0 && b->off_vals % 256 == 0 && b->off_ids % 256 == 0;
-    ok = ok && b->off_vp + (b->row_cap + 1) * 4 <= b->off_rp && b->off_rp + (b->row_cap + 1) * 4 <= b->off_vals
-         && b->off_vals + b->val_cap * 4 <= b->off_ids && b->off_ids + b->id_cap * 4 <= b->arena_bytes;
-    ok = ok && (const char *)b->indptr == a + b->off_rp && (!b->val_ptr || (const char *)b->val_ptr == a + b->off_vp)
-         && (!b->ids || (const char *)b->ids == a + b->off_ids) && (!b->vals || (const char *)b->vals == a + b->off_vals);
-    return ok && b->rows <= b->row_cap && b->nnz <= b->id_cap && b->nvals <= b->val_cap;
-}
 
 /* score b on s and on the CPU; rows [0, n1) against d1's reference, the rest against d2's */
 static void check_parts(const char *what, wisp_session *s, wisp_session *cpu, wisp_batch *b,
@@ -621,16 +609,16 @@ static void test_gpu(wisp_engine *eng, int quick)
     /* 7. stats: stages and bytes are counted; a session keeps working over many batches */
     {
         struct spec sp = { 50000, VM_MIXED, ID_UNIFORM, 20, 60, 0.0, 0.0, 0.0 };
-        struct data d;
-        gen(&d, &sp, m);
-        wisp_batch *b = make_batch(eng, &d, VM_MIXED, 0);
-        wisp_session *s = NULL;
-        CHECK_OK(wisp_session_new(eng, m, "gpu", &s));
-        float *out = malloc(d.rows * sizeof *out);
+        struct gcase c;
+        gcase_open(&c, eng, m, &sp, "gpu");
+        struct data d = c.d;
+        wisp_batch *b = c.b;
+        wisp_session *s = c.s;
+        float *out = c.out;
         double err = 0;
         for (int rep = 0; rep < 20; rep++) {
             CHECK_OK(wisp_session_score(s, b, out));
-            for (size_t r = 0; r < d.rows; r++) err = fmax(err, isnan(out[r]) ? 1 : fabs(out[r] - d.ref[r]));
+            err = fmax(err, max_err(out, &d));
         }
         CHECK_NEAR(err, 0, TOL);
         CHECK(wisp_session_stat(s, WISP_STAT_BATCHES) == 20);
@@ -645,17 +633,12 @@ static void test_gpu(wisp_engine *eng, int quick)
             float ms[3];
             for (size_t r = 0; r < d.rows; r++) out[r] = NAN;
             CHECK_OK(wisp_cuda_time_resident(s, b, 0, 0, 3, ms, out));
-            double e2 = 0;
-            for (size_t r = 0; r < d.rows; r++) e2 = fmax(e2, isnan(out[r]) ? 1 : fabs(out[r] - d.ref[r]));
-            CHECK_NEAR(e2, 0, TOL);
+            CHECK_NEAR(max_err(out, &d), 0, TOL);
             CHECK(ms[2] > 0);
             CHECK_OK(wisp_cuda_time_resident(s, b, 1, 0, 2, ms, NULL));
             CHECK(ms[1] > 0);
         }
-        free(out);
-        wisp_session_free(s);
-        wisp_batch_free(b);
-        data_free(&d);
+        gcase_close(&c);
     }
 
     /* 8. several threads share one model (uploaded once, lazily, under its lock) */
@@ -692,25 +675,16 @@ static void test_gpu(wisp_engine *eng, int quick)
     set_env("WISP_FAULT_GPU", "oom1");
     {
         struct spec sp = { 4000, VM_ALL, ID_UNIFORM, 0, 60, 0.05, 0.02, 0.02 };
-        struct data d;
-        gen(&d, &sp, m);
-        wisp_batch *b = make_batch(eng, &d, VM_ALL, 0);
-        wisp_session *s = NULL;
-        CHECK_OK(wisp_session_new(eng, m, "gpu", &s));
-        float *out = malloc(d.rows * sizeof *out);
+        struct gcase c;
+        gcase_open(&c, eng, m, &sp, "gpu");
         for (int rep = 0; rep < 3; rep++) {
-            for (size_t r = 0; r < d.rows; r++) out[r] = NAN;
-            CHECK_OK(wisp_session_score(s, b, out));
-            double e = 0;
-            for (size_t r = 0; r < d.rows; r++) e = fmax(e, isnan(out[r]) ? 1 : fabs(out[r] - d.ref[r]));
-            CHECK_NEAR(e, 0, TOL);
-            CHECK(!strcmp(wisp_session_last_device(s), rep == 0 ? "cpu" : "gpu:0"));
+            for (size_t r = 0; r < c.d.rows; r++) c.out[r] = NAN;
+            CHECK_OK(wisp_session_score(c.s, c.b, c.out));
+            CHECK_NEAR(max_err(c.out, &c.d), 0, TOL);
+            CHECK(!strcmp(wisp_session_last_device(c.s), rep == 0 ? "cpu" : "gpu:0"));
         }
-        CHECK(wisp_session_stat(s, WISP_STAT_FALLBACKS) == 1);
-        free(out);
-        wisp_session_free(s);
-        wisp_batch_free(b);
-        data_free(&d);
+        CHECK(wisp_session_stat(c.s, WISP_STAT_FALLBACKS) == 1);
+        gcase_close(&c);
     }
     set_env("WISP_FAULT_GPU", NULL);
     wisp_model_free(m);

@@ -1,5 +1,6 @@
-/* testbatch.h — what the tests of batches share: the comparison of two batches bit for bit (test_columns,
- * test_parse_fast, test_transform_gpu) and, for test_batch.c and test_batch_parse.c, a batch rendered as text
+/* testbatch.h — what the tests of batches share: an owned batch's arena invariants (test_batch, test_gpu), the
+ * comparison of two batches bit for bit (test_columns, test_parse_fast, test_transform_gpu) and, for
+ * test_batch.c and test_batch_parse.c, a batch rendered as text
  * through the public accessors, its bad rows as text, the structural invariants every batch keeps, the
  * reference rows (random ids of every width, their expected render) and the engine they run on. */
 #ifndef WISP_TESTBATCH_H
@@ -12,6 +13,21 @@
 
 #include <inttypes.h>
 #include <stdlib.h>
+
+/* An owned batch's arena keeps its invariants: every array a region of one block, in order, aligned, inside it
+ * (test_batch, test_gpu). */
+static inline int arena_ok(const wisp_batch *b)
+{
+    const char *a = b->arena;
+    if (!a || b->wrapped) return 0;
+    int ok = b->off_vp % 256 == 0 && b->off_rp % 256 == 0 && b->off_vals % 256 == 0 && b->off_ids % 256 == 0;
+    ok = ok && b->off_vp + (b->row_cap + 1) * 4 <= b->off_rp && b->off_rp + (b->row_cap + 1) * 4 <= b->off_vals
+         && b->off_vals + b->val_cap * 4 <= b->off_ids && b->off_ids + b->id_cap * 4 <= b->arena_bytes;
+    ok = ok && (const char *)b->indptr == a + b->off_rp
+         && (!b->val_ptr || (const char *)b->val_ptr == a + b->off_vp)
+         && (!b->ids || (const char *)b->ids == a + b->off_ids) && (!b->vals || (const char *)b->vals == a + b->off_vals);
+    return ok && b->rows <= b->row_cap && b->nnz <= b->id_cap && b->nvals <= b->val_cap;
+}
 
 /* Everything a caller can see of two batches, equal bit for bit? Says where not. */
 static inline int same_batches(const wisp_batch *a, const wisp_batch *b, char *why, size_t whylen)

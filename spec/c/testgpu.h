@@ -1,7 +1,8 @@
 /* testgpu.h — what test_gpu.c and test_gpu_stream.c share: models of random weights, random CSR data with
  * their float64 reference (uniform or Zipf ids, edge ids, duplicates, empty rows), the batch of those data
  * (built row by row or wrapped), one case scored on a device and on the CPU (run_case), a case that must fall
- * back to the CPU, and setting or clearing an environment variable. */
+ * back to the CPU, a case set up to score (gcase) and its distance from the reference (max_err), and setting
+ * or clearing an environment variable. */
 #ifndef WISP_TESTGPU_H
 #define WISP_TESTGPU_H
 
@@ -189,6 +190,36 @@ static inline struct outcome run_case(wisp_engine *eng, wisp_model *m, const str
 }
 
 #define TOL 1e-5
+
+/* The largest distance of out's answers for d from d's float64 reference (a NaN answer counts as 1). */
+static inline double max_err(const float *out, const struct data *d)
+{
+    double err = 0;
+    for (size_t r = 0; r < d->rows; r++) err = fmax(err, isnan(out[r]) ? 1 : fabs(out[r] - d->ref[r]));
+    return err;
+}
+
+/* A case ready to score on a device: data generated from sp, their batch built row by row as value
+ * mode sp->vm, a session on device, room for the answers. */
+struct gcase { struct data d; wisp_batch *b; wisp_session *s; float *out; };
+
+static inline void gcase_open(struct gcase *c, wisp_engine *eng, wisp_model *m, const struct spec *sp,
+                              const char *device)
+{
+    gen(&c->d, sp, m);
+    c->b = make_batch(eng, &c->d, sp->vm, 0);
+    c->s = NULL;
+    CHECK_OK(wisp_session_new(eng, m, device, &c->s));
+    c->out = malloc(c->d.rows * sizeof *c->out);
+}
+
+static inline void gcase_close(struct gcase *c)
+{
+    free(c->out);
+    wisp_session_free(c->s);
+    wisp_batch_free(c->b);
+    data_free(&c->d);
+}
 
 /* a case that must fall back to the CPU and still be right */
 static inline void expect_fallback(const char *what, wisp_engine *eng, wisp_model *m, const struct spec *sp, const char *device)
