@@ -15,6 +15,7 @@
  * The closing lines say how many failure points were tried.
  */
 #include "check.h"
+#include "testrand.h"
 #include "score/score.h"
 
 #include <dirent.h>
@@ -36,15 +37,6 @@ static const char *P(const char *name)
     char *b = bufs[k++ & 3];
     snprintf(b, 512, "%s/%s", tmpdir, name);
     return b;
-}
-
-static uint64_t rng = 0x243F6A8885A308D3ull;
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
 }
 
 /* ---- a growable string --------------------------------------------------------- */
@@ -404,34 +396,34 @@ static int run_write(void)
 {
     return wisp_model_write(P("w.wisp"), weights, NF, bias, WISP_F16, "source=alloc_fail\nk2=v2", "a hash 100\n");
 }
-static void write_check(const char *what)
+/* w.wisp is what a fault-free call writes (ref), with no temporary file left */
+static void written_check(const char *what, const char *ref, const char *differs)
 {
-    CHECK_MSG(file_equals(P("w.wisp"), P("ref_f16.wisp")), "%s: the written file differs from a fault-free write", what);
+    CHECK_MSG(file_equals(P("w.wisp"), P(ref)), "%s: the %s", what, differs);
     CHECK_MSG(tmp_leftovers() == 0, "%s: temporary files left behind", what);
 }
-static void write_fail(int st, uint64_t n)
+/* a call that writes w.wisp failed at allocation n: the old file is whole, nothing is left; then it works */
+static void written_fail(const char *call, uint64_t n, int (*run)(void), void (*check)(const char *), const char *what)
 {
-    CHECK_MSG(file_equals(P("w.wisp"), P("old.wisp")), "model_write failed at %" PRIu64 " and changed the old file", n);
-    CHECK_MSG(tmp_leftovers() == 0, "model_write failed at %" PRIu64 " and left a temporary file", n);
-    CHECK_OK(run_write());
-    write_check("model_write");
+    CHECK_MSG(file_equals(P("w.wisp"), P("old.wisp")), "%s failed at %" PRIu64 " and changed the old file", call, n);
+    CHECK_MSG(tmp_leftovers() == 0, "%s failed at %" PRIu64 " and left a temporary file", call, n);
+    CHECK_OK(run());
+    check(what);
 }
+static void write_check(const char *what)
+{
+    written_check(what, "ref_f16.wisp", "written file differs from a fault-free write");
+}
+static void write_fail(int st, uint64_t n) { written_fail("model_write", n, run_write, write_check, "model_write"); }
 static void write_ok(uint64_t n) { write_check("model_write"); }
 
 /* model_convert */
 static int run_convert(void) { return wisp_model_convert(model, P("w.wisp"), WISP_I8); }
 static void convert_check(const char *what)
 {
-    CHECK_MSG(file_equals(P("w.wisp"), P("ref_i8.wisp")), "%s: the converted file differs from a fault-free one", what);
-    CHECK_MSG(tmp_leftovers() == 0, "%s: temporary files left behind", what);
+    written_check(what, "ref_i8.wisp", "converted file differs from a fault-free one");
 }
-static void convert_fail(int st, uint64_t n)
-{
-    CHECK_MSG(file_equals(P("w.wisp"), P("old.wisp")), "convert failed at %" PRIu64 " and changed the old file", n);
-    CHECK_MSG(tmp_leftovers() == 0, "convert failed at %" PRIu64 " and left a temporary file", n);
-    CHECK_OK(run_convert());
-    convert_check("model_convert");
-}
+static void convert_fail(int st, uint64_t n) { written_fail("convert", n, run_convert, convert_check, "model_convert"); }
 static void convert_ok(uint64_t n) { convert_check("model_convert"); }
 
 /* import_liblinear */
@@ -490,6 +482,7 @@ int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "%s/wisp_alloc_fail_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
+    rng_state = 0x243F6A8885A308D3ull;           /* the data this test was written against (testrand.h's rnd) */
     gen_data();
     CHECK_OK(wisp_engine_new(2, &eng));
     wisp_engine_set_log_level(eng, WISP_LOG_OFF);

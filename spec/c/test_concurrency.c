@@ -17,6 +17,7 @@
  * WISP_TEST_QUICK=1 (valgrind) shortens the loops.
  */
 #include "check.h"
+#include "testrand.h"
 #include "score/score.h"
 
 #include <inttypes.h>
@@ -43,15 +44,6 @@ static const char *P(char *buf, const char *name)
 {
     snprintf(buf, 512, "%s/%s", tmpdir, name);
     return buf;
-}
-
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void)
-{
-    uint64_t z = (rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
 }
 
 /* ---- data: one libsvm text every thread parses, references per model version ---- */

@@ -1,5 +1,6 @@
 /* test_model.c — .wisp model files: fp16 codec, round trips, meta, hostile files, conversion, LIBLINEAR import. */
 #include "check.h"
+#include "testutil.h"
 #include "model/model.h"
 
 #include <xxhash.h>
@@ -40,19 +41,8 @@ static uint64_t rnd(void)                        /* xorshift64* */
 }
 static double unif(void) { return (double)(rnd() >> 11) * (1.0 / 9007199254740992.0); }
 
-static unsigned char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)n + 1);
-    if (fread(b, 1, (size_t)n, f) != (size_t)n) { free(b); fclose(f); return NULL; }
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
+/* a whole file (testutil.h's slurp), as bytes */
+static unsigned char *read_all(const char *path, size_t *len) { return (unsigned char *)slurp(path, len); }
 
 static void write_all(const char *path, const void *buf, size_t len)
 {
