@@ -1,4 +1,5 @@
-// score.cu — scoring kernels: gather + sum + bias + sigmoid over CSR rows (f32/f16/i8 tables), the random-read probe, a trap for fault tests.
+// score.cu — scoring kernels: gather + sum + bias + sigmoid over CSR rows (f32/f16/i8 tables), the random-read probe, a
+// trap for fault tests.
 //
 // Layers, ggml style: __global__ kernels -> static launchers taking a stream ->
 // extern "C" entry points (score.cuh) that check their arguments. One kernel
@@ -17,9 +18,9 @@
 // loader accepts: each weight and value widened to double, product and sum in
 // double (__dmul_rn/__dadd_rn: no contraction into an FMA, as on the CPU),
 // the int8 scale applied to the double sum, the sigmoid in double. A float sum
-// overflowed for products beyond FLT_MAX (weights ~3e38 times values ~10) and
-// gave 0, 1 or NaN where the CPU is finite; the broadcast shards' partial sums
-// are doubles for the same reason. Cost (predicted, not yet measured): the
+// would overflow for products beyond FLT_MAX (weights ~3e38 times values ~10) and
+// give 0, 1 or NaN where the CPU is finite; the broadcast shards' partial sums
+// are doubles for the same reason. Cost (estimated, not measured): the
 // kernel is bound by random weight reads (~0.85 ms for 1M rows x 39 features,
 // kernels/README.md); 39M FP64 multiplies and adds are ~2 us at the H200's FP64
 // rate (34 TFLOP/s vector, 67 tensor), the FP64 exp is once a row: no

@@ -1,5 +1,5 @@
-/* score.cuh — the contract between the CUDA host code (engine/cuda/, plain C) and the scoring kernels (kernels/score.cu),
- * and the device code the scoring kernels share. */
+/* score.cuh — the scoring kernels' contract with the CUDA host code (engine/cuda/, plain C), and their shared
+ * device code. */
 #ifndef WISP_KERNELS_SCORE_CUH
 #define WISP_KERNELS_SCORE_CUH
 

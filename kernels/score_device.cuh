@@ -1,5 +1,6 @@
 /* score_device.cuh — the contract between engine/cuda/cuda_device_batch.c (plain C) and the checked CSR kernel of
- * kernels/score_device.cu: a batch in the caller's device memory, validated row by row on the device as it is scored. */
+ * kernels/score_device.cu: a batch in the caller's device memory, validated row by row on the device as it is
+ * scored. */
 #ifndef WISP_KERNELS_SCORE_DEVICE_CUH
 #define WISP_KERNELS_SCORE_DEVICE_CUH
 

@@ -1,4 +1,5 @@
-// transform.cu — the transform on the GPU: Fingerprint64 of the raw strings, the count -> scan -> fill passes that write CSR ids, and the fused kernel's entry point (its instantiations build in kernels/transform_score_*.cu).
+// transform.cu — the transform on the GPU: Fingerprint64 of the raw strings, the count -> scan -> fill passes that
+// write CSR ids, and the fused kernel's entry point (its instantiations build in kernels/transform_score_*.cu).
 //
 // The per-row evaluator all of them share is kernels/transform_rows.cuh.
 #include "transform_rows.cuh"
@@ -75,7 +76,8 @@ extern "C" int wisp_k_fingerprints(const wisp_tinput *in, uint32_t ninputs, cons
             jobs.njobs = 0;
             jobs.total = 0;
         }
-        jobs.j[jobs.njobs++] = FpJob{ static_cast<const char *>(in[i].vals), in[i].str_off + a, in[i].fp + a, jobs.total, z - a };
+        jobs.j[jobs.njobs++] = FpJob{ static_cast<const char *>(in[i].vals), in[i].str_off + a, in[i].fp + a,
+                                     jobs.total, z - a };
         jobs.total += z - a;
     }
     if (jobs.total) {
@@ -96,8 +98,9 @@ extern "C" int wisp_k_fp_strings(const char *bytes, const uint32_t *off, uint32_
     return cudaGetLastError();
 }
 
-extern "C" int wisp_k_xf_score(const wisp_tplan *plan, const wisp_traw *raw, const void *weights, int dtype, float scale,
-                               uint64_t num_features, double bias, float *out, wisp_tcount *cnt, cudaStream_t stream)
+extern "C" int wisp_k_xf_score(const wisp_tplan *plan, const wisp_traw *raw, const void *weights, int dtype,
+                               float scale, uint64_t num_features, double bias, float *out, wisp_tcount *cnt,
+                               cudaStream_t stream)
 {
     if (!plan || !raw || !out || !cnt) return cudaErrorInvalidValue;
     if (raw->rows <= raw->row0) return cudaSuccess;
@@ -110,8 +113,8 @@ extern "C" int wisp_k_xf_score(const wisp_tplan *plan, const wisp_traw *raw, con
     }
 }
 
-extern "C" int wisp_k_xf_count(const wisp_tplan *plan, const wisp_traw *raw, uint32_t *n_row, uint32_t *nv_row, uint8_t *bad,
-                               cudaStream_t stream)
+extern "C" int wisp_k_xf_count(const wisp_tplan *plan, const wisp_traw *raw, uint32_t *n_row, uint32_t *nv_row,
+                               uint8_t *bad, cudaStream_t stream)
 {
     if (!plan || !raw) return cudaErrorInvalidValue;
     if (raw->rows <= raw->row0) return cudaSuccess;
@@ -129,16 +132,17 @@ extern "C" size_t wisp_k_scan_bytes(uint32_t rows)
 }
 
 // the scans run over rows + 1 entries: n_row / nv_row hold rows + 1 (the last one 0)
-extern "C" int wisp_k_scan(const uint32_t *n_row, const uint32_t *nv_row, uint32_t *indptr, uint32_t *val_ptr, uint32_t rows,
-                           void *temp, size_t temp_bytes, cudaStream_t stream)
+extern "C" int wisp_k_scan(const uint32_t *n_row, const uint32_t *nv_row, uint32_t *indptr, uint32_t *val_ptr,
+                           uint32_t rows, void *temp, size_t temp_bytes, cudaStream_t stream)
 {
     cudaError_t e = cub::DeviceScan::ExclusiveSum(temp, temp_bytes, n_row, indptr, static_cast<int>(rows) + 1, stream);
-    if (e == cudaSuccess) e = cub::DeviceScan::ExclusiveSum(temp, temp_bytes, nv_row, val_ptr, static_cast<int>(rows) + 1, stream);
+    if (e == cudaSuccess)
+        e = cub::DeviceScan::ExclusiveSum(temp, temp_bytes, nv_row, val_ptr, static_cast<int>(rows) + 1, stream);
     return e;
 }
 
-extern "C" int wisp_k_xf_fill(const wisp_tplan *plan, const wisp_traw *raw, const uint32_t *indptr, const uint32_t *val_ptr,
-                              uint32_t *ids, float *vals, cudaStream_t stream)
+extern "C" int wisp_k_xf_fill(const wisp_tplan *plan, const wisp_traw *raw, const uint32_t *indptr,
+                              const uint32_t *val_ptr, uint32_t *ids, float *vals, cudaStream_t stream)
 {
     if (!plan || !raw) return cudaErrorInvalidValue;
     if (raw->rows <= raw->row0) return cudaSuccess;

@@ -1,4 +1,5 @@
-/* transform.cuh — the contract between the host side of the GPU transform (engine/cuda/cuda_transform.c, plain C) and its kernels (kernels/transform.cu). */
+/* transform.cuh — the contract between the host side of the GPU transform (engine/cuda/cuda_transform.c, plain C)
+ * and its kernels (kernels/transform.cu). */
 #ifndef WISP_KERNELS_TRANSFORM_CUH
 #define WISP_KERNELS_TRANSFORM_CUH
 

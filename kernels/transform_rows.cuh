@@ -1,4 +1,6 @@
-// transform_rows.cuh — the GPU transform's per-row evaluator, shared by the translation units of the transform (kernels/transform.cu: fingerprints, count, fill, scan) and of the fused kernel (kernels/transform_score_{f32,f16,i8}.cu, one weight dtype each, so they build in parallel).
+// transform_rows.cuh — the GPU transform's per-row evaluator, shared by the translation units of the transform
+// (kernels/transform.cu: fingerprints, count, fill, scan) and of the fused kernel
+// (kernels/transform_score_{f32,f16,i8}.cu, one weight dtype each, so they build in parallel).
 //
 // The same per-row evaluator (columns in order; the fused kernel splits a row's columns
 // over up to 16 lanes) serves three kernels through a visitor: counting a row's features, writing them (CSR, as
@@ -52,7 +54,8 @@ __device__ __forceinline__ uint64_t mix64(uint64_t x)
     return x;
 }
 
-// h % buckets by multiplication (engine/transform/columns_impl.h's fastmod_buckets, used by transform_cpu.c; Lemire et al.)
+// h % buckets by multiplication (engine/transform/columns_impl.h's fastmod_buckets, used by transform_cpu.c;
+// Lemire et al.)
 __device__ __forceinline__ uint64_t fastmod(uint64_t h, const wisp_tnode &nd)
 {
     if (nd.pow2_mask) return h & nd.pow2_mask;
@@ -81,7 +84,10 @@ __device__ __forceinline__ void span(const Row &R, uint32_t input, uint32_t &a, 
     else { a = R.row; z = R.row + 1; }
 }
 
-__device__ __forceinline__ uint32_t str_len(const wisp_tinput &ti, uint32_t i) { return ti.str_off[i + 1] - ti.str_off[i]; }
+__device__ __forceinline__ uint32_t str_len(const wisp_tinput &ti, uint32_t i)
+{
+    return ti.str_off[i + 1] - ti.str_off[i];
+}
 
 __device__ float numeric_value(const Row &R, const wisp_tnode &nd)
 {
@@ -291,7 +297,10 @@ __device__ bool eval_row(const Row &R, V &v)
 
 template <typename W> struct wload;
 template <> struct wload<float> {
-    static __device__ __forceinline__ double at(const void *w, uint64_t i) { return __ldg(static_cast<const float *>(w) + i); }
+    static __device__ __forceinline__ double at(const void *w, uint64_t i)
+    {
+        return __ldg(static_cast<const float *>(w) + i);
+    }
 };
 template <> struct wload<__half> {
     static __device__ __forceinline__ double at(const void *w, uint64_t i)
@@ -300,7 +309,10 @@ template <> struct wload<__half> {
     }
 };
 template <> struct wload<int8_t> {
-    static __device__ __forceinline__ double at(const void *w, uint64_t i) { return __ldg(static_cast<const int8_t *>(w) + i); }
+    static __device__ __forceinline__ double at(const void *w, uint64_t i)
+    {
+        return __ldg(static_cast<const int8_t *>(w) + i);
+    }
 };
 
 template <typename W>
@@ -358,7 +370,8 @@ __device__ __forceinline__ void block_add(unsigned long long v, unsigned long lo
 // long serial chain of gathers); more lanes keep more gathers in flight.
 template <typename W, int LANES>
 __global__ void __launch_bounds__(BLOCK) score_kernel(const wisp_tplan P, const wisp_traw raw, const void *w,
-                                                      uint64_t nf, double bias, double scale, float *out, wisp_tcount *cnt)
+                                                      uint64_t nf, double bias, double scale, float *out,
+                                                      wisp_tcount *cnt)
 {
     const uint32_t g = blockIdx.x * BLOCK + threadIdx.x;
     const uint32_t row = raw.row0 + g / LANES, lane = g % LANES;

@@ -1,4 +1,5 @@
-// transform_score_i8.cu — the fused transform + score kernel (kernels/transform_rows.cuh) for i8 weights: one dtype per translation unit, so the instantiations build in parallel.
+// transform_score_i8.cu — the fused transform + score kernel (kernels/transform_rows.cuh) for i8 weights: one dtype per
+// translation unit, so the instantiations build in parallel.
 #include "transform_rows.cuh"
 
 cudaError_t wisp__k_xf_score_i8(WISP_XF_SCORE_ARGS)

@@ -1,4 +1,5 @@
-/* cuda_device.c — the CUDA backend's devices and memory: discovery, sticky errors, pinned host memory, the weights on each device, and the backend table. */
+/* cuda_device.c — the CUDA backend's devices and memory: discovery, sticky errors, pinned host memory, the weights
+ * on each device, and the backend table. */
 #ifdef WISP_HAVE_CUDA
 
 #include "cuda/cuda_internal.h"
@@ -76,8 +77,10 @@ static int cu_init(wisp_engine *eng, void **out, char *why, size_t whylen)
         usable++;
     }
     if (usable == 0) {
-        snprintf(why, whylen, "%d CUDA device%s found, none of compute capability %d.%d or newer (the kernels were built "
-                 "for sm_%d and up: CUDA_ARCHS in the Makefile)", n, n == 1 ? "" : "s", min_cap / 10, min_cap % 10, min_cap);
+        snprintf(why, whylen,
+                 "%d CUDA device%s found, none of compute capability %d.%d or newer (the kernels were built "
+                 "for sm_%d and up: CUDA_ARCHS in the Makefile)", n, n == 1 ? "" : "s", min_cap / 10, min_cap % 10,
+                 min_cap);
         wisp__free(ctx);
         return 0;
     }
@@ -199,7 +202,8 @@ int wisp__cuda_err_fail(int dev, const char *what, cudaError_t e)
 {
     if (e == cudaErrorMemoryAllocation)
         return wisp__fail(WISP_EDEVICE, "gpu:%d: out of device memory (%s)", dev, what);
-    return wisp__fail(WISP_EDEVICE, "gpu:%d: %s failed: %s (%s)", dev, what, cudaGetErrorString(e), cudaGetErrorName(e));
+    return wisp__fail(WISP_EDEVICE, "gpu:%d: %s failed: %s (%s)", dev, what, cudaGetErrorString(e),
+                      cudaGetErrorName(e));
 }
 
 int wisp__cuda_get_weights(cuda_ctx *ctx, wisp_model *m, int dev, uint32_t lo, uint32_t span,
@@ -224,16 +228,18 @@ int wisp__cuda_get_weights(cuda_ctx *ctx, wisp_model *m, int dev, uint32_t lo, u
         }
     if (dm->n == MAX_COPIES) {
         pthread_mutex_unlock(&m->dev_lock);
-        return wisp__fail(WISP_EDEVICE, "gpu:%d: the model already has %d shard copies on this device", dev, MAX_COPIES);
+        return wisp__fail(WISP_EDEVICE, "gpu:%d: the model already has %d shard copies on this device", dev,
+                          MAX_COPIES);
     }
     uint64_t t0 = wisp__now_ns();
     size_t elt = dtype_size(m->dtype), bytes = (size_t)span * elt;
     void *p = NULL;
     /* on dev, whatever device this thread last used (the GPU transform asks for the
-     * weights before it selects its device; on several GPUs that was another one) */
+     * weights before it selects its device; on several GPUs that can be another one) */
     cudaError_t e = cudaSetDevice(dev);
     if (e == cudaSuccess) e = cudaMalloc(&p, bytes < ALIGN ? ALIGN : bytes);
-    if (e == cudaSuccess && bytes) e = cudaMemcpy(p, (const char *)m->weights + (size_t)lo * elt, bytes, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess && bytes)
+        e = cudaMemcpy(p, (const char *)m->weights + (size_t)lo * elt, bytes, cudaMemcpyHostToDevice);
     if (e != cudaSuccess) {
         cudaGetLastError();
         if (p) cudaFree(p);
@@ -261,7 +267,8 @@ static void cu_model_release(void *vctx, wisp_model *m)
         if (!dm) continue;
         if (d < ctx->n && cudaSetDevice(d) == cudaSuccess) {
             for (int i = 0; i < dm->n; i++)
-                if (cudaFree(dm->c[i].p) != cudaSuccess) cudaGetLastError();   /* a failed device: memory is gone anyway */
+                /* a failed device: memory is gone anyway */
+                if (cudaFree(dm->c[i].p) != cudaSuccess) cudaGetLastError();
         } else {
             cudaGetLastError();
         }

@@ -1,4 +1,7 @@
-/* cuda_device_batch.c — wisp_session_score_device: a CSR batch whose arrays are already CUDA device memory, checked row by row and scored on the GPU that holds them, on the caller's stream (kernels/score_device.cu), or copied to pinned host memory, checked by the same rules and scored on the session's device (CUDA builds; engine/cuda/cuda_stub.c answers WISP_ENODEV otherwise). */
+/* cuda_device_batch.c — wisp_session_score_device: a CSR batch whose arrays are already CUDA device memory, checked
+ * row by row and scored on the GPU that holds them, on the caller's stream (kernels/score_device.cu), or copied to
+ * pinned host memory, checked by the same rules and scored on the session's device (CUDA builds;
+ * engine/cuda/cuda_stub.c answers WISP_ENODEV otherwise). */
 /*
  * Two paths, one contract (wisp.h):
  * - the device path: the session is placed on the GPU that holds indptr and has nothing
@@ -174,11 +177,17 @@ static int copy_path(wisp_session *s, int dev, size_t rows, const void *indptr, 
     if (e == cudaSuccess) e = cudaStreamSynchronize(st);
     if (e != cudaSuccess) { status = cuda_fail(e, "reading indptr"); goto done; }
     if ((status = check_nnz(rp_at(hrp, rp64, rows), cap, &nnz)) != WISP_OK) goto done;
-    if (nnz && !ids) { status = wisp__fail(WISP_EINVAL, "%s: ids is NULL for %llu features", FN, (unsigned long long)nnz); goto done; }
+    if (nnz && !ids) {
+        status = wisp__fail(WISP_EINVAL, "%s: ids is NULL for %llu features", FN, (unsigned long long)nnz);
+        goto done;
+    }
     if (nnz) {
         hids = wisp__host_alloc(s->eng, nnz * 4);
         hvals = vals ? wisp__host_alloc(s->eng, nnz * 4) : NULL;
-        if (!hids || (vals && !hvals)) { status = wisp__fail(WISP_ENOMEM, "%s: out of host memory for %llu features", FN, (unsigned long long)nnz); goto done; }
+        if (!hids || (vals && !hvals)) {
+            status = wisp__fail(WISP_ENOMEM, "%s: out of host memory for %llu features", FN, (unsigned long long)nnz);
+            goto done;
+        }
         e = cudaMemcpyAsync(hids, ids, nnz * 4, cudaMemcpyDeviceToHost, st);
         if (e == cudaSuccess && vals) e = cudaMemcpyAsync(hvals, vals, nnz * 4, cudaMemcpyDeviceToHost, st);
         if (e == cudaSuccess) e = cudaStreamSynchronize(st);
@@ -190,7 +199,10 @@ static int copy_path(wisp_session *s, int dev, size_t rows, const void *indptr, 
     size_t ngood_nnz = 0;
     for (size_t r = 0; r < rows; r++) {
         if (!check_row(r, hrp, rp64, nnz, hids, hvals, &rec)) continue;
-        if (!bad && !(bad = malloc(rows * sizeof *bad))) { status = wisp__fail(WISP_ENOMEM, "%s: out of memory for bad rows", FN); goto done; }
+        if (!bad && !(bad = malloc(rows * sizeof *bad))) {
+            status = wisp__fail(WISP_ENOMEM, "%s: out of memory for bad rows", FN);
+            goto done;
+        }
         bad[nbad++] = rec;
     }
     const size_t ngood = rows - nbad;
@@ -211,7 +223,10 @@ static int copy_path(wisp_session *s, int dev, size_t rows, const void *indptr, 
         }
         cids = malloc((ngood_nnz ? ngood_nnz : 1) * 4);
         cvals = vals ? malloc((ngood_nnz ? ngood_nnz : 1) * 4) : NULL;
-        if (!cids || (vals && !cvals)) { status = wisp__fail(WISP_ENOMEM, "%s: out of memory compacting the good rows", FN); goto done; }
+        if (!cids || (vals && !cvals)) {
+            status = wisp__fail(WISP_ENOMEM, "%s: out of memory compacting the good rows", FN);
+            goto done;
+        }
         j = 0; nb = 0;
         for (size_t r = 0; r < rows; r++) {
             if (nb < nbad && bad[nb].row == r) { nb++; continue; }
@@ -224,7 +239,10 @@ static int copy_path(wisp_session *s, int dev, size_t rows, const void *indptr, 
     if ((status = wisp_batch_wrap(s->eng, ngood, rp32, cids, NULL, cvals, &b)) != WISP_OK) goto done;
     hout = out_on_device ? wisp__host_alloc(s->eng, rows * 4) : out;
     gout = nbad ? malloc((ngood ? ngood : 1) * 4) : hout;
-    if (!hout || !gout) { status = wisp__fail(WISP_ENOMEM, "%s: out of host memory for %zu answers", FN, rows); goto done; }
+    if (!hout || !gout) {
+        status = wisp__fail(WISP_ENOMEM, "%s: out of host memory for %zu answers", FN, rows);
+        goto done;
+    }
     if ((status = wisp_session_score(s, b, gout)) != WISP_OK) goto done;
     if (nbad) {
         for (size_t r = 0, j = 0, nb = 0; r < rows; r++) {
@@ -287,7 +305,8 @@ static sess *backend_of(wisp_session *ws)
         if (be->session_open(eng->gpu_ctx, ws->gpus, ws->ngpu, &ws->gpu_sctx) != WISP_OK) {
             ws->gpu_sctx = NULL;
             ws->gpu_open_failed = true;
-            wisp__log(eng, WISP_LOG_WARN, "cannot use device '%s' (%s); scoring runs on the CPU", ws->device, wisp_errmsg());
+            wisp__log(eng, WISP_LOG_WARN, "cannot use device '%s' (%s); scoring runs on the CPU", ws->device,
+                      wisp_errmsg());
             return NULL;
         }
     }
@@ -312,7 +331,8 @@ static int mapped_out_wanted(void)
 }
 
 static int device_path(wisp_session *ws, sess *bs, int k, size_t rows, const void *indptr, int rp64,
-                       const int32_t *ids, const float *vals, size_t cap, cudaStream_t st, float *out, int out_on_device)
+                       const int32_t *ids, const float *vals, size_t cap, cudaStream_t st, float *out,
+                       int out_on_device)
 {
     const int dev = bs->devs[k];
     const size_t esz = rp64 ? 8 : 4;
@@ -333,7 +353,10 @@ static int device_path(wisp_session *ws, sess *bs, int k, size_t rows, const voi
         d->d = NULL;
         d->cap = 0;
         const size_t grow = need + need / 4;
-        if ((e = cudaMalloc(&d->d, grow)) != cudaSuccess) { d->d = NULL; return wisp__cuda_failed(bs, k, e, "allocating scratch for the answers"); }
+        if ((e = cudaMalloc(&d->d, grow)) != cudaSuccess) {
+            d->d = NULL;
+            return wisp__cuda_failed(bs, k, e, "allocating scratch for the answers");
+        }
         d->cap = grow;
     }
     if (!d->h && !(d->h = wisp__cuda_pin_alloc(bs->ctx, 64)))
@@ -358,13 +381,15 @@ static int device_path(wisp_session *ws, sess *bs, int k, size_t rows, const voi
     const int direct = !out_on_device && mapped_out_wanted() && wisp__cuda_mapped(out, &mapped) && mapped;
     wisp_kdev p = {
         .indptr = indptr, .rp64 = rp64, .ids = ids, .vals = vals, .weights = w,
-        .out = out_on_device ? out : direct ? (float *)mapped : (float *)(db + o_out), .bad = (wisp_kdbad *)(db + o_bad), .cnt = cnt,
+        .out = out_on_device ? out : direct ? (float *)mapped : (float *)(db + o_out),
+        .bad = (wisp_kdbad *)(db + o_bad), .cnt = cnt,
         .rows = (uint32_t)rows, .nnz = (uint32_t)nnz, .num_features = (uint32_t)m->num_features,
         .bias = m->bias, .scale = m->dtype == WISP_I8 ? (double)m->scale : 1.0,
     };
     int lanes = bs->lanes_env ? bs->lanes_env : 0;
     e = (cudaError_t)wisp_k_score_device(&p, m->dtype, lanes, st);
-    if (e == cudaSuccess && !out_on_device && !direct) e = cudaMemcpyAsync(out, p.out, rows * 4, cudaMemcpyDeviceToHost, st);
+    if (e == cudaSuccess && !out_on_device && !direct)
+        e = cudaMemcpyAsync(out, p.out, rows * 4, cudaMemcpyDeviceToHost, st);
     if (e == cudaSuccess) e = cudaMemcpyAsync((void *)(h + 1), cnt, 2 * sizeof *cnt, cudaMemcpyDeviceToHost, st);
     if (e == cudaSuccess) e = cudaStreamSynchronize(st);
     if (e != cudaSuccess) return wisp__cuda_failed(bs, k, e, "scoring the batch");
@@ -378,11 +403,19 @@ static int device_path(wisp_session *ws, sess *bs, int k, size_t rows, const voi
         /* the refused rows' records, and indptr for their messages and the good rows' nnz */
         bad = malloc(nbad * sizeof *bad);
         hrp = wisp__host_alloc(ws->eng, (rows + 1) * esz);
-        if (!bad || !hrp) { free(bad); wisp__host_free(ws->eng, hrp); return wisp__fail(WISP_ENOMEM, "%s: out of memory for %zu bad rows", FN, nbad); }
+        if (!bad || !hrp) {
+            free(bad);
+            wisp__host_free(ws->eng, hrp);
+            return wisp__fail(WISP_ENOMEM, "%s: out of memory for %zu bad rows", FN, nbad);
+        }
         e = cudaMemcpyAsync(bad, p.bad, nbad * sizeof *bad, cudaMemcpyDeviceToHost, st);
         if (e == cudaSuccess) e = cudaMemcpyAsync(hrp, indptr, (rows + 1) * esz, cudaMemcpyDeviceToHost, st);
         if (e == cudaSuccess) e = cudaStreamSynchronize(st);
-        if (e != cudaSuccess) { free(bad); wisp__host_free(ws->eng, hrp); return wisp__cuda_failed(bs, k, e, "reading the bad rows"); }
+        if (e != cudaSuccess) {
+            free(bad);
+            wisp__host_free(ws->eng, hrp);
+            return wisp__cuda_failed(bs, k, e, "reading the bad rows");
+        }
         qsort(bad, nbad, sizeof *bad, cmp_rec);
         good_nnz = 0;
         for (size_t r = 0, nb = 0; r < rows; r++) {
@@ -406,7 +439,8 @@ static int device_path(wisp_session *ws, sess *bs, int k, size_t rows, const voi
     stats[WISP_STAT_NS_SYNC] += t1 - t0;          /* waiting for the caller's stream and indptr[rows] */
     stats[WISP_STAT_NS_KERNEL] += t2 - t1;        /* kernel + the answers' copy, as one span */
     stats[WISP_STAT_NS_D2H] += t3 - t2;           /* the bad rows' records and their messages */
-    stats[WISP_STAT_BYTES_D2H] += 2 * esz + 16 + (out_on_device ? 0 : rows * 4) + (nbad ? nbad * sizeof(wisp_kdbad) + (rows + 1) * esz : 0);
+    stats[WISP_STAT_BYTES_D2H] += 2 * esz + 16 + (out_on_device ? 0 : rows * 4)
+                                  + (nbad ? nbad * sizeof(wisp_kdbad) + (rows + 1) * esz : 0);
     snprintf(ws->last_device, sizeof ws->last_device, "gpu:%d", dev);
     return status;
 }
@@ -424,7 +458,8 @@ int wisp_session_score_device_n(wisp_session *s, size_t rows, const void *indptr
     if (!s) return wisp__fail(WISP_EINVAL, "%s: session is NULL", FN);
     if (indptr_bits != 32 && indptr_bits != 64)
         return wisp__fail(WISP_EINVAL, "%s: indptr_bits is %d (32 or 64)", FN, indptr_bits);
-    if (rows > WISP_MAX_ROWS) return wisp__fail(WISP_ELIMIT, "%s: %zu rows, more than WISP_MAX_ROWS (%u)", FN, rows, WISP_MAX_ROWS);
+    if (rows > WISP_MAX_ROWS)
+        return wisp__fail(WISP_ELIMIT, "%s: %zu rows, more than WISP_MAX_ROWS (%u)", FN, rows, WISP_MAX_ROWS);
     if (rows == 0) return WISP_OK;
     if (!indptr || !out) return wisp__fail(WISP_EINVAL, "%s: %s is NULL", FN, !indptr ? "indptr" : "out");
     if (wisp_engine_gpu_count(s->eng) == 0)
@@ -433,8 +468,10 @@ int wisp_session_score_device_n(wisp_session *s, size_t rows, const void *indptr
     if (dev < 0) return wisp__fail(WISP_EINVAL, "%s: indptr is not CUDA device memory", FN);
     if (out_on_device && device_of(out) != dev)
         return wisp__fail(WISP_EINVAL, "%s: out is not memory of gpu:%d (indptr's)", FN, dev);
-    if (ids && device_of(ids) != dev) return wisp__fail(WISP_EINVAL, "%s: ids is not memory of gpu:%d (indptr's)", FN, dev);
-    if (vals && device_of(vals) != dev) return wisp__fail(WISP_EINVAL, "%s: vals is not memory of gpu:%d (indptr's)", FN, dev);
+    if (ids && device_of(ids) != dev)
+        return wisp__fail(WISP_EINVAL, "%s: ids is not memory of gpu:%d (indptr's)", FN, dev);
+    if (vals && device_of(vals) != dev)
+        return wisp__fail(WISP_EINVAL, "%s: vals is not memory of gpu:%d (indptr's)", FN, dev);
     const int rp64 = indptr_bits == 64;
     cudaStream_t st = (cudaStream_t)stream;
     int cur = -1;
@@ -449,7 +486,8 @@ int wisp_session_score_device_n(wisp_session *s, size_t rows, const void *indptr
     if (bs && k >= 0) {
         status = device_path(s, bs, k, rows, indptr, rp64, ids, vals, cap, st, out, out_on_device);
         if (status == WISP_EDEVICE) {
-            wisp__log(s->eng, WISP_LOG_WARN, "device '%s' failed on %zu device-resident rows (%s); they take the copy path",
+            wisp__log(s->eng, WISP_LOG_WARN,
+                      "device '%s' failed on %zu device-resident rows (%s); they take the copy path",
                      s->device, rows, wisp_errmsg());
             s->stats[WISP_STAT_FALLBACKS]++;
         } else {
@@ -478,7 +516,8 @@ int wisp_device_alloc(int dev, size_t n, void **out)
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess) { cudaGetLastError(); ndev = 0; }
     if (ndev == 0) return wisp__fail(WISP_ENODEV, "wisp_device_alloc: no CUDA device");
-    if (dev < 0 || dev >= ndev) return wisp__fail(WISP_EINVAL, "wisp_device_alloc: gpu:%d does not exist (%d CUDA devices)", dev, ndev);
+    if (dev < 0 || dev >= ndev)
+        return wisp__fail(WISP_EINVAL, "wisp_device_alloc: gpu:%d does not exist (%d CUDA devices)", dev, ndev);
     int cur = -1;
     if (cudaGetDevice(&cur) != cudaSuccess) cudaGetLastError();
     cudaError_t e = cudaSetDevice(dev);
@@ -487,8 +526,8 @@ int wisp_device_alloc(int dev, size_t n, void **out)
     if (e != cudaSuccess) {
         *out = NULL;
         cudaGetLastError();
-        return wisp__fail(WISP_EDEVICE, "wisp_device_alloc: %zu bytes on gpu:%d: %s (%s)", n, dev, cudaGetErrorString(e),
-                         cudaGetErrorName(e));
+        return wisp__fail(WISP_EDEVICE, "wisp_device_alloc: %zu bytes on gpu:%d: %s (%s)", n, dev,
+                          cudaGetErrorString(e), cudaGetErrorName(e));
     }
     return WISP_OK;
 }
@@ -537,7 +576,8 @@ int wisp__device_sync(int dev)
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess) { cudaGetLastError(); ndev = 0; }
     if (ndev == 0) return wisp__fail(WISP_ENODEV, "wisp__device_sync: no CUDA device");
-    if (dev < -1 || dev >= ndev) return wisp__fail(WISP_EINVAL, "wisp__device_sync: gpu:%d does not exist (%d CUDA devices)", dev, ndev);
+    if (dev < -1 || dev >= ndev)
+        return wisp__fail(WISP_EINVAL, "wisp__device_sync: gpu:%d does not exist (%d CUDA devices)", dev, ndev);
     int cur = -1;
     if (cudaGetDevice(&cur) != cudaSuccess) cudaGetLastError();
     cudaError_t e = cudaSuccess;
@@ -551,7 +591,8 @@ int wisp__device_sync(int dev)
     if (cur >= 0 && cudaSetDevice(cur) != cudaSuccess) cudaGetLastError();
     if (e != cudaSuccess) {
         cudaGetLastError();
-        return wisp__fail(WISP_EDEVICE, "wisp__device_sync: gpu:%d: %s (%s)", bad, cudaGetErrorString(e), cudaGetErrorName(e));
+        return wisp__fail(WISP_EDEVICE, "wisp__device_sync: gpu:%d: %s (%s)", bad, cudaGetErrorString(e),
+                          cudaGetErrorName(e));
     }
     return WISP_OK;
 }

@@ -1,4 +1,5 @@
-/* cuda_hooks.c — the CUDA backend's benchmark and test hooks (declared in wisp_test.h): resident-kernel timing, the per-batch timeline, the per-unit record. */
+/* cuda_hooks.c — the CUDA backend's benchmark and test hooks (declared in wisp_test.h): resident-kernel timing, the
+ * per-batch timeline, the per-unit record. */
 #ifdef WISP_HAVE_CUDA
 
 #include "cuda/cuda_internal.h"
@@ -17,7 +18,8 @@
  * events into ms[i]. The session must have scored a batch on a GPU (so its
  * device state exists); its first device is used. lanes: 0 = automatic.
  * out (may be NULL) receives the last run's probabilities (what = 0). */
-int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int lanes, int iters, float *ms, float *out)
+int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int lanes, int iters, float *ms,
+                            float *out)
 {
     if (!ws || !b || !ms || iters <= 0 || b->rows == 0)
         return wisp__fail(WISP_EINVAL, "wisp_cuda_time_resident: bad arguments");
@@ -47,7 +49,8 @@ int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int
     if (e == cudaSuccess && nnz) e = cudaMemcpy(d + L.ids, b->ids + rp[0], (size_t)nnz * 4, cudaMemcpyHostToDevice);
     if (e == cudaSuccess && vm == WISP_VALUES_MIXED)
         e = cudaMemcpy(d + L.vp, b->val_ptr, (rows + 1) * 4, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess && nvals) e = cudaMemcpy(d + L.vals, b->vals + vbase, (size_t)nvals * 4, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess && nvals)
+        e = cudaMemcpy(d + L.vals, b->vals + vbase, (size_t)nvals * 4, cudaMemcpyHostToDevice);
     if (e == cudaSuccess) e = cudaMemset(d + L.cnt, 0, 16);
     float *sink = NULL;
     if (e == cudaSuccess && what == 1) e = cudaMalloc((void **)&sink, (size_t)wisp_k_probe_blocks() * sizeof(float));

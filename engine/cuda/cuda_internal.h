@@ -49,7 +49,8 @@ typedef struct cuda_ctx {
     int n;
     struct cdev dev[WISP_MAX_GPUS];
     atomic_size_t pinned;          /* bytes of pinned host memory handed out */
-    atomic_int peer[WISP_MAX_GPUS][WISP_MAX_GPUS];   /* [a][b]: a reads b's memory: 0 not tried, 1 enabled, -1 not possible */
+    /* [a][b]: a reads b's memory: 0 not tried, 1 enabled, -1 not possible */
+    atomic_int peer[WISP_MAX_GPUS][WISP_MAX_GPUS];
     size_t pinned_max;
 } cuda_ctx;
 
@@ -61,7 +62,8 @@ static inline size_t dtype_size(int dtype) { return dtype == WISP_F32 ? 4 : dtyp
 /* A unit's buffer (device memory, mirrored in the staging buffer when packed):
  * indptr | ids | val_ptr | vals | counter + header (64 B) | answers | per-row counts (zero-copy) */
 struct lay { size_t rp, ids, vp, vals, cnt, out, oorr, flg, total; };
-#define GAP_MERGE ((size_t)128 << 10)   /* arena gaps up to this are shipped rather than paying a copy start (~4 us ~ 200 KB) */
+/* arena gaps up to this are shipped rather than paying a copy start (~4 us ~ 200 KB) */
+#define GAP_MERGE ((size_t)128 << 10)
 #define CNT_BYTES 64                  /* the out-of-range counter at cnt, a graph's size header at cnt + 32 */
 #define HDR_OFF 32
 
@@ -105,7 +107,8 @@ struct unit {
     int direct_out;                        /* answers are copied straight into the caller's out */
     int host_out;                          /* the host copies answers chunk by chunk as they land */
     int mirror;                            /* L mirrors the batch's arena (shipped straight from it) */
-    uint32_t seq;                          /* tiny batches: the answer slots' tag of the last launch (1 .. WISP_TINY_SEQ_MASK) */
+    /* tiny batches: the answer slots' tag of the last launch (1 .. WISP_TINY_SEQ_MASK) */
+    uint32_t seq;
 };
 
 struct job;
@@ -118,7 +121,8 @@ typedef struct sess {
     int fault, fault_fired;
     int shards_env, parts_env, chunks_env, lanes_env;
     int sharding;                          /* SHARDING_AUTO, _PEER or _BROADCAST (WISP_GPU_SHARDING) */
-    uint64_t table_max;                    /* weight bytes one device holds before the table is sharded (0: 80% of memory) */
+    /* weight bytes one device holds before the table is sharded (0: 80% of memory) */
+    uint64_t table_max;
     int peer_warned;                       /* peer sharding was asked for but is not possible: said once */
     /* the last finished batch, unit by unit (wisp_cuda_units_read) */
     double ustat[MAX_UNITS][UNIT_STATS];
@@ -141,7 +145,8 @@ typedef struct sess {
     /* the timeline hook (root only): per batch, event times from `epoch` */
     cudaEvent_t epoch;
     float *tl; size_t tl_n, tl_cap;
-    void *xf[WISP_MAX_GPUS];               /* root only: the GPU transform's state per device (engine/cuda/cuda_transform.c) */
+    /* root only: the GPU transform's state per device (engine/cuda/cuda_transform.c) */
+    void *xf[WISP_MAX_GPUS];
     /* root only: wisp_session_score_device's scratch per device (engine/cuda/cuda_device_batch.c):
      * device memory for the answers and the bad-row list, a pinned header for the counters */
     struct dvscratch { void *d; size_t cap; void *h; } dvs[WISP_MAX_GPUS];
@@ -158,8 +163,10 @@ struct job {
     int partial;                              /* sharded by broadcast: partial sums the host adds up */
     wisp_kshards kt;                          /* peer: every shard's address, each on the device that holds it */
     int arena;                                /* an owned batch whose arena is pinned (one pointer query) */
-    int submitted;                            /* submit/wait: end events per stream; else the streams hold only this batch */
-    int poll;                                 /* a tiny batch whose blocks raise flags in mapped host memory: no events */
+    /* submit/wait: end events per stream; else the streams hold only this batch */
+    int submitted;
+    /* a tiny batch whose blocks raise flags in mapped host memory: no events */
+    int poll;
     void *zc_rp, *zc_ids, *zc_vp, *zc_vals;   /* zero-copy from a pinned batch: its device addresses */
     uint32_t nf;
     uint32_t sh_lo[MAX_SHARDS], sh_span[MAX_SHARDS];
@@ -184,7 +191,9 @@ static inline int use_timing(const struct job *j)
 
 #define JOB_CHECK(j, u, call, what) do { \
     cudaError_t e_ = (call); \
-    if (e_ != cudaSuccess && (j)->err == cudaSuccess) { (j)->err = e_; (j)->err_dev = (u)->dev; (j)->err_what = (what); } \
+    if (e_ != cudaSuccess && (j)->err == cudaSuccess) { \
+        (j)->err = e_; (j)->err_dev = (u)->dev; (j)->err_what = (what); \
+    } \
 } while (0)
 
 

@@ -98,7 +98,8 @@ static void copy_in(struct job *j, struct unit *u, size_t off, const void *src, 
         j->ns_stage += wisp__now_ns() - t0;
         src = h;
     }
-    JOB_CHECK(j, u, cudaMemcpyAsync(u->dbuf + off, src, n, cudaMemcpyHostToDevice, st), "copying a batch to the device");
+    JOB_CHECK(j, u, cudaMemcpyAsync(u->dbuf + off, src, n, cudaMemcpyHostToDevice, st),
+              "copying a batch to the device");
     j->bytes_h2d += n;
 }
 
@@ -191,7 +192,8 @@ static cudaGraphExec_t small_graph(struct job *j, struct unit *u)
     if (e == cudaSuccess) {
         cudaError_t e1 = cudaMemcpyAsync(u->dbuf, hin, L->cnt + CNT_BYTES, cudaMemcpyHostToDevice, u->comp);
         cudaError_t e2 = e1 == cudaSuccess ? (cudaError_t)wisp_k_score(&p, j->dtype, j->vm, j->lanes, u->comp) : e1;
-        cudaError_t e3 = e2 == cudaSuccess ? cudaMemcpyAsync(hin + L->cnt, u->dbuf + L->cnt, L->out - L->cnt + (size_t)u->rows_b * 4,
+        cudaError_t e3 = e2 == cudaSuccess ? cudaMemcpyAsync(hin + L->cnt, u->dbuf + L->cnt,
+                                                             L->out - L->cnt + (size_t)u->rows_b * 4,
                                                              cudaMemcpyDeviceToHost, u->comp) : e2;
         e = cudaStreamEndCapture(u->comp, &graph);
         if (e == cudaSuccess) e = e3;
@@ -227,7 +229,8 @@ static void enqueue_large_compute(struct job *j, struct unit *u)
             for (int i = 0; i < u->nout; i++) {
                 size_t off = (size_t)i * rows * osz + a * osz;
                 void *dst = u->direct_out ? (void *)(j->out + u->r0 + a) : (void *)(hout + (L->out - L->cnt) + off);
-                JOB_CHECK(j, u, cudaMemcpyAsync(dst, u->dbuf + L->out + off, (z - a) * osz, cudaMemcpyDeviceToHost, u->comp),
+                JOB_CHECK(j, u, cudaMemcpyAsync(dst, u->dbuf + L->out + off, (z - a) * osz, cudaMemcpyDeviceToHost,
+                                                u->comp),
                           "copying results from the device");
                 j->bytes_d2h += (z - a) * osz;
             }
@@ -276,7 +279,7 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
         uint32_t kvals = u->nvals, kvbase = u->vbase;
         if (j->vm == WISP_VALUES_ALL && tiny_trim_ones(&t, j, u, n)) {
             /* every value a row ends with that is exactly 1.0 goes as a binary entry (the
-             * same products: w * 1.0 is w): fewer words in the launch (issue 20) */
+             * same products: w * 1.0 is w): fewer words in the launch */
             kvm = WISP_VALUES_MIXED;
             kvals = t.words[n + rows];
             kvbase = 0;
@@ -325,7 +328,8 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
         j->bytes_d2h += rows * 8;
         if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_START], u->comp), "recording an event");
         if (!sticky_hook(j, u, u->comp))
-            JOB_CHECK(j, u, (cudaError_t)wisp_k_tiny(&t, j->dtype, kvm, j->lanes, u->comp), "launching the score kernel");
+            JOB_CHECK(j, u, (cudaError_t)wisp_k_tiny(&t, j->dtype, kvm, j->lanes, u->comp),
+                      "launching the score kernel");
         if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_END], u->comp), "recording an event");
         u->launched = timing && j->err == cudaSuccess;
         return;
@@ -366,7 +370,8 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
             p.num_features = j->nf;
             p.bias = j->m->bias;
             p.scale = j->m->dtype == WISP_I8 ? (double)j->m->scale : 1.0;
-            JOB_CHECK(j, u, (cudaError_t)wisp_k_score(&p, j->dtype, j->vm, j->lanes, u->comp), "launching the score kernel");
+            JOB_CHECK(j, u, (cudaError_t)wisp_k_score(&p, j->dtype, j->vm, j->lanes, u->comp),
+                      "launching the score kernel");
         }
         if (timing) JOB_CHECK(j, u, cudaEventRecord(u->ev[EV_END], u->comp), "recording an event");
         u->launched = timing && j->err == cudaSuccess;
@@ -413,9 +418,11 @@ static void enqueue_unit_work(struct job *j, struct unit *u)
     JOB_CHECK(j, u, cudaMemsetAsync(u->dbuf + L->cnt, 0, 8, u->copy), "clearing a counter");
     struct piece { size_t off; const char *src; size_t n; } pc[3];
     int np = 0;
-    if (j->vm == WISP_VALUES_MIXED) pc[np++] = (struct piece){ L->vp, (const char *)(b->val_ptr + u->r0), (rows + 1) * 4 };
+    if (j->vm == WISP_VALUES_MIXED)
+        pc[np++] = (struct piece){ L->vp, (const char *)(b->val_ptr + u->r0), (rows + 1) * 4 };
     pc[np++] = (struct piece){ L->rp, (const char *)rp, (rows + 1) * 4 };
-    if (j->vm != WISP_VALUES_NONE && u->nvals) pc[np++] = (struct piece){ L->vals, (const char *)vals_from(j, u), (size_t)u->nvals * 4 };
+    if (j->vm != WISP_VALUES_NONE && u->nvals)
+        pc[np++] = (struct piece){ L->vals, (const char *)vals_from(j, u), (size_t)u->nvals * 4 };
     if (u->mirror) {
         /* neighbours in the arena at the same distance on the device: one copy, gap included */
         const char *arena = b->arena;

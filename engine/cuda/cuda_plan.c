@@ -66,7 +66,8 @@ int wisp__cuda_grow_dbuf(sess *s, struct unit *u, size_t need)
 {
     if (s->root->fault == FAULT_OOM || (s->root->fault == FAULT_OOM_ONCE && !s->root->fault_fired)) {
         s->root->fault_fired = 1;
-        return wisp__fail(WISP_EDEVICE, "gpu:%d: out of device memory (%zu bytes for a batch; injected by WISP_FAULT_GPU)",
+        return wisp__fail(WISP_EDEVICE,
+                          "gpu:%d: out of device memory (%zu bytes for a batch; injected by WISP_FAULT_GPU)",
                          u->dev, need);
     }
     if (need <= u->dcap) return WISP_OK;
@@ -133,7 +134,8 @@ static void chunk_bounds(const sess *s, const wisp_batch *b, struct unit *u)
 {
     const size_t urows = u->r1 - u->r0;
     int n = s->chunks_env;
-    if (!n && s->root->qlen > 0) n = 1;   /* submitted behind other batches: their kernels overlap this copy, so one chunk (fewest copies) */
+    /* submitted behind other batches: their kernels overlap this copy, so one chunk (fewest copies) */
+    if (!n && s->root->qlen > 0) n = 1;
     if (!n) {
         /* also for peer shards, whose kernels (half their reads over NVLink) barely keep pace
          * with the copies: 16 chunks there measured slower than 8 on 2 H200s (1M rows, two
@@ -144,7 +146,8 @@ static void chunk_bounds(const sess *s, const wisp_batch *b, struct unit *u)
     u->cb[0] = 0;
     int nc = 1;
     for (int i = 1; i < n && nc < MAX_CHUNKS; i++) {
-        size_t r = lower_row(b->indptr, u->r0 + u->cb[nc - 1], u->r1, (uint64_t)u->base + (uint64_t)u->nnz * i / n) - u->r0;
+        size_t r = lower_row(b->indptr, u->r0 + u->cb[nc - 1], u->r1,
+                             (uint64_t)u->base + (uint64_t)u->nnz * i / n) - u->r0;
         if (r > u->cb[nc - 1] && r < urows) u->cb[nc++] = r;
     }
     u->cb[nc] = urows;
@@ -171,8 +174,8 @@ static int peers_ready(sess *s)
             if (e == cudaSuccess) e = cudaDeviceEnablePeerAccess(db, 0);
             if (e == cudaErrorPeerAccessAlreadyEnabled) e = cudaSuccess;   /* another session did it */
             cudaGetLastError();
-            wisp__log(ctx->eng, e == cudaSuccess ? WISP_LOG_INFO : WISP_LOG_WARN, "gpu:%d reads gpu:%d's memory: %s", da, db,
-                     e == cudaSuccess ? "peer access enabled" : cudaGetErrorString(e));
+            wisp__log(ctx->eng, e == cudaSuccess ? WISP_LOG_INFO : WISP_LOG_WARN, "gpu:%d reads gpu:%d's memory: %s",
+                      da, db, e == cudaSuccess ? "peer access enabled" : cudaGetErrorString(e));
             atomic_store(&ctx->peer[da][db], e == cudaSuccess ? 1 : -1);
             if (e != cudaSuccess) return 0;
         }
@@ -289,7 +292,8 @@ int wisp__cuda_plan(struct job *j)
             const uint32_t vb = j->vm == WISP_VALUES_MIXED ? b->val_ptr[0] : rp[0];
             j->staged = !(wisp__cuda_mapped(rp, &j->zc_rp) && wisp__cuda_mapped(nnz ? b->ids + rp[0] : NULL, &j->zc_ids)
                           && (j->vm != WISP_VALUES_MIXED || wisp__cuda_mapped(b->val_ptr, &j->zc_vp))
-                          && (j->vm == WISP_VALUES_NONE || wisp__cuda_mapped(nvals ? b->vals + vb : NULL, &j->zc_vals)));
+                          && (j->vm == WISP_VALUES_NONE
+                              || wisp__cuda_mapped(nvals ? b->vals + vb : NULL, &j->zc_vals)));
         }
     }
 
@@ -331,7 +335,8 @@ int wisp__cuda_plan(struct job *j)
         if (u->graph) {
             u->rows_b = pow2_at_least(urows, 16);
             u->nnz_b = pow2_at_least(u->nnz, 256);
-            u->nvals_b = j->vm == WISP_VALUES_MIXED ? pow2_at_least(u->nvals, 256) : j->vm == WISP_VALUES_ALL ? u->nnz_b : 0;
+            u->nvals_b = j->vm == WISP_VALUES_MIXED ? pow2_at_least(u->nvals, 256)
+                       : j->vm == WISP_VALUES_ALL ? u->nnz_b : 0;
             wisp__cuda_layout(&u->L, u->rows_b, u->nnz_b, u->nvals_b, j->vm, 1, 0, 4);
         } else {
             wisp__cuda_layout(&u->L, urows, u->nnz, u->nvals, j->vm, u->nout, j->zc, OUT_SIZE(j));
@@ -362,7 +367,8 @@ int wisp__cuda_plan(struct job *j)
             return wisp__cuda_err_fail(u->dev, "selecting the device", e);
         }
         for (int i = 0; i < u->nsh; i++) {
-            int st = wisp__cuda_get_weights(s->ctx, m, u->dev, j->sh_lo[u->sh[i]], j->sh_span[u->sh[i]], &u->w[i], j->stats);
+            int st = wisp__cuda_get_weights(s->ctx, m, u->dev, j->sh_lo[u->sh[i]], j->sh_span[u->sh[i]], &u->w[i],
+                                            j->stats);
             if (st != WISP_OK) return st;
         }
         if (!j->zc) {

@@ -104,18 +104,22 @@ int wisp__cuda_job_start(sess *s, struct job *j, wisp_model *m, const wisp_batch
                      const char *fn, int submitted)
 {
     if (!s || !m || !b || (!out && b->rows))
-        return wisp__fail(WISP_EINVAL, "cuda: %s: %s is NULL", fn, !s ? "session" : !m ? "model" : !b ? "batch" : "out");
+        return wisp__fail(WISP_EINVAL, "cuda: %s: %s is NULL", fn,
+                          !s ? "session" : !m ? "model" : !b ? "batch" : "out");
     const size_t rows = b->rows;
     const uint32_t *rp = b->indptr;
     if (rows == 0 || rows > WISP_MAX_ROWS || !rp)
         return wisp__fail(WISP_EINVAL, "cuda: %s: a batch of %zu rows%s", fn, rows,
-                         !rows ? " (empty batches are the caller's)" : rp ? " is over the limit" : " has no row offsets");
+                         !rows ? " (empty batches are the caller's)"
+                         : rp ? " is over the limit" : " has no row offsets");
     if (rp[rows] < rp[0])
-        return wisp__fail(WISP_EINVAL, "cuda: %s: row offsets decrease (indptr[0] = %u, indptr[%zu] = %u)", fn, rp[0], rows, rp[rows]);
+        return wisp__fail(WISP_EINVAL, "cuda: %s: row offsets decrease (indptr[0] = %u, indptr[%zu] = %u)", fn, rp[0],
+                          rows, rp[rows]);
     const int vm = b->value_mode;
     if ((rp[rows] > rp[0] && !b->ids) || vm < WISP_VALUES_NONE || vm > WISP_VALUES_MIXED
         || (vm == WISP_VALUES_MIXED && (!b->val_ptr || (b->val_ptr[rows] < b->val_ptr[0])))
-        || (vm != WISP_VALUES_NONE && !b->vals && (vm == WISP_VALUES_ALL ? rp[rows] > rp[0] : b->val_ptr[rows] > b->val_ptr[0])))
+        || (vm != WISP_VALUES_NONE && !b->vals
+            && (vm == WISP_VALUES_ALL ? rp[rows] > rp[0] : b->val_ptr[rows] > b->val_ptr[0])))
         return wisp__fail(WISP_EINVAL, "cuda: %s: the batch's arrays do not match its value mode %d", fn, vm);
     if (m->num_features > WISP_MAX_FEATURES || (m->num_features && !m->weights)
         || m->dtype < WISP_F32 || m->dtype > WISP_I8)
@@ -232,7 +236,8 @@ int wisp__cuda_job_finish(struct job *j, uint64_t *stats, int async)
         cudaError_t e = j->err;
         cudaGetLastError();                     /* clears a recoverable error */
         int sticky = wisp__cuda_is_sticky(e);
-        for (int k = 0; k < s->nunits; k++) {   /* nothing of the batch may still be running; does the device still answer? */
+        /* nothing of the batch may still be running; does the device still answer? */
+        for (int k = 0; k < s->nunits; k++) {
             struct unit *u = &s->u[k];
             if (!unit_active(j, u)) continue;
             cudaError_t q = cudaSetDevice(u->dev);
@@ -326,7 +331,8 @@ int wisp__cuda_job_finish(struct job *j, uint64_t *stats, int async)
             uh = wisp__cuda_elapsed_ms(u->ev[EV_START], u->ev[EV_H2D]);
             for (int c = 0; c < u->nchunks; c++) {
                 uk += wisp__cuda_elapsed_ms(u->ev[EV_CHUNK + 3 * c], u->ev[EV_CHUNK + 3 * c + 1]);
-                ud += wisp__cuda_elapsed_ms(u->ev[EV_CHUNK + 3 * c + 1], u->ev[c == u->nchunks - 1 ? EV_END : EV_CHUNK + 3 * c + 2]);
+                ud += wisp__cuda_elapsed_ms(u->ev[EV_CHUNK + 3 * c + 1],
+                                            u->ev[c == u->nchunks - 1 ? EV_END : EV_CHUNK + 3 * c + 2]);
             }
         }
         us[6] = uh;

@@ -1,4 +1,5 @@
-/* cuda_session.c — the CUDA backend's sessions: units (streams, events, buffers) per device, submit slots, and the score/submit/wait entries of the backend table. */
+/* cuda_session.c — the CUDA backend's sessions: units (streams, events, buffers) per device, submit slots, and the
+ * score/submit/wait entries of the backend table. */
 #ifdef WISP_HAVE_CUDA
 
 #include "cuda/cuda_internal.h"
@@ -226,7 +227,8 @@ int wisp__cuda_submit(void *vs, wisp_model *m, const wisp_batch *b, float *out, 
     st = wisp__cuda_job_start(s, j, m, b, out, stats, "submit", 1);
     NVTX_POP();
     if (st != WISP_OK) return st;               /* nothing was enqueued */
-    if (j->err != cudaSuccess) return wisp__cuda_job_finish(j, stats, 0);   /* waits for what went in, reports the failure */
+    /* waits for what went in, reports the failure */
+    if (j->err != cudaSuccess) return wisp__cuda_job_finish(j, stats, 0);
     stats[WISP_STAT_NS_H2D] += j->ns_stage;     /* host packing, done by now */
     root->qlen++;
     return WISP_OK;

@@ -1,4 +1,4 @@
-/* cuda_stub.c — the CUDA backend of a build without nvcc: there is none, and its benchmark hooks (wisp_test.h) say so. */
+/* cuda_stub.c — the CUDA backend of a build without nvcc: there is none, and its hooks (wisp_test.h) say so. */
 #include "score/score.h"
 #include "core/wisp_test.h"
 
@@ -27,7 +27,8 @@ int wisp_session_score_device(wisp_session *s, size_t rows, const void *indptr, 
 {
     (void)rows; (void)indptr; (void)indptr_bits; (void)ids; (void)vals; (void)stream; (void)out; (void)out_on_device;
     if (s) s->nbad = 0;
-    return wisp__fail(WISP_ENODEV, "wisp_session_score_device: this build of wisp has no CUDA backend (nvcc was not found "
+    return wisp__fail(WISP_ENODEV,
+                      "wisp_session_score_device: this build of wisp has no CUDA backend (nvcc was not found "
                      "at build time)");
 }
 
@@ -64,7 +65,8 @@ int wisp_cuda_units_read(wisp_session *ws, double *v, size_t cap)
     return no_cuda("wisp_cuda_units_read");
 }
 
-int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int lanes, int iters, float *ms, float *out)
+int wisp_cuda_time_resident(wisp_session *ws, const wisp_batch *b, int what, int lanes, int iters, float *ms,
+                            float *out)
 {
     (void)ws; (void)b; (void)what; (void)lanes; (void)iters; (void)ms; (void)out;
     return no_cuda("wisp_cuda_time_resident");

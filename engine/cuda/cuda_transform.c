@@ -1,4 +1,5 @@
-/* cuda_transform.c — the transform on the GPU, part of the CUDA backend (cuda_internal.h): the description compiled for the device, raw columns shipped, fused transform+score or ids back (CUDA builds only). */
+/* cuda_transform.c — the transform on the GPU, part of the CUDA backend (cuda_internal.h): the description compiled
+ * for the device, raw columns shipped, fused transform+score or ids back (CUDA builds only). */
 /*
  * What crosses PCIe: the raw columns as wisp_raw holds them (per input: row
  * offsets of a sparse input; float32/int64 values, or string byte offsets +
@@ -89,7 +90,10 @@ typedef struct xf {
 static size_t al(size_t x) { return (x + AL - 1) & ~(size_t)(AL - 1); }
 
 /* A CUDA failure on the session's k-th device (a sticky one marks it unusable). */
-static int cfail(void *sctx, int k, cudaError_t e, const char *what) { return wisp__cuda_failed(sctx, k, (int)e, what); }
+static int cfail(void *sctx, int k, cudaError_t e, const char *what)
+{
+    return wisp__cuda_failed(sctx, k, (int)e, what);
+}
 
 void wisp__cuda_xf_free(void *vx)
 {
@@ -162,7 +166,8 @@ static int plan_build(void *sctx, xf *x, wisp_columns *c)
         if (nd->kind != WISP_NODE_CROSSED) continue;
         for (uint32_t k = 0; k < nd->nkeys; k++)
             if (!nd->keys[k].raw && c->nodes[nd->keys[k].index].kind == WISP_NODE_CROSSED)
-                return wisp__fail(WISP_EDEVICE, "cuda transform: column node %zu crosses a crossed node (not flattened)", ni);
+                return wisp__fail(WISP_EDEVICE,
+                                  "cuda transform: column node %zu crosses a crossed node (not flattened)", ni);
     }
     size_t nb = 0, nk = 0, ns = 0, ne = 0, nby = 0;
     for (size_t ni = 0; ni < c->nnodes; ni++) {
@@ -333,7 +338,8 @@ static int raw_layout(xf *x, const wisp_raw *r, shipper *sh, struct rawlay *L, s
         size_t n = in->sparse ? ri->n : rows;
         /* (never for a raw batch built by raw.c; EDEVICE sends such a batch to the CPU path) */
         if (in->sparse ? (!ri->indptr || ri->indptr[rows] != ri->n || ri->indptr[0] != 0) : ri->n < rows)
-            return wisp__fail(WISP_EDEVICE, "cuda transform: input '%s': %zu values do not match %zu rows", in->name, ri->n, rows);
+            return wisp__fail(WISP_EDEVICE, "cuda transform: input '%s': %zu values do not match %zu rows", in->name,
+                              ri->n, rows);
         if (n > 0xFFFFFFF0u || (in->dtype == WISP_INPUT_STRING && n && (!ri->str_off || ri->str_off[0] != 0)))
             return wisp__fail(WISP_EDEVICE, "cuda transform: input '%s': %zu values, not shippable", in->name, n);
         t->n = (uint32_t)n;
@@ -363,7 +369,10 @@ static int ensure(void *sctx, xf *x, size_t dbytes, size_t sbytes)
         x->dcap = 0;
         size_t cap = dbytes + dbytes / 4;
         cudaError_t e = cudaMalloc((void **)&x->dbuf, cap);
-        if (e != cudaSuccess) { x->dbuf = NULL; return cfail(sctx, x->k, e, "allocating the transform's device buffer"); }
+        if (e != cudaSuccess) {
+            x->dbuf = NULL;
+            return cfail(sctx, x->k, e, "allocating the transform's device buffer");
+        }
         x->dcap = cap;
     }
     if (sbytes > x->scap) {
@@ -390,7 +399,11 @@ static int ship(void *sctx, xf *x, const wisp_raw *r, const struct rawlay *L, ui
         wisp_tinput *t = &x->tin[i];
         const struct wisp_raw_input *ri = &r->in[i];
         const size_t n = t->n;
-        if (t->indptr) { size_t off = (uintptr_t)t->indptr; t->indptr = (const uint32_t *)(d + off); st |= add_seg(&sh, h + off, ri->indptr, (rows + 1) * 4); }
+        if (t->indptr) {
+            size_t off = (uintptr_t)t->indptr;
+            t->indptr = (const uint32_t *)(d + off);
+            st |= add_seg(&sh, h + off, ri->indptr, (rows + 1) * 4);
+        }
         if (t->dtype == WISP_INPUT_STRING) {
             size_t so = (uintptr_t)t->str_off, vo = (uintptr_t)t->vals;
             t->str_off = (const uint32_t *)(d + so);
@@ -413,7 +426,8 @@ static int ship(void *sctx, xf *x, const wisp_raw *r, const struct rawlay *L, ui
     }
     cudaError_t e = cudaEventRecord(x->ev[XEV_START], x->st);
     /* the table and flags first (small), then groups of segments as they are packed */
-    if (e == cudaSuccess) e = cudaMemcpyAsync(d, h, L->tin + al(c->ninputs * sizeof(wisp_tinput) + 1) + (r->nbad ? al(rows) : 0),
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(d, h, L->tin + al(c->ninputs * sizeof(wisp_tinput) + 1) + (r->nbad ? al(rows) : 0),
                                               cudaMemcpyHostToDevice, x->st);
     *bytes = L->tin + al(c->ninputs * sizeof(wisp_tinput) + 1) + (r->nbad ? al(rows) : 0);
     size_t k = 0;
@@ -427,7 +441,11 @@ static int ship(void *sctx, xf *x, const wisp_raw *r, const struct rawlay *L, ui
                 if (sh.npieces == sh.pcap) {
                     size_t nc = sh.pcap ? sh.pcap * 2 : 64;
                     struct seg *n = wisp__realloc(sh.pieces, nc * sizeof *n);
-                    if (!n) { wisp__free(sh.segs); wisp__free(sh.pieces); return wisp__fail(WISP_ENOMEM, "cuda transform: out of host memory"); }
+                    if (!n) {
+                        wisp__free(sh.segs);
+                        wisp__free(sh.pieces);
+                        return wisp__fail(WISP_ENOMEM, "cuda transform: out of host memory");
+                    }
                     sh.pieces = n;
                     sh.pcap = nc;
                 }
@@ -728,7 +746,8 @@ static int part_launch(void *sctx, int k, wisp_model *m, const wisp_raw *r, size
     wisp__free(sh.pieces);
     wisp__free(dsh.segs);
     if (st) {
-        if (cudaStreamSynchronize(x->st) != cudaSuccess || cudaStreamSynchronize(x->cst) != cudaSuccess) cudaGetLastError();
+        if (cudaStreamSynchronize(x->st) != cudaSuccess || cudaStreamSynchronize(x->cst) != cudaSuccess)
+            cudaGetLastError();
         return wisp__fail(WISP_ENOMEM, "cuda score_raw: out of host memory");
     }
     if (e == cudaSuccess) e = cudaEventRecord(x->ev[XEV_H2D], x->st);
@@ -738,7 +757,8 @@ static int part_launch(void *sctx, int k, wisp_model *m, const wisp_raw *r, size
     if (e == cudaSuccess) e = cudaEventRecord(x->ev[XEV_END], x->cst);
     P->bytes = bytes;
     if (e != cudaSuccess) {
-        if (cudaStreamSynchronize(x->st) != cudaSuccess || cudaStreamSynchronize(x->cst) != cudaSuccess) cudaGetLastError();
+        if (cudaStreamSynchronize(x->st) != cudaSuccess || cudaStreamSynchronize(x->cst) != cudaSuccess)
+            cudaGetLastError();
         return cfail(sctx, x->k, e, "scoring raw rows");
     }
     *px = x;
@@ -755,7 +775,8 @@ static int part_finish(void *sctx, xf *x, float *out, uint64_t *t, wisp_tcount *
     if (e == cudaSuccess) e = cudaEventSynchronize(x->ev[XEV_END]);
     NVTX_POP();
     if (e != cudaSuccess) {
-        if (cudaStreamSynchronize(x->st) != cudaSuccess || cudaStreamSynchronize(x->cst) != cudaSuccess) cudaGetLastError();
+        if (cudaStreamSynchronize(x->st) != cudaSuccess || cudaStreamSynchronize(x->cst) != cudaSuccess)
+            cudaGetLastError();
         return cfail(sctx, x->k, e, "scoring raw rows");
     }
     const char *hout = x->stage;
@@ -793,8 +814,8 @@ int wisp__cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float 
     xf *parts[WISP_MAX_GPUS];
     int st = WISP_OK, launched = 0;
     for (int k = 0; k < nparts && st == WISP_OK; k++) {
-        st = part_launch(sctx, k, m, r, rows * (size_t)k / (size_t)nparts, rows * (size_t)(k + 1) / (size_t)nparts, &parts[k],
-                         stats);
+        st = part_launch(sctx, k, m, r, rows * (size_t)k / (size_t)nparts, rows * (size_t)(k + 1) / (size_t)nparts,
+                         &parts[k], stats);
         if (st == WISP_OK) launched++;
     }
     uint64_t tmax[5] = { 0 }, bytes = 0, back = 0;
@@ -803,7 +824,8 @@ int wisp__cuda_xf_score_raw(void *sctx, wisp_model *m, const wisp_raw *r, float 
         uint64_t t[5];
         wisp_tcount cnt;
         if (st != WISP_OK) {                 /* a part failed: the others are waited for, their answers dropped */
-            if (cudaSetDevice(parts[k]->dev) != cudaSuccess || cudaEventSynchronize(parts[k]->ev[XEV_END]) != cudaSuccess)
+            if (cudaSetDevice(parts[k]->dev) != cudaSuccess
+                || cudaEventSynchronize(parts[k]->ev[XEV_END]) != cudaSuccess)
                 cudaGetLastError();
             continue;
         }

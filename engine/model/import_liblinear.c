@@ -229,7 +229,8 @@ static int import(struct reader *r, const char *out_path, int dtype)
             snprintf(label0, sizeof label0, "%lld", lab[0]);
             have_labels = true;
         } else if (strcmp(kw, "nr_feature") == 0) {
-            if (nr_feature >= 0) return wisp__fail(WISP_EPARSE, "%s:%llu: a second 'nr_feature' line", r->path, r->line);
+            if (nr_feature >= 0)
+                return wisp__fail(WISP_EPARSE, "%s:%llu: a second 'nr_feature' line", r->path, r->line);
             if ((rc = one_value(r, &rest, kw, &val)) || (rc = parse_int(r, val, "nr_feature", &nr_feature))) return rc;
             if (nr_feature < 0)
                 return wisp__fail(WISP_EPARSE, "%s:%llu: nr_feature %lld is negative", r->path, r->line, nr_feature);
@@ -324,7 +325,8 @@ static int import(struct reader *r, const char *out_path, int dtype)
 int wisp_import_liblinear(const char *liblinear_path, const char *out_path, int dtype)
 {
     if (!liblinear_path || !out_path)
-        return wisp__fail(WISP_EINVAL, "wisp_import_liblinear: %s is NULL", !liblinear_path ? "liblinear_path" : "out_path");
+        return wisp__fail(WISP_EINVAL, "wisp_import_liblinear: %s is NULL",
+                          !liblinear_path ? "liblinear_path" : "out_path");
     if (!wisp_dtype_name(dtype))
         return wisp__fail(WISP_EINVAL, "%s: unknown weight dtype %d (f32 0, f16 1, i8 2)", out_path, dtype);
     struct reader r = { .path = liblinear_path };

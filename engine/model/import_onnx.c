@@ -1,4 +1,5 @@
-/* import_onnx.c — ONNX-ML LinearClassifier / LinearRegressor models (as skl2onnx writes them) into .wisp files, through a small protobuf reader.
+/* import_onnx.c — ONNX-ML LinearClassifier / LinearRegressor models (as skl2onnx writes them) into .wisp files, through
+ * a small protobuf reader.
  *
  * What is read (onnx/onnx.proto3, onnx/onnx-ml.proto3; field numbers):
  *   ModelProto      7 graph
@@ -94,7 +95,8 @@ static int bad(const char *path, const char *what) { return wisp__fail(WISP_EPAR
 
 static int read_node(graph *g, pb r)
 {
-    if (g->nnodes == MAX_NODES) return wisp__fail(WISP_EPARSE, "%s: more than %d nodes: not a linear model", g->path, MAX_NODES);
+    if (g->nnodes == MAX_NODES)
+        return wisp__fail(WISP_EPARSE, "%s: more than %d nodes: not a linear model", g->path, MAX_NODES);
     node *n = &g->nodes[g->nnodes++];
     memset(n, 0, sizeof *n);
     while (r.p < r.end) {
@@ -197,7 +199,10 @@ static int attr_labels_json(const char *path, const attr *a, int strings, char *
             pb q = s;
             do {
                 uint64_t x = v;
-                if (w == 2) { if (q.p >= q.end) break; if (pb_varint(&q, &x)) return bad(path, "malformed packed ints"); }
+                if (w == 2) {
+                    if (q.p >= q.end) break;
+                    if (pb_varint(&q, &x)) return bad(path, "malformed packed ints");
+                }
                 if (o + 24 >= cap) return bad(path, "class labels too long");
                 o += (size_t)snprintf(out + o, cap - o, "%s%lld", k ? ", " : "", (long long)(int64_t)x);
                 k++;
@@ -284,7 +289,8 @@ static int import(const char *path, const uint8_t *data, size_t len, const char 
             for (int k = 0; k < g->nodes[i].noutputs && k < 4; k++)
                 if (pb_streq(g->nodes[i].outputs[k], "") == 0 &&
                     g->nodes[i].outputs[k].end - g->nodes[i].outputs[k].p == lin->inputs[0].end - lin->inputs[0].p &&
-                    !memcmp(g->nodes[i].outputs[k].p, lin->inputs[0].p, (size_t)(lin->inputs[0].end - lin->inputs[0].p)))
+                    !memcmp(g->nodes[i].outputs[k].p, lin->inputs[0].p,
+                            (size_t)(lin->inputs[0].end - lin->inputs[0].p)))
                     pb_copy(g->nodes[i].op, pre, sizeof pre);
         rc = wisp__fail(WISP_EPARSE, "%s: the %s's input is not the graph's input but %s's output (a preprocessing "
                        "step before the linear model is not imported)", path, op, pre);
@@ -304,7 +310,8 @@ static int import(const char *path, const uint8_t *data, size_t len, const char 
         else if (pb_streq(a.name, "post_transform") && a.has_s) pb_copy(a.s, post, sizeof post);
         else if (pb_streq(a.name, "targets") && a.has_i) targets = a.i;
         else if (pb_streq(a.name, "multi_class") && a.has_i && a.i != 0) {
-            rc = wisp__fail(WISP_EPARSE, "%s: LinearClassifier multi_class=%lld: wisp imports binary models", path, (long long)a.i);
+            rc = wisp__fail(WISP_EPARSE, "%s: LinearClassifier multi_class=%lld: wisp imports binary models", path,
+                            (long long)a.i);
             goto out;
         }
     }
@@ -317,7 +324,8 @@ static int import(const char *path, const uint8_t *data, size_t len, const char 
     if (!coef) { rc = wisp__fail(WISP_ENOMEM, "%s: out of memory for %zu coefficients", path, ncoef); goto out; }
     if ((rc = attr_floats(path, &coefs, coef, &ncoef))) goto out;
     if (ninter > 2) {
-        rc = wisp__fail(WISP_EPARSE, "%s: %zu intercepts: wisp imports a binary classifier or one regression target", path, ninter);
+        rc = wisp__fail(WISP_EPARSE, "%s: %zu intercepts: wisp imports a binary classifier or one regression target",
+                        path, ninter);
         goto out;
     }
     if (have_inter && (rc = attr_floats(path, &inter, interc, &ninter))) goto out;
@@ -331,7 +339,8 @@ static int import(const char *path, const uint8_t *data, size_t len, const char 
                            "score is the sigmoid of class 1's score)", path, post);
             goto out;
         }
-        if (have_labels && (rc = attr_labels_json(path, &labels, label_strings, labels_json, sizeof labels_json, &nlabels)))
+        if (have_labels
+            && (rc = attr_labels_json(path, &labels, label_strings, labels_json, sizeof labels_json, &nlabels)))
             goto out;
         if (!have_labels || nlabels != 2) {
             rc = wisp__fail(WISP_EPARSE, "%s: LinearClassifier with %zu class labels: wisp imports binary models", path,
@@ -340,13 +349,17 @@ static int import(const char *path, const uint8_t *data, size_t len, const char 
         }
         rows = ninter == 2 ? 2 : 1;
         if (ninter == 0) rows = ncoef % 2 == 0 && ncoef ? 2 : 1;
-        if (ncoef % rows) { rc = wisp__fail(WISP_EPARSE, "%s: %zu coefficients for %zu classes", path, ncoef, rows); goto out; }
+        if (ncoef % rows) {
+            rc = wisp__fail(WISP_EPARSE, "%s: %zu coefficients for %zu classes", path, ncoef, rows);
+            goto out;
+        }
         nf = ncoef / rows;
         w = coef + (rows - 1) * nf;                     /* class 1's row */
         bias = ninter ? interc[ninter - 1] : 0.0;
     } else {
         if (targets != 1 || ninter > 1) {
-            rc = wisp__fail(WISP_EPARSE, "%s: LinearRegressor with %lld targets: wisp imports one", path, (long long)targets);
+            rc = wisp__fail(WISP_EPARSE, "%s: LinearRegressor with %lld targets: wisp imports one", path,
+                            (long long)targets);
             goto out;
         }
         if (strcmp(post, "NONE")) {
@@ -383,8 +396,10 @@ out:
 
 int wisp_import_onnx_memory(const void *data, size_t len, const char *out_path, int dtype)
 {
-    if (!data || !out_path) return wisp__fail(WISP_EINVAL, "wisp_import_onnx_memory: %s is NULL", !data ? "data" : "out_path");
-    if (!wisp_dtype_name(dtype)) return wisp__fail(WISP_EINVAL, "%s: unknown weight dtype %d (f32 0, f16 1, i8 2)", out_path, dtype);
+    if (!data || !out_path)
+        return wisp__fail(WISP_EINVAL, "wisp_import_onnx_memory: %s is NULL", !data ? "data" : "out_path");
+    if (!wisp_dtype_name(dtype))
+        return wisp__fail(WISP_EINVAL, "%s: unknown weight dtype %d (f32 0, f16 1, i8 2)", out_path, dtype);
     return import("ONNX model", data, len, out_path, dtype);
 }
 
@@ -392,7 +407,8 @@ int wisp_import_onnx(const char *onnx_path, const char *out_path, int dtype)
 {
     if (!onnx_path || !out_path)
         return wisp__fail(WISP_EINVAL, "wisp_import_onnx: %s is NULL", !onnx_path ? "onnx_path" : "out_path");
-    if (!wisp_dtype_name(dtype)) return wisp__fail(WISP_EINVAL, "%s: unknown weight dtype %d (f32 0, f16 1, i8 2)", out_path, dtype);
+    if (!wisp_dtype_name(dtype))
+        return wisp__fail(WISP_EINVAL, "%s: unknown weight dtype %d (f32 0, f16 1, i8 2)", out_path, dtype);
     char *buf; size_t len;
     int rc = wisp__read_file(onnx_path, "ONNX model", &buf, &len);
     if (rc) return rc;

@@ -102,7 +102,10 @@ int wisp_import_vw(const char *vw_path, const char *out_path, int dtype)
     size_t len = 0;
     int rc = wisp__read_file(vw_path, "Vowpal Wabbit model", &buf, &len);
     if (rc) return rc;
-    if (memchr(buf, '\0', len)) { wisp__free(buf); return wisp__fail(WISP_EPARSE, "%s: contains a NUL byte: not a VW text model", vw_path); }
+    if (memchr(buf, '\0', len)) {
+        wisp__free(buf);
+        return wisp__fail(WISP_EPARSE, "%s: contains a NUL byte: not a VW text model", vw_path);
+    }
 
     char version[64] = "", options[4096] = "", link[32] = "identity";
     double min_label = NAN, max_label = NAN;

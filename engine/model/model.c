@@ -388,7 +388,10 @@ int wisp_model_load_ex(wisp_engine *eng, const char *path, unsigned flags, wisp_
     }
     if (S_ISDIR(sb.st_mode)) { close(fd); return wisp__fail(WISP_EIO, "%s: is a directory, not a model file", path); }
     if (!S_ISREG(sb.st_mode)) { close(fd); return wisp__fail(WISP_EIO, "%s: not a regular file", path); }
-    if (sb.st_size == 0) { close(fd); return wisp__fail(WISP_EFORMAT, "%s: empty file (0 bytes), not a wisp model", path); }
+    if (sb.st_size == 0) {
+        close(fd);
+        return wisp__fail(WISP_EFORMAT, "%s: empty file (0 bytes), not a wisp model", path);
+    }
     if ((uint64_t)sb.st_size > (uint64_t)SIZE_MAX / 2) {
         close(fd);
         return wisp__fail(WISP_ELIMIT, "%s: %llu bytes is too large for this address space", path, (ull)sb.st_size);
@@ -416,7 +419,8 @@ int wisp_model_load_ex(wisp_engine *eng, const char *path, unsigned flags, wisp_
     /* from here on only the private copy is read: the file may change, the model cannot */
     if (mprotect(img, len, PROT_READ) != 0) {
         munmap(img, len);
-        return wisp__fail(WISP_EIO, "%s: cannot make the model's copy read-only: %s", path, errstr(errno, buf, sizeof buf));
+        return wisp__fail(WISP_EIO, "%s: cannot make the model's copy read-only: %s", path,
+                          errstr(errno, buf, sizeof buf));
     }
 
     struct layout *L = wisp__malloc(sizeof *L);

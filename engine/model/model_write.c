@@ -127,7 +127,8 @@ static int resolve_target(const char *path, char **out, bool *direct)
             if (k < 0 || (size_t)k >= sizeof link - 1) {
                 int e = depth < 40 ? (k < 0 ? errno : ENAMETOOLONG) : ELOOP;
                 wisp__free(cur);
-                return wisp__fail(WISP_EIO, "%s: cannot follow the symbolic link: %s", path, errstr(e, ebuf, sizeof ebuf));
+                return wisp__fail(WISP_EIO, "%s: cannot follow the symbolic link: %s", path,
+                                  errstr(e, ebuf, sizeof ebuf));
             }
             link[k] = '\0';
             const char *slash = strrchr(cur, '/');
@@ -249,7 +250,8 @@ static int write_model(const char *path, fill_fn fill, const void *ctx, uint64_t
     bool created = false;
     if (rc == WISP_OK && direct) {
         fd = open(target, O_WRONLY | O_CLOEXEC);
-        if (fd < 0) rc = wisp__fail(WISP_EIO, "%s: cannot open for writing: %s", path, errstr(errno, ebuf, sizeof ebuf));
+        if (fd < 0)
+            rc = wisp__fail(WISP_EIO, "%s: cannot open for writing: %s", path, errstr(errno, ebuf, sizeof ebuf));
     } else if (rc == WISP_OK) {
         static atomic_uint counter;
         for (int tries = 0; tries < 100; tries++) {
@@ -299,7 +301,8 @@ static int write_model(const char *path, fill_fn fill, const void *ctx, uint64_t
     if (rc == WISP_OK && !what && !direct && rename(tmp, target)) { io_errno = errno; what = "rename"; }
     if (rc == WISP_OK && what)
         rc = wisp__fail(WISP_EIO, "%s: cannot %s %s: %s", path, what,
-                       direct ? "it" : strcmp(what, "rename") == 0 ? "the temporary file into place" : "the temporary file",
+                       direct ? "it"
+                       : strcmp(what, "rename") == 0 ? "the temporary file into place" : "the temporary file",
                        errstr(io_errno, ebuf, sizeof ebuf));
     if (rc != WISP_OK && created) unlink(tmp);
     if (rc == WISP_OK && !direct) {

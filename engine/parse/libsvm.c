@@ -225,7 +225,8 @@ static int parse_line(const char *p, const char *e, const char *bufend, size_t l
             if (WISP_UNLIKELY(r != NUM_OK || (p < e && !is_blank(*p)))) {
                 if (r == NUM_OK && *p == ':') {
                     o->err_at = p;
-                    snprintf(o->what, sizeof o->what, "extra ':' in '%s' (expected id:value)", wisp__excerpt(tok, e, ex));
+                    snprintf(o->what, sizeof o->what, "extra ':' in '%s' (expected id:value)",
+                             wisp__excerpt(tok, e, ex));
                 } else if (nonfinite_word(vs, e)) {
                     o->err_at = vs;
                     snprintf(o->what, sizeof o->what, "value '%s' is not a finite number", wisp__excerpt(vs, e, ex));
@@ -392,7 +393,8 @@ static inline __attribute__((always_inline)) uint64_t blanks64_sse2(const char *
     uint64_t m = 0, c = 0;
     for (int k = 0; k < 4; k++) {
         __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(p + 16 * k));
-        m |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(x, sp), _mm_cmpeq_epi8(x, tab))) << (16 * k);
+        m |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(x, sp),
+                                                                _mm_cmpeq_epi8(x, tab))) << (16 * k);
         c |= (uint64_t)(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(x, sp), x)) << (16 * k);
     }
     *ctl = c & ~m;
@@ -420,8 +422,10 @@ static inline __attribute__((always_inline)) AVX2_TARGET uint64_t blanks64_avx2(
     const __m256i sp = _mm256_set1_epi8(' '), tab = _mm256_set1_epi8('\t');
     const __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)p);
     const __m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
-    uint64_t m = (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_or_si256(_mm256_cmpeq_epi8(a, sp), _mm256_cmpeq_epi8(a, tab)))
-               | (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_or_si256(_mm256_cmpeq_epi8(b, sp), _mm256_cmpeq_epi8(b, tab))) << 32;
+    uint64_t m = (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_or_si256(_mm256_cmpeq_epi8(a, sp),
+                                                                          _mm256_cmpeq_epi8(a, tab)))
+               | (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_or_si256(_mm256_cmpeq_epi8(b, sp),
+                                                                          _mm256_cmpeq_epi8(b, tab))) << 32;
     uint64_t c = (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_min_epu8(a, sp), a))
                | (uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_min_epu8(b, sp), b)) << 32;
     *ctl = c & ~m;
@@ -455,7 +459,8 @@ static inline __attribute__((always_inline)) int fast_decimal(const char *v, uns
     }
     uint32_t all = (1u << n) - 1;                             /* n <= 30 */
     dotb &= all;
-    if (WISP_UNLIKELY(((digit | dotb) & all) != all || (dotb & (dotb - 1)))) return FAST_NO;   /* other bytes, two dots */
+    /* other bytes, two dots */
+    if (WISP_UNLIKELY(((digit | dotb) & all) != all || (dotb & (dotb - 1)))) return FAST_NO;
     unsigned nd = n - (dotb != 0);                            /* digits */
     unsigned ip = dotb ? (unsigned)__builtin_ctz(dotb) : n;   /* integer digits */
     unsigned nf = nd - ip;                                    /* fraction digits */
@@ -476,7 +481,8 @@ static inline __attribute__((always_inline)) int fast_decimal(const char *v, uns
  * appended (FAST_OK), a comment (FAST_COMMENT), or FAST_NO. */
 enum { FAST_COMMENT = 2 };
 static inline __attribute__((always_inline)) int fast_token(const char *s, const struct win *w,
-                                                            size_t *nvp, size_t *nbp, uint32_t *vid, float *vv, uint32_t *bid)
+                                                            size_t *nvp, size_t *nbp, uint32_t *vid, float *vv,
+                                                            uint32_t *bid)
 {
     if (WISP_UNLIKELY(!(w->digit & 1))) return *s == '#' ? FAST_COMMENT : FAST_NO;
     if (WISP_UNLIKELY(!w->term)) return FAST_NO;             /* a token of 32 bytes or more */

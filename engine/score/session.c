@@ -196,7 +196,8 @@ static int gpu_ready(wisp_session *s)
     for (int i = 0; i < s->ngpu; i++) usable += be->device_usable(eng->gpu_ctx, s->gpus[i]);
     if (usable < s->ngpu) {
         if (s->gpu_sctx) {
-            wisp__log(eng, WISP_LOG_WARN, "a GPU of device '%s' is no longer usable; scoring moves to the CPU", s->device);
+            wisp__log(eng, WISP_LOG_WARN, "a GPU of device '%s' is no longer usable; scoring moves to the CPU",
+                      s->device);
             close_gpu(s);
             s->gpu_open_failed = true;
         }
@@ -208,7 +209,8 @@ static int gpu_ready(wisp_session *s)
         if (st != WISP_OK) {
             s->gpu_sctx = NULL;
             s->gpu_open_failed = true;
-            wisp__log(eng, WISP_LOG_WARN, "cannot use device '%s' (%s); scoring runs on the CPU", s->device, wisp_errmsg());
+            wisp__log(eng, WISP_LOG_WARN, "cannot use device '%s' (%s); scoring runs on the CPU", s->device,
+                      wisp_errmsg());
             return st;
         }
     }
@@ -217,8 +219,8 @@ static int gpu_ready(wisp_session *s)
 
 static void set_last_gpu(wisp_session *s)
 {
-    /* the name is made only when the session's GPUs change (an snprintf a batch was ~0.1 us of
-     * a 10-row call's 11); key: gpu:N -> N + 1, gpus:N -> -N, never 0 with a GPU */
+    /* the name is made only when the session's GPUs change (an snprintf a batch costs ~0.1 us
+     * of a 10-row call's 11); key: gpu:N -> N + 1, gpus:N -> -N, never 0 with a GPU */
     const int key = s->ngpu == 1 ? s->gpus[0] + 1 : -s->ngpu;
     if (s->gpu_label_key != key) {
         if (s->ngpu == 1) snprintf(s->gpu_label, sizeof s->gpu_label, "gpu:%d", s->gpus[0]);

@@ -118,7 +118,8 @@ static int add_pair(wisp_vw *v, const char *ab, const char *where)
         return wisp__fail(WISP_EINVAL, "%s: interaction '%s': the ':' wildcard (all namespaces) is not supported; "
                          "list the pairs", where, ab);
     if (ab[0] == '\\' || ab[1] == '\\')
-        return wisp__fail(WISP_EINVAL, "%s: interaction '%s': escaped namespace characters are not supported", where, ab);
+        return wisp__fail(WISP_EINVAL, "%s: interaction '%s': escaped namespace characters are not supported", where,
+                          ab);
     if (v->npairs >= VW_MAX_PAIRS)
         return wisp__fail(WISP_ELIMIT, "%s: more than %d interactions", where, VW_MAX_PAIRS);
     v->pairs[v->npairs][0] = (unsigned char)ab[0];
@@ -179,7 +180,8 @@ int wisp_vw_new(const char *options, wisp_vw **out)
             if (!strncmp(tok, "-q", 2) && strlen(tok) == 4) { val = tok + 2; tok = "-q"; takes = true; }
             else if (!strncmp(tok, "-b", 2) && tok[2]) { val = tok + 2; tok = "-b"; takes = true; }
             else {
-                rc = wisp__fail(WISP_EINVAL, "%s: option '%.60s' is not supported (wisp understands -b, -q/--quadratic, "
+                rc = wisp__fail(WISP_EINVAL,
+                                "%s: option '%.60s' is not supported (wisp understands -b, -q/--quadratic, "
                                "--interactions of two namespaces, --hash_seed, --hash, --noconstant, "
                                "--leave_duplicate_interactions, --ignore, --keep, --ignore_linear, --link, "
                                "--loss_function)", where, tok);
@@ -213,7 +215,8 @@ int wisp_vw_new(const char *options, wisp_vw **out)
         } else if (!strcmp(tok, "--ignore") || !strcmp(tok, "--keep") || !strcmp(tok, "--ignore_linear")) {
             char *dst = tok[2] == 'k' ? v->keep : !strcmp(tok, "--ignore") ? v->ignore : v->ignore_linear;
             if (strchr(val, '\\'))
-                rc = wisp__fail(WISP_EINVAL, "%s: %s '%.40s': escaped namespace characters are not supported", where, tok, val);
+                rc = wisp__fail(WISP_EINVAL, "%s: %s '%.40s': escaped namespace characters are not supported", where,
+                                tok, val);
             else if (strlen(dst) + strlen(val) > 256)
                 rc = wisp__fail(WISP_ELIMIT, "%s: %s: too many namespaces", where, tok);
             else strcat(dst, val);
@@ -256,7 +259,8 @@ int wisp_vw_new(const char *options, wisp_vw **out)
     v->options = wisp__malloc(cap);
     if (!v->options) { wisp_vw_free(v); return wisp__fail(WISP_ENOMEM, "%s: out of memory", where); }
     int k = snprintf(v->options, cap, "-b %d", v->bits);
-    for (int i = 0; i < v->npairs; i++) k += snprintf(v->options + k, cap - (size_t)k, " -q %c%c", v->pairs[i][0], v->pairs[i][1]);
+    for (int i = 0; i < v->npairs; i++)
+        k += snprintf(v->options + k, cap - (size_t)k, " -q %c%c", v->pairs[i][0], v->pairs[i][1]);
     if (v->seed) k += snprintf(v->options + k, cap - (size_t)k, " --hash_seed %u", v->seed);
     if (v->hash_all) k += snprintf(v->options + k, cap - (size_t)k, " --hash all");
     if (v->noconstant) k += snprintf(v->options + k, cap - (size_t)k, " --noconstant");

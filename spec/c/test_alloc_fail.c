@@ -1,4 +1,5 @@
-/* test_alloc_fail.c — SQLite-style allocation-failure injection: every allocation of each operation made to fail in turn; each must fail cleanly and leave the engine usable. */
+/* test_alloc_fail.c — SQLite-style allocation-failure injection: every allocation of each operation made to fail in
+ * turn; each must fail cleanly and leave the engine usable. */
 /*
  * For each operation and N = 1, 2, ...: wisp_fault_alloc_after(N) makes the
  * Nth library allocation from now fail; the operation runs; if it made
@@ -167,7 +168,11 @@ static int check_scores(wisp_session *s, const wisp_batch *b, const char *what)
     int st = wisp_session_score(s, b, out), bad = 0;
     CHECK_MSG(st == WISP_OK, "%s: score -> %d", what, st);
     for (size_t r = 0; r < NROWS && st == WISP_OK; r++)
-        if (fabsf(out[r] - ref_score(&rows[r])) > 2e-6f) { bad++; if (bad < 4) fprintf(stderr, "%s: row %zu: %.9g, want %.9g\n", what, r, (double)out[r], (double)ref_score(&rows[r])); }
+        if (fabsf(out[r] - ref_score(&rows[r])) > 2e-6f) {
+            bad++;
+            if (bad < 4)
+                fprintf(stderr, "%s: row %zu: %.9g, want %.9g\n", what, r, (double)out[r], (double)ref_score(&rows[r]));
+        }
     CHECK_MSG(bad == 0, "%s: %d wrong scores", what, bad);
     free(out);
     return bad;
@@ -423,7 +428,10 @@ static void convert_check(const char *what)
 {
     written_check(what, "ref_i8.wisp", "converted file differs from a fault-free one");
 }
-static void convert_fail(int st, uint64_t n) { written_fail("convert", n, run_convert, convert_check, "model_convert"); }
+static void convert_fail(int st, uint64_t n)
+{
+    written_fail("convert", n, run_convert, convert_check, "model_convert");
+}
 static void convert_ok(uint64_t n) { convert_check("model_convert"); }
 
 /* import_liblinear */
@@ -431,7 +439,8 @@ static void prepare_import(void) { unlink(P("imp.wisp")); }
 static int run_import(void) { return wisp_import_liblinear(P("ll.txt"), P("imp.wisp"), WISP_F32); }
 static void import_check(const char *what)
 {
-    CHECK_MSG(file_equals(P("imp.wisp"), P("ref_imp.wisp")), "%s: the imported file differs from a fault-free import", what);
+    CHECK_MSG(file_equals(P("imp.wisp"), P("ref_imp.wisp")), "%s: the imported file differs from a fault-free import",
+              what);
     CHECK_MSG(tmp_leftovers() == 0, "%s: temporary files left behind", what);
 }
 static void import_fail(int st, uint64_t n)
@@ -482,14 +491,15 @@ int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "%s/wisp_alloc_fail_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
-    rng_state = 0x243F6A8885A308D3ull;           /* the data this test was written against (testrand.h's rnd) */
+    rng_state = 0x243F6A8885A308D3ull;           /* the seed of this test's data (testrand.h's rnd) */
     gen_data();
     CHECK_OK(wisp_engine_new(2, &eng));
     wisp_engine_set_log_level(eng, WISP_LOG_OFF);
 
     /* fault-free references */
     CHECK_OK(wisp_model_write(P("m.wisp"), weights, NF, bias, WISP_F32, "source=alloc_fail\nk2=v2", "a hash 100\n"));
-    CHECK_OK(wisp_model_write(P("ref_f16.wisp"), weights, NF, bias, WISP_F16, "source=alloc_fail\nk2=v2", "a hash 100\n"));
+    CHECK_OK(wisp_model_write(P("ref_f16.wisp"), weights, NF, bias, WISP_F16, "source=alloc_fail\nk2=v2",
+                              "a hash 100\n"));
     CHECK_OK(wisp_model_write(P("old.wisp"), old_w, 3, 0, WISP_F32, "old=1", NULL));
     CHECK_OK(wisp_model_load(eng, P("m.wisp"), &model));
     CHECK_OK(wisp_model_convert(model, P("ref_i8.wisp"), WISP_I8));
@@ -549,7 +559,8 @@ int main(void)
     wisp_engine_free(eng);
     free(text);
     free(pipe_out);
-    const char *names[] = { "m.wisp", "ref_f16.wisp", "old.wisp", "ref_i8.wisp", "ll.txt", "ref_imp.wisp", "w.wisp", "imp.wisp" };
+    const char *names[] = { "m.wisp", "ref_f16.wisp", "old.wisp", "ref_i8.wisp", "ll.txt", "ref_imp.wisp", "w.wisp",
+                           "imp.wisp" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) unlink(P(names[i]));
     CHECK_MSG(rmdir(tmpdir) == 0, "%s is not empty", tmpdir);
     return CHECK_DONE("test_alloc_fail");

@@ -165,8 +165,10 @@ static void test_builder_errors(wisp_engine *eng)
     CHECK_FAILS(wisp_batch_add_row_mixed(b, ids, NULL, 2, NULL, 0), WISP_EINVAL, "vals is NULL");
     CHECK_FAILS(wisp_batch_add_row_mixed(b, ids, vals, 1, NULL, 2), WISP_EINVAL, "bids is NULL");
     CHECK_OK(wisp_batch_add_row(b, NULL, NULL, 0));             /* an empty row needs no arrays */
-    CHECK_FAILS(wisp_batch_add_row(b, ids, NULL, WISP_MAX_ROW_FEATURES + (size_t)1), WISP_ELIMIT, "WISP_MAX_ROW_FEATURES");
-    CHECK_FAILS(wisp_batch_add_row_mixed(b, ids, vals, WISP_MAX_ROW_FEATURES, ids, 1), WISP_ELIMIT, "WISP_MAX_ROW_FEATURES");
+    CHECK_FAILS(wisp_batch_add_row(b, ids, NULL, WISP_MAX_ROW_FEATURES + (size_t)1), WISP_ELIMIT,
+                "WISP_MAX_ROW_FEATURES");
+    CHECK_FAILS(wisp_batch_add_row_mixed(b, ids, vals, WISP_MAX_ROW_FEATURES, ids, 1), WISP_ELIMIT,
+                "WISP_MAX_ROW_FEATURES");
     CHECK_FAILS(wisp_batch_add_row_mixed(b, ids, vals, SIZE_MAX, ids, 2), WISP_ELIMIT, "WISP_MAX_ROW_FEATURES");
     CHECK(wisp_batch_rows(b) == 1 && wisp_batch_nnz(b) == 0);
 
@@ -249,7 +251,8 @@ static void test_wrap(wisp_engine *eng)
     wisp_batch_free(b);
 
     CHECK_OK(wisp_batch_wrap(eng, 3, rp, ids, NULL, vals, &b));
-    CHECK(b->value_mode == WISP_VALUES_ALL && wisp_batch_vals(b) == vals && !wisp_batch_val_ptr(b) && wisp_batch_nvals(b) == 5);
+    CHECK(b->value_mode == WISP_VALUES_ALL && wisp_batch_vals(b) == vals && !wisp_batch_val_ptr(b)
+          && wisp_batch_nvals(b) == 5);
     s = render(b);
     CHECK_MSG(strcmp(s, "1:0.5 2:1.5|;|;3:2.5 4:3.5 4294967295:4.5|") == 0, "%s", s); free(s);
     wisp_batch_free(b);
@@ -294,7 +297,8 @@ static void test_wrap(wisp_engine *eng)
     rp_big[0] = 0;
     for (size_t r = 0; r < 4095; r++) rp_big[r + 1] = rp_big[r] + (1u << 20);
     rp_big[4096] = rp_big[4095] + 0xFFFF8u;
-    CHECK_FAILS(wisp_batch_wrap(eng, 4096, rp_big, ids, NULL, NULL, &b), WISP_ELIMIT, "at row 4095 exceeds WISP_MAX_NNZ");
+    CHECK_FAILS(wisp_batch_wrap(eng, 4096, rp_big, ids, NULL, NULL, &b), WISP_ELIMIT,
+                "at row 4095 exceeds WISP_MAX_NNZ");
     rp_big[4096] = rp_big[4095] + 0xFFFF0u;                  /* exactly WISP_MAX_NNZ is fine */
     CHECK_OK(wisp_batch_wrap(eng, 4096, rp_big, ids, NULL, NULL, &b));
     CHECK(wisp_batch_nnz(b) == WISP_MAX_NNZ);
@@ -305,7 +309,8 @@ static void test_wrap(wisp_engine *eng)
     uint32_t vp_dec[] = { 0, 1, 0, 0 };
     CHECK_FAILS(wisp_batch_wrap(eng, 3, rp, ids, vp_dec, vals, &b), WISP_EINVAL, "val_ptr decreases at row 1");
     uint32_t vp_long[] = { 0, 1, 2, 2 };                     /* row 1 has no features but one value */
-    CHECK_FAILS(wisp_batch_wrap(eng, 3, rp, ids, vp_long, vals, &b), WISP_EINVAL, "row 1 has 1 values but only 0 features");
+    CHECK_FAILS(wisp_batch_wrap(eng, 3, rp, ids, vp_long, vals, &b), WISP_EINVAL,
+                "row 1 has 1 values but only 0 features");
     uint32_t vp_long2[] = { 0, 1, 1, 5 };
     CHECK_FAILS(wisp_batch_wrap(eng, 3, rp, ids, vp_long2, vals, &b), WISP_EINVAL, "row 2 has 4 values but only 3");
     CHECK_FAILS(wisp_batch_wrap(eng, 3, rp, ids, vp, NULL, &b), WISP_EINVAL, "vals is NULL");
@@ -355,7 +360,8 @@ static void test_bad_rows(wisp_engine *eng)
     int failed = 0;
     for (uint64_t k = 1; k <= 2; k++) {
         wisp_fault_alloc_after(k);
-        int st = wisp__batch_mark_bad(b, wisp_batch_rows(b) - 1, 9, "this message needs room...................................");
+        int st = wisp__batch_mark_bad(b, wisp_batch_rows(b) - 1, 9,
+                                      "this message needs room...................................");
         wisp_fault_alloc_after(0);
         if (st == WISP_ENOMEM) failed++;
         if (st != WISP_OK) CHECK(wisp_batch_bad_count(b) == nbad);
@@ -438,7 +444,8 @@ static void check_edge_rows(const wisp_batch *b, const char *where, const char *
         char want[96];
         snprintf(want, sizeof want, quote_fmt, edge_text[k]);
         CHECK_MSG(row == r && strstr(msg, want) && strstr(msg, "not a finite "),
-                  "%s: value '%s': bad row %zu (want %zu) '%s' (want it to name '%s')", where, edge_text[k], row, r, msg, want);
+                  "%s: value '%s': bad row %zu (want %zu) '%s' (want it to name '%s')", where, edge_text[k], row, r,
+                  msg, want);
     }
 }
 
@@ -490,7 +497,8 @@ static void test_wrap_values_pass(wisp_engine *eng)
             size_t row = 0;
             uint64_t line = 0;
             const char *msg = "";
-            if (wisp_batch_bad_row(b, bi++, &row, &line, &msg) != WISP_OK || row != r || !strstr(msg, "not a finite float32"))
+            if (wisp_batch_bad_row(b, bi++, &row, &line, &msg) != WISP_OK || row != r
+                || !strstr(msg, "not a finite float32"))
                 wrong++;
         }
         wisp_batch_free(b);
@@ -570,7 +578,8 @@ static void test_values_rule(wisp_engine *eng)
             for (size_t k = 0; k < NEDGE; k++) {
                 const double z = 0.1 + 0.5 * (double)w[7] + (double)w[9];
                 const double p = 1.0 / (1.0 + exp(-z));
-                CHECK_MSG(fabs(out[3 * k] - p) < 1e-6 && fabs(out[3 * k + 2] - p) < 1e-6, "good rows around %s", edge_text[k]);
+                CHECK_MSG(fabs(out[3 * k] - p) < 1e-6 && fabs(out[3 * k + 2] - p) < 1e-6, "good rows around %s",
+                          edge_text[k]);
                 CHECK_MSG(edge_bad[k] ? isnan(out[3 * k + 1]) : isfinite(out[3 * k + 1]), "edge row %s: %g",
                           edge_text[k], (double)out[3 * k + 1]);
             }

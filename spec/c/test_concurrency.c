@@ -1,4 +1,5 @@
-/* test_concurrency.c — many threads on one engine and one model: identical results to single-threaded scoring, model replacement and reload while scoring, thread-local errors; run under TSan too. */
+/* test_concurrency.c — many threads on one engine and one model: identical results to single-threaded scoring, model
+ * replacement and reload while scoring, thread-local errors; run under TSan too. */
 /*
  * 1. 8 threads, each with its own session and batch on one shared engine
  *    and model, score the same rows again and again: every result is
@@ -65,7 +66,8 @@ static void gen_text(void)
         for (int i = 0; i < k; i++) {
             /* zipf-like ids: mostly small, a long tail past the table */
             uint64_t id = (uint64_t)(exp((double)(rnd() % 10000) / 10000.0 * log(NF * 1.05)));
-            if (rnd() % 3) n += (size_t)sprintf(text + n, " %" PRIu64 ":%.4f", id, (double)(rnd() % 2000) / 500.0 - 2.0);
+            if (rnd() % 3)
+                n += (size_t)sprintf(text + n, " %" PRIu64 ":%.4f", id, (double)(rnd() % 2000) / 500.0 - 2.0);
             else n += (size_t)sprintf(text + n, " %" PRIu64, id);
         }
         if (r % 97 == 13) n += (size_t)sprintf(text + n, " 5:nan");   /* a bad row, NaN */
@@ -256,7 +258,8 @@ static void *reader_thread(void *p)
             TCHECK(st == WISP_OK, "load while replacing -> %d (%s)", st, wisp_errmsg());
             if (st == WISP_OK) {
                 wisp_session *s2 = NULL;
-                if (wisp_session_new(rs->eng, m, "cpu", &s2) == WISP_OK) check_version_scores(a, s2, b, out, model_version(m));
+                if (wisp_session_new(rs->eng, m, "cpu", &s2) == WISP_OK)
+                    check_version_scores(a, s2, b, out, model_version(m));
                 wisp_session_free(s2);
                 wisp_model_free(m);
                 a->loads++;
@@ -381,7 +384,8 @@ int main(void)
     gen_text();
     for (int v = 0; v <= NVERSIONS; v++) {
         weights[v] = malloc(NF * sizeof(float));
-        for (uint32_t i = 0; i < NF; i++) weights[v][i] = (float)((double)(rnd() % 20001) / 10000.0 - 1.0) * (float)(1 + v);
+        for (uint32_t i = 0; i < NF; i++)
+            weights[v][i] = (float)((double)(rnd() % 20001) / 10000.0 - 1.0) * (float)(1 + v);
         biases[v] = 0.125 * v - 0.25;
     }
 

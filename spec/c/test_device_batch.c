@@ -2,7 +2,8 @@
  * checked kernel, on a CPU session the copy path, both against a float64 reference and the host path on random CSR
  * (uniform and Zipf ids, empty rows, duplicates, ids 0 and num_features-1, ids beyond the table, negative ids,
  * non-finite values, non-monotone and out-of-bounds indptr, a indptr[0] > 0), int32 and int64 indptr, values
- * or none, the answers to host (pageable or pinned) or device memory, f32/f16/i8 tables; the refusals; without a GPU, WISP_ENODEV.
+ * or none, the answers to host (pageable or pinned) or device memory, f32/f16/i8 tables; the refusals; without a GPU,
+ * WISP_ENODEV.
  * WISP_TEST_GPU=1: a GPU must be usable. WISP_TEST_QUICK / WISP_TEST_GPU_QUICK: 20k rows at most (else 200k). */
 #include "testgpu.h"
 #include "core/wisp_test.h"
@@ -91,10 +92,12 @@ static void dcase_gen(struct dcase *c, const wisp_model *m, size_t rows, int zip
     if (hostile && rows > 8) {
         for (int i = 0; i < 3; i++) {
             size_t r = 1 + rnd_below(rows - 2);
-            if (c->rp[r + 1] > c->rp[r]) c->ids[c->rp[r] + rnd_below((size_t)(c->rp[r + 1] - c->rp[r]))] = -(int32_t)(1 + rnd_below(1000));
+            if (c->rp[r + 1] > c->rp[r])
+                c->ids[c->rp[r] + rnd_below((size_t)(c->rp[r + 1] - c->rp[r]))] = -(int32_t)(1 + rnd_below(1000));
             r = 1 + rnd_below(rows - 2);
             if (c->rp[r + 1] > c->rp[r])
-                c->vals[c->rp[r] + rnd_below((size_t)(c->rp[r + 1] - c->rp[r]))] = i == 0 ? NAN : i == 1 ? INFINITY : -INFINITY;
+                c->vals[c->rp[r] + rnd_below((size_t)(c->rp[r + 1] - c->rp[r]))] =
+                    i == 0 ? NAN : i == 1 ? INFINITY : -INFINITY;
         }
         size_t r = 2 + rnd_below(rows - 4);
         c->rp[r] = c->rp[r + 1] + 3;                   /* a decrease: rows r-1 and r are out of order or past the end */
@@ -129,7 +132,8 @@ static int check_bad_list(wisp_session *s, const wisp_model *m, const struct dca
         uint64_t line = 0;
         const char *msg = NULL;
         if (wisp_session_bad_row(s, i++, &row, &line, &msg) != WISP_OK || row != r || !msg) { wrong++; continue; }
-        const char *needle = why == 1 ? "is not a range inside" : why == 3 ? "negative feature index" : "not a finite float32";
+        const char *needle = why == 1 ? "is not a range inside"
+                           : why == 3 ? "negative feature index" : "not a finite float32";
         if (!strstr(msg, needle)) {
             if (wrong++ < 3) fprintf(stderr, "%s: row %zu: '%s' lacks '%s'\n", what, r, msg, needle);
         }
@@ -188,7 +192,8 @@ static void run_dcase(const wisp_model *m, wisp_session *s, const struct dcase *
             far += d > TOL;
             worst = fmax(worst, d);
         }
-        CHECK_MSG(nan_differ == 0 && far == 0, "%s: %zu NaN rows differ, %zu rows off, worst %.3g", what, nan_differ, far, worst);
+        CHECK_MSG(nan_differ == 0 && far == 0, "%s: %zu NaN rows differ, %zu rows off, worst %.3g", what, nan_differ,
+                  far, worst);
         check_bad_list(s, m, c, with_vals, what);
         const uint64_t oor = with_vals ? c->oor : c->oor_bin;
         CHECK_MSG(wisp_session_stat(s, WISP_STAT_OUT_OF_RANGE) - before[WISP_STAT_OUT_OF_RANGE] == oor,
@@ -196,10 +201,12 @@ static void run_dcase(const wisp_model *m, wisp_session *s, const struct dcase *
                   (unsigned long long)(wisp_session_stat(s, WISP_STAT_OUT_OF_RANGE) - before[WISP_STAT_OUT_OF_RANGE]),
                   (unsigned long long)oor);
         CHECK(wisp_session_stat(s, WISP_STAT_ROWS) - before[WISP_STAT_ROWS] == rows);
-        CHECK(wisp_session_stat(s, WISP_STAT_BAD_ROWS) - before[WISP_STAT_BAD_ROWS] == (with_vals ? c->nbad : c->nbad_bin));
+        CHECK(wisp_session_stat(s, WISP_STAT_BAD_ROWS) - before[WISP_STAT_BAD_ROWS]
+              == (with_vals ? c->nbad : c->nbad_bin));
         if (with_vals)
-            CHECK_MSG(wisp_session_stat(s, WISP_STAT_NNZ) - before[WISP_STAT_NNZ] == c->good_nnz, "%s: nnz +%llu, good rows hold %llu",
-                      what, (unsigned long long)(wisp_session_stat(s, WISP_STAT_NNZ) - before[WISP_STAT_NNZ]),
+            CHECK_MSG(wisp_session_stat(s, WISP_STAT_NNZ) - before[WISP_STAT_NNZ] == c->good_nnz,
+                      "%s: nnz +%llu, good rows hold %llu", what,
+                      (unsigned long long)(wisp_session_stat(s, WISP_STAT_NNZ) - before[WISP_STAT_NNZ]),
                       (unsigned long long)c->good_nnz);
         CHECK(wisp_session_stat(s, WISP_STAT_FALLBACKS) == before[WISP_STAT_FALLBACKS]);
         const char *ld = wisp_session_last_device(s);
@@ -241,8 +248,8 @@ static void same_on_both(wisp_session *sg, wisp_session *sc, const struct dcase 
         for (size_t i = 0; i < n && n == wisp_session_bad_count(sc); i++) {
             size_t ra, rb;
             const char *ma, *mb;
-            if (wisp_session_bad_row(sg, i, &ra, NULL, &ma) || wisp_session_bad_row(sc, i, &rb, NULL, &mb) || ra != rb ||
-                strcmp(ma, mb)) mism++;
+            if (wisp_session_bad_row(sg, i, &ra, NULL, &ma) || wisp_session_bad_row(sc, i, &rb, NULL, &mb)
+                || ra != rb || strcmp(ma, mb)) mism++;
         }
         CHECK_MSG(mism == 0, "gpu and cpu sessions: %zu bad rows differ", mism);
     }
@@ -265,7 +272,8 @@ static void test_refusals(wisp_engine *eng, wisp_session *s)
     CHECK_OK(wisp_cuda_test_copy(drp, rp, sizeof rp));
     CHECK_OK(wisp_cuda_test_copy(dids, ids, sizeof ids));
     CHECK_FAILS(wisp_session_score_device(s, 3, drp, 16, dids, NULL, NULL, got, 0), WISP_EINVAL, "indptr_bits");
-    CHECK_FAILS(wisp_session_score_device(s, 3, rp, 32, dids, NULL, NULL, got, 0), WISP_EINVAL, "not CUDA device memory");
+    CHECK_FAILS(wisp_session_score_device(s, 3, rp, 32, dids, NULL, NULL, got, 0), WISP_EINVAL,
+                "not CUDA device memory");
     CHECK_FAILS(wisp_session_score_device(s, 3, drp, 32, dids, NULL, NULL, got, 1), WISP_EINVAL, "out is not memory");
     CHECK_FAILS(wisp_session_score_device(s, 3, drp, 32, ids, NULL, NULL, got, 0), WISP_EINVAL, "ids is not memory");
     CHECK_FAILS(wisp_session_score_device(s, 3, drp, 32, NULL, NULL, NULL, got, 0), WISP_EINVAL, "ids is NULL");
@@ -274,7 +282,8 @@ static void test_refusals(wisp_engine *eng, wisp_session *s)
     CHECK_OK(wisp_session_score_device(s, 0, NULL, 32, NULL, NULL, NULL, NULL, 0));      /* no rows: nothing to do */
     CHECK(wisp_session_bad_count(s) == 0);
     /* the _n form: indptr[rows] past the ids' length is refused before an id is read */
-    CHECK_FAILS(wisp_session_score_device_n(s, 3, drp, 32, dids, NULL, 2, NULL, got, 0), WISP_EINVAL, "but ids has 2 entries");
+    CHECK_FAILS(wisp_session_score_device_n(s, 3, drp, 32, dids, NULL, 2, NULL, got, 0), WISP_EINVAL,
+                "but ids has 2 entries");
     CHECK_OK(wisp_session_score_device_n(s, 3, drp, 32, dids, NULL, 3, NULL, got, 0));
     rp[3] = -1;                                                                       /* indptr[rows] negative */
     CHECK_OK(wisp_cuda_test_copy(drp, rp, sizeof rp));
@@ -318,8 +327,10 @@ int main(void)
             uint32_t rp1[2] = { 0, 0 };
             float o1;
             /* "no usable GPU" (a CUDA build) or "no CUDA backend" (a build without nvcc) */
-            CHECK_FAILS(wisp_session_score_device(s, 1, rp1, 32, NULL, NULL, NULL, &o1, 0), WISP_ENODEV, "wisp_session_score_device: ");
-            CHECK_FAILS(wisp_session_score_device_n(s, 1, rp1, 32, NULL, NULL, 0, NULL, &o1, 0), WISP_ENODEV, "wisp_session_score_device: ");
+            CHECK_FAILS(wisp_session_score_device(s, 1, rp1, 32, NULL, NULL, NULL, &o1, 0), WISP_ENODEV,
+                        "wisp_session_score_device: ");
+            CHECK_FAILS(wisp_session_score_device_n(s, 1, rp1, 32, NULL, NULL, 0, NULL, &o1, 0), WISP_ENODEV,
+                        "wisp_session_score_device: ");
             CHECK(wisp_session_bad_count(s) == 0);
             wisp_session_free(s);
         }

@@ -67,10 +67,10 @@ static void wide_data(struct data *d, const wisp_model *m, size_t copies)
     /* Every row's sum is the same in any order of addition: huge products that cancel exactly
      * (a - a, a + a - a) with nothing small beside them, or huge products that dominate every
      * small one. A row such as a - a + 1.5 has no order-free answer (1.5 summed sequentially, as
-     * the CPU does; 0 when the GPU's lanes add 1.5 to a first): found on the H200, where such
-     * rows differed by up to 0.502. Summed in float, rows 0, 1, 3, 4 and 6 gave NaN (inf - inf). */
-    static const uint32_t rid[][3] = { { 0, 1, 9 }, { 0, 512, 9 }, { 0, 513, 2 }, { 0, 513, 1 }, { 0, 1, 9 }, { 0, 2, 9 },
-                                       { 1, 512, 9 }, { 513, 1, 2 } };
+     * the CPU does; 0 when the GPU's lanes add 1.5 to a first): on the H200 such rows differ by
+     * up to 0.502. Summed in float, rows 0, 1, 3, 4 and 6 would give NaN (inf - inf). */
+    static const uint32_t rid[][3] = { { 0, 1, 9 }, { 0, 512, 9 }, { 0, 513, 2 }, { 0, 513, 1 }, { 0, 1, 9 },
+                                       { 0, 2, 9 }, { 1, 512, 9 }, { 513, 1, 2 } };
     static const float rv[][3] = { { 10, 10, 0 }, { 10, 10, 0 }, { 10, 10, 1 }, { 10, 10, 10 }, { 3e38f, 3e38f, 0 },
                                    { 1e30f, -2, 0 }, { 10, -10, 0 }, { -3e38f, 3e38f, 7 } };
     static const unsigned rn[] = { 2, 2, 3, 3, 3, 3, 2, 3 };
@@ -125,7 +125,8 @@ static void wide_case(const char *what, wisp_engine *eng, wisp_model *m, size_t 
 
 static void test_wide_sums(wisp_engine *eng, int quick)
 {
-    /* large: past STAGE_ALL_BYTES (1 MiB, cuda_score.c) so the chunked path runs; small in quick mode (sanitizers) */
+    /* large: past STAGE_ALL_BYTES (1 MiB, cuda_internal.h) so the chunked path runs; small in quick mode
+     * (sanitizers) */
     const size_t large = quick ? 6000 : 40000;
     const int dtypes[] = { WISP_F32, WISP_I8 };
     for (int t = 0; t < 2; t++) {
@@ -208,7 +209,7 @@ static void test_wide_sums(wisp_engine *eng, int quick)
     }
 }
 
-/* ---- owned batches: one arena, shipped packed (engine/batch/batch.c, engine/cuda/cuda_score.c) ---------------- */
+/* ---- owned batches: one arena, shipped packed (engine/batch/batch.c, engine/cuda/cuda_launch.c) --------------- */
 
 /* score b on s and on the CPU; rows [0, n1) against d1's reference, the rest against d2's */
 static void check_parts(const char *what, wisp_session *s, wisp_session *cpu, wisp_batch *b,
@@ -228,7 +229,8 @@ static void check_parts(const char *what, wisp_session *s, wisp_session *cpu, wi
         if (!(e <= TOL && ec <= TOL)) { if (!bad++) first = r; }
         if (e > maxerr) maxerr = e;
     }
-    CHECK_MSG(bad == 0 && wisp_session_stat(s, WISP_STAT_FALLBACKS) == fb0 && !strncmp(wisp_session_last_device(s), "gpu", 3),
+    CHECK_MSG(bad == 0 && wisp_session_stat(s, WISP_STAT_FALLBACKS) == fb0
+              && !strncmp(wisp_session_last_device(s), "gpu", 3),
               "%s: rows %zu (nnz %zu, nvals %zu, mode %d, row_cap %zu): %zu rows wrong (first %zu), max err %.3g, "
               "fallbacks %llu, last device %s", what, rows, wisp_batch_nnz(b), wisp_batch_nvals(b), b->value_mode,
               b->row_cap, bad, first, maxerr, (unsigned long long)(wisp_session_stat(s, WISP_STAT_FALLBACKS) - fb0),
@@ -273,7 +275,8 @@ static void test_packed(wisp_engine *eng, int quick)
                 gen(&d2, &sq, m);
                 append_rows(b, &d2, sq.vm);
                 CHECK_MSG(arena_ok(b), "arena invariants after growing to %zu rows", wisp_batch_rows(b));
-                snprintf(what, sizeof what, "packed, chunks %s, grown (mode %d then %d)", chunks[c] ? chunks[c] : "auto", vm, sq.vm);
+                snprintf(what, sizeof what, "packed, chunks %s, grown (mode %d then %d)",
+                         chunks[c] ? chunks[c] : "auto", vm, sq.vm);
                 check_parts(what, s, cpu, b, &d1, &d2);
                 /* clear and reuse: the second part alone, in its own mode */
                 wisp_batch_clear(b);
@@ -321,7 +324,8 @@ static void test_packed(wisp_engine *eng, int quick)
     }
     set_env("WISP_GPU_ZEROCOPY", NULL);
 
-    /* many tiny batches in a row: each waits on its rows' answer slots (1 to 4 blocks), the slot tag changes every batch */
+    /* many tiny batches in a row: each waits on its rows' answer slots (1 to 4 blocks), the slot tag changes every
+     * batch */
     wisp_session *s = NULL;
     CHECK_OK(wisp_session_new(eng, m, "gpu", &s));
     wisp_batch *b = NULL;
@@ -343,7 +347,8 @@ static void test_packed(wisp_engine *eng, int quick)
         for (size_t r = 0; r < d.rows; r++) if (!(fabs(out[r] - d.ref[r]) <= TOL)) wrong++;
         data_free(&d);
     }
-    CHECK_MSG(wrong == 0 && wisp_session_stat(s, WISP_STAT_FALLBACKS) == 0 && !strncmp(wisp_session_last_device(s), "gpu", 3),
+    CHECK_MSG(wrong == 0 && wisp_session_stat(s, WISP_STAT_FALLBACKS) == 0
+              && !strncmp(wisp_session_last_device(s), "gpu", 3),
               "tiny batches: %zu rows wrong, %llu fallbacks", wrong,
               (unsigned long long)wisp_session_stat(s, WISP_STAT_FALLBACKS));
     wisp_batch_free(b);
@@ -366,7 +371,8 @@ static void test_no_gpu(wisp_engine *eng)
         int gpu_asked = strcmp(devs[i], "auto") != 0;
         CHECK_MSG(o.unwritten == 0 && o.maxerr <= 1e-6 && !strcmp(o.last, "cpu")
                   && o.fallbacks == (uint64_t)(gpu_asked ? 1 : 0) && o.oor == d.oor,
-                  "no GPU, device %s (a placement on a GPU that cannot score counts a fallback, session.c): unwritten %d, err %.3g, last %s, fallbacks %llu, oor %llu/%llu", devs[i],
+                  "no GPU, device %s (a placement on a GPU that cannot score counts a fallback, session.c): "
+                  "unwritten %d, err %.3g, last %s, fallbacks %llu, oor %llu/%llu", devs[i],
                   o.unwritten, o.maxerr, o.last, (unsigned long long)o.fallbacks, (unsigned long long)o.oor,
                   (unsigned long long)d.oor);
         data_free(&d);
@@ -693,7 +699,7 @@ static void test_gpu(wisp_engine *eng, int quick)
 /* ---- tiny batches: the answer slots, and values of exactly 1.0 sent as binary entries --------
  * A tiny batch's answers come back as one 8-byte {probability, seq | out-of-range ids} store a
  * row (kernels/score.cuh, wisp_ktiny.slots); a batch of value mode ALL goes in the launch as MIXED
- * when the values each row ends with that are exactly 1.0f make it shorter (cuda_score.c,
+ * when the values each row ends with that are exactly 1.0f make it shorter (cuda_launch.c,
  * tiny_trim_ones). Rows of 0 to 60 features, values drawn from 1.0f, its neighbours
  * (0.99999994f, 1.0000001f), -0.0f, 0 and random ones, whole rows of 1.0f, ids past the table;
  * against the float64 reference and the CPU, the out-of-range count, and bit for bit against
@@ -765,9 +771,12 @@ static void test_tiny_slots(wisp_engine *eng, int quick)
               "tiny batches through the answer slots: %zu rows off the float64 reference (max %.3g), %zu off the CPU, "
               "%zu not bit-identical to the ordinary kernel's, %zu batches with a wrong out-of-range count",
               bad_ref, maxerr, bad_cpu, bad_bits, bad_oor);
-    CHECK_MSG(trimmed_batches > (size_t)n / 4, "the case mix sent %zu of %d batches with rows ending in 1.0", trimmed_batches, n);
-    CHECK_MSG(inl && wisp_session_stat(inl, WISP_STAT_FALLBACKS) == 0 && !strcmp(wisp_session_last_device(inl), "gpu:0"),
-              "the inline session fell back (%llu) or ran on %s", inl ? (unsigned long long)wisp_session_stat(inl, WISP_STAT_FALLBACKS) : 0ull,
+    CHECK_MSG(trimmed_batches > (size_t)n / 4, "the case mix sent %zu of %d batches with rows ending in 1.0",
+              trimmed_batches, n);
+    CHECK_MSG(inl && wisp_session_stat(inl, WISP_STAT_FALLBACKS) == 0
+              && !strcmp(wisp_session_last_device(inl), "gpu:0"),
+              "the inline session fell back (%llu) or ran on %s",
+              inl ? (unsigned long long)wisp_session_stat(inl, WISP_STAT_FALLBACKS) : 0ull,
               inl ? wisp_session_last_device(inl) : "?");
     wisp_session_free(inl);
     wisp_session_free(plain);
@@ -794,7 +803,8 @@ int main(void)
 
     if (n == 0) {
         /* no usable GPU: the status explains why, and every GPU placement answers on the CPU */
-        CHECK_MSG(strstr(status, "no CUDA device") || strstr(status, "WISP_NO_GPU") || strstr(status, "no CUDA backend"),
+        CHECK_MSG(strstr(status, "no CUDA device") || strstr(status, "WISP_NO_GPU")
+                  || strstr(status, "no CUDA backend"),
                   "status: %s", status);
         CHECK_MSG(!want_gpu, "WISP_TEST_GPU is set but no GPU is usable: %s", status);
         test_no_gpu(eng);

@@ -1,7 +1,7 @@
 /* test_gpu_stream.c — the CUDA backend's streams and device memory: submit/wait streams of batches (on every
  * placement, and without a GPU on the CPU), a device out of memory at submit, wisp_session_score_device refused
- * without a GPU (its GPU cases: test_device_batch.c), and last the sticky error that ruins the process's CUDA context. With
- * WISP_TEST_GPU=1 the GPU cases must run on the GPU. Scoring of host batches: test_gpu.c; shared: testgpu.h. */
+ * without a GPU (its GPU cases: test_device_batch.c), and last the sticky error that ruins the process's CUDA context.
+ * With WISP_TEST_GPU=1 the GPU cases must run on the GPU. Scoring of host batches: test_gpu.c; shared: testgpu.h. */
 #include "testgpu.h"
 #include "core/wisp_test.h"
 
@@ -55,7 +55,8 @@ static void test_async(wisp_engine *eng, const char *device, int on_gpu, int qui
         }
         rows[i] = wisp_batch_rows(b[i]);
         pinned_out[i] = i % 2;                                /* answers into pinned memory: copied there directly */
-        out[i] = pinned_out[i] ? wisp__host_alloc(eng, (rows[i] + 1) * sizeof(float)) : malloc((rows[i] + 1) * sizeof(float));
+        out[i] = pinned_out[i] ? wisp__host_alloc(eng, (rows[i] + 1) * sizeof(float))
+                               : malloc((rows[i] + 1) * sizeof(float));
         ref[i] = malloc((rows[i] + 1) * sizeof(float));
         CHECK_OK(wisp_session_score(cpu, b[i], ref[i]));
         size_t nb = wisp_batch_bad_count(b[i]);
@@ -81,7 +82,8 @@ static void test_async(wisp_engine *eng, const char *device, int on_gpu, int qui
         CHECK_OK(wisp_session_wait(s, &done));
         CHECK_MSG(done == b[i], "wait %d returned batch %p, wanted %p", i, (const void *)done, (const void *)b[i]);
         size_t n = count_diff(out[i], ref[i], rows[i], tol);
-        CHECK_MSG(n == 0, "%s, all submitted first: batch %d (%zu rows): %zu rows differ from the CPU", device, i, rows[i], n);
+        CHECK_MSG(n == 0, "%s, all submitted first: batch %d (%zu rows): %zu rows differ from the CPU", device, i,
+                  rows[i], n);
     }
     CHECK_FAILS(wisp_session_wait(s, &done), WISP_ESTATE, "in flight");
     CHECK(wisp_session_stat(s, WISP_STAT_BATCHES) == NB_ASYNC);
@@ -149,7 +151,8 @@ static void test_async(wisp_engine *eng, const char *device, int on_gpu, int qui
     const uint64_t fb = wisp_session_stat(s, WISP_STAT_FALLBACKS);
     if (on_gpu) {
         CHECK_MSG(fb == 0, "%s: %llu fallbacks", device, (unsigned long long)fb);
-        CHECK_MSG(!strncmp(wisp_session_last_device(s), "gpu", 3), "%s: last device %s", device, wisp_session_last_device(s));
+        CHECK_MSG(!strncmp(wisp_session_last_device(s), "gpu", 3), "%s: last device %s", device,
+                  wisp_session_last_device(s));
     } else if (strcmp(device, "cpu") && strcmp(device, "auto")) {
         const uint64_t want = nonempty + 3 * nonempty + 5 + WISP_MAX_PENDING;
         CHECK_MSG(fb == want, "%s without a GPU: %llu fallbacks, want %llu", device, (unsigned long long)fb,
@@ -278,9 +281,11 @@ int main(void)
             test_async(eng, "gpu:0", 1, quick);
             test_async(eng, "gpus", 1, quick);
             test_async(eng, "cpu", 0, quick);
-            /* the stream through the other paths: units on one GPU, shards, zero-copy, events on every batch, one chunk */
-            const char *paths[][2] = { { "WISP_GPU_PARTS", "3" }, { "WISP_GPU_SHARDS", "2" }, { "WISP_GPU_ZEROCOPY", "all" },
-                                       { "WISP_GPU_TIMING", "1" }, { "WISP_GPU_CHUNKS", "1" }, { "WISP_GPU_GRAPHS", "0" } };
+            /* the stream through the other paths: units on one GPU, shards, zero-copy, events on every batch, one
+             * chunk */
+            const char *paths[][2] = { { "WISP_GPU_PARTS", "3" }, { "WISP_GPU_SHARDS", "2" },
+                                       { "WISP_GPU_ZEROCOPY", "all" }, { "WISP_GPU_TIMING", "1" },
+                                       { "WISP_GPU_CHUNKS", "1" }, { "WISP_GPU_GRAPHS", "0" } };
             for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
                 set_env(paths[i][0], paths[i][1]);
                 test_async(eng, "gpu", 1, 1);

@@ -157,7 +157,8 @@ static void test_half(void)
         bool nan = ((h >> 10) & 31) == 31 && (h & 1023);
         if (nan) {
             if (!isnan(f)) bad_value++;
-        } else if ((double)f != (((h >> 10) & 31) == 31 ? ((h & 0x8000) ? -INFINITY : INFINITY) : half_value((uint16_t)h))) {
+        } else if ((double)f != (((h >> 10) & 31) == 31 ? ((h & 0x8000) ? -INFINITY : INFINITY)
+                                 : half_value((uint16_t)h))) {
             bad_value++;
         } else if (!!signbit(f) != !!(h & 0x8000)) {
             bad_value++;
@@ -283,7 +284,9 @@ static void check_roundtrip(int dtype, uint64_t n, unsigned flags)
             break;
         default: tol = scale / 2.0 + fabs(ref) * ldexp(1, -23); break;      /* scale/2, plus the float product */
         }
-        if (err > tol) { if (bad++ < 5) fprintf(stderr, "%s w[%llu] = %.9g, got %.9g\n", name, (unsigned long long)i, ref, got); }
+        if (err > tol) {
+            if (bad++ < 5) fprintf(stderr, "%s w[%llu] = %.9g, got %.9g\n", name, (unsigned long long)i, ref, got);
+        }
         worst = fmax(worst, err);
     }
     CHECK_MSG(bad == 0, "%s: %d weights off (worst error %g)", name, bad, worst);
@@ -328,7 +331,8 @@ static void test_roundtrips(void)
     wisp_model_free(m);
     /* NULL handles are harmless */
     wisp_model_free(NULL);
-    CHECK(wisp_model_num_features(NULL) == 0 && wisp_model_weight(NULL, 0) == 0.0f && wisp_model_meta(NULL, "a") == NULL);
+    CHECK(wisp_model_num_features(NULL) == 0 && wisp_model_weight(NULL, 0) == 0.0f
+          && wisp_model_meta(NULL, "a") == NULL);
 }
 
 /* ---- the writer's refusals and atomicity ------------------------------------ */
@@ -349,11 +353,14 @@ static void test_write_errors(void)
     CHECK_FAILS(wisp_model_write(P("e.wisp"), w, 0, 0, WISP_F32, NULL, NULL), WISP_EINVAL, "num_features 0");
     CHECK_FAILS(wisp_model_write(P("e.wisp"), NULL, 4, 0, WISP_F32, NULL, NULL), WISP_EINVAL, "NULL");
     CHECK_FAILS(wisp_model_write(P("e.wisp"), w, 4, 0, WISP_F32, "novalue\n", NULL), WISP_EINVAL, "meta line 1");
-    CHECK_FAILS(wisp_model_write(P("e.wisp"), w, 4, 0, WISP_F32, "a=1\n=2\n", NULL), WISP_EINVAL, "meta line 2: empty key");
+    CHECK_FAILS(wisp_model_write(P("e.wisp"), w, 4, 0, WISP_F32, "a=1\n=2\n", NULL), WISP_EINVAL,
+                "meta line 2: empty key");
     CHECK_FAILS(wisp_model_write(P("e.wisp"), w, 4, 0, WISP_F32, "a b=1\n", NULL), WISP_EINVAL, "key");
-    CHECK_FAILS(wisp_model_write(P("e.wisp"), w, 4, 0, WISP_F32, "a=1\nb=2\na=3\n", NULL), WISP_EINVAL, "'a' appears more than once");
+    CHECK_FAILS(wisp_model_write(P("e.wisp"), w, 4, 0, WISP_F32, "a=1\nb=2\na=3\n", NULL), WISP_EINVAL,
+                "'a' appears more than once");
     CHECK(access(P("e.wisp"), F_OK) != 0);
-    CHECK_FAILS(wisp_model_write(P("no/such/dir/e.wisp"), w, 4, 0, WISP_F32, NULL, NULL), WISP_EIO, "no/such/dir/e.wisp");
+    CHECK_FAILS(wisp_model_write(P("no/such/dir/e.wisp"), w, 4, 0, WISP_F32, NULL, NULL), WISP_EIO,
+                "no/such/dir/e.wisp");
     /* the target is a directory: refused before anything is written, no temporary file */
     mkdir(P("adir"), 0755);
     CHECK_FAILS(wisp_model_write(P("adir"), w, 4, 0, WISP_F32, NULL, NULL), WISP_EINVAL, "is a directory");
@@ -554,7 +561,8 @@ static void test_hostile(void)
     CHECK_FAILS(load_bytes(f, len, "h.wisp"), WISP_EFORMAT, "bias is not finite");
     /* offsets past the end */
     RESET(); put64(entry(f, iw) + 24, len - 64 - (len % 64)); fix_header_sum(f);
-    CHECK_FAILS(load_bytes(f, len, "h.wisp"), WISP_EFORMAT, "section 'weights' extends past the end of the file (offset");
+    CHECK_FAILS(load_bytes(f, len, "h.wisp"), WISP_EFORMAT,
+                "section 'weights' extends past the end of the file (offset");
     RESET(); put64(entry(f, iw) + 24, UINT64_MAX - 63); fix_header_sum(f);
     CHECK_FAILS(load_bytes(f, len, "h.wisp"), WISP_EFORMAT, "section 'weights' extends past the end");
     RESET(); put64(entry(f, im) + 32, UINT64_MAX); put64(entry(f, im) + 40, UINT64_MAX); fix_header_sum(f);
@@ -676,7 +684,8 @@ static void test_truncate_and_flip(void)
             }
         }
         close(fd);
-        CHECK_MSG(bad_trunc == 0, "%s: %d truncated files not refused with WISP_EFORMAT", wisp_dtype_name(dt), bad_trunc);
+        CHECK_MSG(bad_trunc == 0, "%s: %d truncated files not refused with WISP_EFORMAT", wisp_dtype_name(dt),
+                  bad_trunc);
         write_all(P("f.wisp"), good, len);
         fd = open(P("f.wisp"), O_RDWR);
         for (size_t i = 0; i < len; i++) {
@@ -728,7 +737,10 @@ static void test_alloc_faults(void)
             wisp_model_free(m);
             wisp_model_free(src);
             if (rc == WISP_OK) break;
-            if (rc != WISP_ENOMEM) { if (bad++ < 3) fprintf(stderr, "fault %d/%llu: %d %s\n", what, (unsigned long long)k, rc, wisp_errmsg()); }
+            if (rc != WISP_ENOMEM) {
+                if (bad++ < 3)
+                    fprintf(stderr, "fault %d/%llu: %d %s\n", what, (unsigned long long)k, rc, wisp_errmsg());
+            }
         }
     }
     CHECK_MSG(bad == 0, "%d allocation failures not reported as WISP_ENOMEM", bad);
@@ -767,7 +779,8 @@ static void test_liblinear_handmade(void)
     if (m) {
         CHECK(wisp_model_num_features(m) == 3 && wisp_model_bias(m) == 0.0);
         CHECK(wisp_model_dtype(m) == WISP_F16);
-        CHECK(wisp_model_weight(m, 1) == 0.0f && wisp_model_weight(m, 2) == wisp__half_to_float(wisp__float_to_half(3.5e-3f)));
+        CHECK(wisp_model_weight(m, 1) == 0.0f
+              && wisp_model_weight(m, 2) == wisp__half_to_float(wisp__float_to_half(3.5e-3f)));
         CHECK(strcmp(wisp_model_meta(m, "solver"), "L1R_LR") == 0 && strcmp(wisp_model_meta(m, "labels"), "1 0") == 0);
     }
     wisp_model_free(m);
@@ -780,7 +793,8 @@ static void test_liblinear_handmade(void)
 
     /* malformed files: WISP_EPARSE naming file:line */
     static const struct { const char *text, *needle; int code; } bad[] = {
-        { "solver_type L2R_L2LOSS_SVC_DUAL\nnr_class 2\n", "ll_bad.txt:1: solver L2R_L2LOSS_SVC_DUAL is not logistic regression", WISP_EPARSE },
+        { "solver_type L2R_L2LOSS_SVC_DUAL\nnr_class 2\n",
+         "ll_bad.txt:1: solver L2R_L2LOSS_SVC_DUAL is not logistic regression", WISP_EPARSE },
         { "nr_class 2\nsolver_type MCSVM_CS\n", "ll_bad.txt:2: solver MCSVM_CS", WISP_EPARSE },
         { "solver_type FANCY\n", "ll_bad.txt:1: unknown solver 'FANCY'", WISP_EPARSE },
         { "solver_type L2R_LR\nnr_class 3\n", "ll_bad.txt:2: nr_class 3", WISP_EPARSE },
@@ -788,23 +802,39 @@ static void test_liblinear_handmade(void)
         { "solver_type L2R_LR\nnr_class 2\nlabel 1\n", "ll_bad.txt:3: the label line has 1 label", WISP_EPARSE },
         { "solver_type L2R_LR\nnr_class 2\nlabel 1 2 3\n", "ll_bad.txt:3: more than 2 labels", WISP_EPARSE },
         { "solver_type L2R_LR\nnr_class 2\nlabel 1 x\n", "ll_bad.txt:3: label: 'x'", WISP_EPARSE },
-        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature -4\n", "ll_bad.txt:4: nr_feature -4 is negative", WISP_EPARSE },
-        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 99999999999\n", "ll_bad.txt:4: nr_feature 99999999999 exceeds", WISP_ELIMIT },
-        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 2\nbias nan\n", "ll_bad.txt:5: bias: 'nan' is not a finite number", WISP_EPARSE },
-        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 2\nbias 1 2\n", "ll_bad.txt:5: 'bias' takes one value", WISP_EPARSE },
-        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 2\nbias -1\nweights\n", "ll_bad.txt:6: unknown keyword 'weights'", WISP_EPARSE },
-        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 2\nbias -1\n", "ll_bad.txt:6: the file ends before the 'w' line", WISP_EPARSE },
-        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nbias -1\nw\n1\n", "ll_bad.txt:5: 'w' comes before the 'nr_feature' line", WISP_EPARSE },
+        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature -4\n", "ll_bad.txt:4: nr_feature -4 is negative",
+         WISP_EPARSE },
+        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 99999999999\n",
+         "ll_bad.txt:4: nr_feature 99999999999 exceeds", WISP_ELIMIT },
+        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 2\nbias nan\n",
+         "ll_bad.txt:5: bias: 'nan' is not a finite number", WISP_EPARSE },
+        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 2\nbias 1 2\n",
+         "ll_bad.txt:5: 'bias' takes one value", WISP_EPARSE },
+        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 2\nbias -1\nweights\n",
+         "ll_bad.txt:6: unknown keyword 'weights'", WISP_EPARSE },
+        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 2\nbias -1\n",
+         "ll_bad.txt:6: the file ends before the 'w' line", WISP_EPARSE },
+        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nbias -1\nw\n1\n",
+         "ll_bad.txt:5: 'w' comes before the 'nr_feature' line", WISP_EPARSE },
         { "solver_type L2R_LR\nsolver_type L2R_LR\n", "ll_bad.txt:2: a second 'solver_type' line", WISP_EPARSE },
-        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 3\nbias -1\nw\n1\n2\n", "ll_bad.txt:9: the file ends after 2 of 3 weights", WISP_EPARSE },
-        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 3\nbias 1\nw\n1\n2\n3\n", "ll_bad.txt:10: the file ends after 3 of 4 weights", WISP_EPARSE },
-        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 3\nbias -1\nw\n1\n2x\n3\n", "ll_bad.txt:8: weight: '2x' is not a number", WISP_EPARSE },
-        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 3\nbias -1\nw\n1\n\n3\n", "ll_bad.txt:8: expected weight 2 of 3, found an empty line", WISP_EPARSE },
-        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 2\nbias -1\nw\n1 2\n3 4\n", "ll_bad.txt:7: expected one weight per line", WISP_EPARSE },
-        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 2\nbias -1\nw\n1\ninf\n", "ll_bad.txt:8: weight: 'inf' is not a finite", WISP_EPARSE },
-        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 2\nbias -1\nw\n1\n2\n3\n", "ll_bad.txt:9: unexpected text after the last of 2 weights", WISP_EPARSE },
-        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 1\nbias -1\nw\n1e39\n", "ll_bad.txt:7: weight 9.9999999999999994e+38 does not fit in a 32-bit float", WISP_EPARSE },
-        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 1000000\nbias -1\nw\n1\n", "expected 1000000 weight lines", WISP_EPARSE },
+        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 3\nbias -1\nw\n1\n2\n",
+         "ll_bad.txt:9: the file ends after 2 of 3 weights", WISP_EPARSE },
+        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 3\nbias 1\nw\n1\n2\n3\n",
+         "ll_bad.txt:10: the file ends after 3 of 4 weights", WISP_EPARSE },
+        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 3\nbias -1\nw\n1\n2x\n3\n",
+         "ll_bad.txt:8: weight: '2x' is not a number", WISP_EPARSE },
+        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 3\nbias -1\nw\n1\n\n3\n",
+         "ll_bad.txt:8: expected weight 2 of 3, found an empty line", WISP_EPARSE },
+        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 2\nbias -1\nw\n1 2\n3 4\n",
+         "ll_bad.txt:7: expected one weight per line", WISP_EPARSE },
+        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 2\nbias -1\nw\n1\ninf\n",
+         "ll_bad.txt:8: weight: 'inf' is not a finite", WISP_EPARSE },
+        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 2\nbias -1\nw\n1\n2\n3\n",
+         "ll_bad.txt:9: unexpected text after the last of 2 weights", WISP_EPARSE },
+        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 1\nbias -1\nw\n1e39\n",
+         "ll_bad.txt:7: weight 9.9999999999999994e+38 does not fit in a 32-bit float", WISP_EPARSE },
+        { "solver_type L2R_LR\nnr_class 2\nlabel 1 -1\nnr_feature 1000000\nbias -1\nw\n1\n",
+         "expected 1000000 weight lines", WISP_EPARSE },
         { "", "ll_bad.txt:1: empty file", WISP_EPARSE },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -818,9 +848,11 @@ static void test_liblinear_handmade(void)
     {   /* a NUL byte in the middle of a line */
         const char t[] = "solver_type L2R_LR\nnr_\0class 2\n";
         write_all(P("ll_bad.txt"), t, sizeof t - 1);
-        CHECK_FAILS(wisp_import_liblinear(P("ll_bad.txt"), P("ll_bad.wisp"), WISP_F32), WISP_EPARSE, "ll_bad.txt:2: contains a NUL byte");
+        CHECK_FAILS(wisp_import_liblinear(P("ll_bad.txt"), P("ll_bad.wisp"), WISP_F32), WISP_EPARSE,
+                    "ll_bad.txt:2: contains a NUL byte");
     }
-    CHECK_FAILS(wisp_import_liblinear(P("ll_missing.txt"), P("x.wisp"), WISP_F32), WISP_EIO, "ll_missing.txt: cannot open");
+    CHECK_FAILS(wisp_import_liblinear(P("ll_missing.txt"), P("x.wisp"), WISP_F32), WISP_EIO,
+                "ll_missing.txt: cannot open");
     CHECK_FAILS(wisp_import_liblinear(tmpdir, P("x.wisp"), WISP_F32), WISP_EIO, "is a directory");
     CHECK_FAILS(wisp_import_liblinear(P("ll_bias.txt"), P("x.wisp"), 5), WISP_EINVAL, "dtype");
     CHECK_FAILS(wisp_import_liblinear(P("ll_bias.txt"), P("no/dir/x.wisp"), WISP_F32), WISP_EIO, "no/dir/x.wisp");
@@ -925,7 +957,8 @@ static void test_liblinear_parity(void)
         }
         fclose(pf);
         fclose(tf);
-        CHECK_MSG(rows == 300 && bad == 0, "-s %s %s: %d of %d rows off (worst %g)", runs[k].solver, runs[k].opts, bad, rows, worst);
+        CHECK_MSG(rows == 300 && bad == 0, "-s %s %s: %d of %d rows off (worst %g)", runs[k].solver, runs[k].opts, bad,
+                  rows, worst);
         printf("liblinear -s %s %-7s: %d rows, labels '%s', max |p_wisp - p_liblinear| = %.2g (tolerance <= %.2g)\n",
                runs[k].solver, runs[k].opts, rows, want_labels, worst, worst_tol);
         wisp_model_free(m);
@@ -934,7 +967,8 @@ static void test_liblinear_parity(void)
 
 int main(void)
 {
-    uint64_t seed = getenv("WISP_SEED") ? strtoull(getenv("WISP_SEED"), NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    uint64_t seed = getenv("WISP_SEED") ? strtoull(getenv("WISP_SEED"), NULL, 0)
+                                        : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     rng_state = seed ? seed : 1;
     printf("test_model: seed %llu (WISP_SEED=%llu reproduces)\n", (unsigned long long)seed, (unsigned long long)seed);
     snprintf(tmpdir, sizeof tmpdir, "%s/wisp_test_model_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -944,7 +978,8 @@ int main(void)
 
     static const struct { const char *name; void (*fn)(void); } parts[] = {
         { "dtypes", test_dtypes }, { "half", test_half }, { "roundtrips", test_roundtrips },
-        { "write_errors", test_write_errors }, { "write_targets", test_write_targets }, { "convert", test_convert }, { "hostile", test_hostile },
+        { "write_errors", test_write_errors }, { "write_targets", test_write_targets }, { "convert", test_convert },
+        { "hostile", test_hostile },
         { "truncate_and_flip", test_truncate_and_flip }, { "alloc_faults", test_alloc_faults },
         { "liblinear_handmade", test_liblinear_handmade }, { "liblinear_parity", test_liblinear_parity },
     };

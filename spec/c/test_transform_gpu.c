@@ -1,4 +1,6 @@
-/* test_transform_gpu.c — the transform node on a session's device: GPU ids byte for byte against wisp_transform, score_raw against transform + CPU score, on random descriptions and raw rows, score_raw's own bad rows (wisp_session_bad_row); skips cleanly without a GPU. */
+/* test_transform_gpu.c — the transform node on a session's device: GPU ids byte for byte against wisp_transform,
+ * score_raw against transform + CPU score, on random descriptions and raw rows, score_raw's own bad rows
+ * (wisp_session_bad_row); skips cleanly without a GPU. */
 #include "batch/raw.h"
 #include "score/score.h"
 #include "check.h"
@@ -72,8 +74,9 @@ static int same_bad_rows(const wisp_session *s, const wisp_batch *b, char *why, 
         size_t r1 = 0, r2 = 0;
         uint64_t l1 = 0, l2 = 0;
         const char *m1 = NULL, *m2 = NULL;
-        if (wisp_batch_bad_row(b, i, &r1, &l1, &m1) != WISP_OK || wisp_session_bad_row(s, i, &r2, &l2, &m2) != WISP_OK ||
-            r1 != r2 || l1 != l2 || strcmp(m1, m2) != 0) {
+        if (wisp_batch_bad_row(b, i, &r1, &l1, &m1) != WISP_OK
+            || wisp_session_bad_row(s, i, &r2, &l2, &m2) != WISP_OK
+            || r1 != r2 || l1 != l2 || strcmp(m1, m2) != 0) {
             snprintf(why, n, "bad row %zu: row %zu line %llu '%s', want row %zu line %llu '%s'", i, r2,
                      (unsigned long long)l2, m2 ? m2 : "?", r1, (unsigned long long)l1, m1 ? m1 : "?");
             return 0;
@@ -87,7 +90,8 @@ static void run(wisp_engine *eng, int gpu, int quick)
     char path[64];
     snprintf(path, sizeof path, "/tmp/wisp_xf_%d.wisp", (int)getpid());
     char *sbuf = malloc(WISP_MAX_STRING_BYTES + 16);
-    int rounds = quick ? 12 : 40, differ = 0, gpu_batches = 0, score_bad = 0, compared = 0, bad_list_differ = 0, gpus_bad = 0;
+    int rounds = quick ? 12 : 40, differ = 0, gpu_batches = 0, score_bad = 0, compared = 0, bad_list_differ = 0,
+        gpus_bad = 0;
     size_t rows_total = 0, bad_total = 0, nan_rows = 0;
     double worst = 0;
     for (int round = 0; round < rounds; round++) {
@@ -139,8 +143,9 @@ static void run(wisp_engine *eng, int gpu, int quick)
         if (!same_bad_rows(sg, ref, bwhy, sizeof bwhy) && bad_list_differ++ < 3)
             fprintf(stderr, "score_raw's bad rows on the session's device are not the CPU transform's (%s)\n", bwhy);
         CHECK(wisp_session_stat(sg, WISP_STAT_ROWS) - rows0 == n);
-        CHECK_MSG(wisp_session_stat(sg, WISP_STAT_BAD_ROWS) - bad0 == wisp_batch_bad_count(ref), "bad rows %llu, want %zu",
-                  (unsigned long long)(wisp_session_stat(sg, WISP_STAT_BAD_ROWS) - bad0), wisp_batch_bad_count(ref));
+        CHECK_MSG(wisp_session_stat(sg, WISP_STAT_BAD_ROWS) - bad0 == wisp_batch_bad_count(ref),
+                  "bad rows %llu, want %zu", (unsigned long long)(wisp_session_stat(sg, WISP_STAT_BAD_ROWS) - bad0),
+                  wisp_batch_bad_count(ref));
         for (size_t i = 0; i < n; i++) {
             compared++;
             if (isnan(o1[i]) || isnan(o2[i])) {
@@ -160,7 +165,8 @@ static void run(wisp_engine *eng, int gpu, int quick)
         CHECK_MSG(same_bad_rows(sa, ref, bwhy, sizeof bwhy), "gpus score_raw's bad rows: %s", bwhy);
         for (size_t i = 0; i < n; i++) {
             if (isnan(o1[i]) || isnan(o2[i])) {
-                if (isnan(o1[i]) != isnan(o2[i]) && gpus_bad++ < 5) fprintf(stderr, "gpus row %zu: cpu %g, score_raw %g\n", i, o1[i], o2[i]);
+                if (isnan(o1[i]) != isnan(o2[i]) && gpus_bad++ < 5)
+                    fprintf(stderr, "gpus row %zu: cpu %g, score_raw %g\n", i, o1[i], o2[i]);
                 continue;
             }
             if (fabs((double)o1[i] - o2[i]) > 1e-6 && gpus_bad++ < 5)
@@ -187,16 +193,22 @@ static void run(wisp_engine *eng, int gpu, int quick)
     }
     unlink(path);
     free(sbuf);
-    CHECK_MSG(differ == 0, "%d of %d random descriptions transform differently on the session's device", differ, rounds);
-    CHECK_MSG(gpus_bad == 0, "%d rows: score_raw on \"gpus\" differs from transform + CPU score by more than 1e-6", gpus_bad);
-    CHECK_MSG(bad_list_differ == 0, "%d of %d rounds: score_raw's bad rows differ from the CPU transform's", bad_list_differ,
+    CHECK_MSG(differ == 0, "%d of %d random descriptions transform differently on the session's device", differ,
               rounds);
-    CHECK_MSG(score_bad == 0, "%d of %d rows: score_raw differs from transform + CPU score by more than 1e-6 (worst %.3g)",
+    CHECK_MSG(gpus_bad == 0, "%d rows: score_raw on \"gpus\" differs from transform + CPU score by more than 1e-6",
+              gpus_bad);
+    CHECK_MSG(bad_list_differ == 0, "%d of %d rounds: score_raw's bad rows differ from the CPU transform's",
+              bad_list_differ, rounds);
+    CHECK_MSG(score_bad == 0,
+              "%d of %d rows: score_raw differs from transform + CPU score by more than 1e-6 (worst %.3g)",
               score_bad, compared, worst);
-    CHECK_MSG(bad_total > 0 && bad_total < rows_total, "%zu bad rows of %zu: the inputs should exercise both", bad_total, rows_total);
-    printf("test_transform_gpu: %d descriptions, %zu rows (%zu bad, %zu NaN scores), %d transforms answered by the GPU, "
-           "score_raw worst |diff| %.3g\n", rounds, rows_total, bad_total, nan_rows, gpu_batches, worst);
-    if (gpu) CHECK_MSG(gpu_batches >= rounds / 2 - 1, "only %d of %d transforms came back from the GPU", gpu_batches, rounds);
+    CHECK_MSG(bad_total > 0 && bad_total < rows_total, "%zu bad rows of %zu: the inputs should exercise both",
+              bad_total, rows_total);
+    printf("test_transform_gpu: %d descriptions, %zu rows (%zu bad, %zu NaN scores), %d transforms answered by the "
+           "GPU, score_raw worst |diff| %.3g\n", rounds, rows_total, bad_total, nan_rows, gpu_batches, worst);
+    if (gpu)
+        CHECK_MSG(gpu_batches >= rounds / 2 - 1, "only %d of %d transforms came back from the GPU", gpu_batches,
+                  rounds);
     else CHECK(gpu_batches == 0);
 }
 
@@ -238,11 +250,11 @@ static void test_bad_rows(wisp_engine *eng, const char *dev)
     uint64_t line = 0;
     const char *msg = NULL;
     CHECK_OK(wisp_session_bad_row(s, 0, &row, &line, &msg));
-    CHECK_MSG(row == 1 && line == 12 && msg && strstr(msg, "unknown input 'zz'"), "%s: row %zu line %llu '%s'", dev, row,
-              (unsigned long long)line, msg ? msg : "");
+    CHECK_MSG(row == 1 && line == 12 && msg && strstr(msg, "unknown input 'zz'"), "%s: row %zu line %llu '%s'", dev,
+              row, (unsigned long long)line, msg ? msg : "");
     CHECK_OK(wisp_session_bad_row(s, 1, &row, &line, &msg));
-    CHECK_MSG(row == 3 && line == 14 && msg && strstr(msg, "column 'x'") && strstr(msg, "NaN"), "%s: row %zu line %llu '%s'",
-              dev, row, (unsigned long long)line, msg ? msg : "");
+    CHECK_MSG(row == 3 && line == 14 && msg && strstr(msg, "column 'x'") && strstr(msg, "NaN"),
+              "%s: row %zu line %llu '%s'", dev, row, (unsigned long long)line, msg ? msg : "");
     CHECK(isnan(out[1]) && isnan(out[3]) && !isnan(out[0]) && !isnan(out[2]) && !isnan(out[4]));
     CHECK_OK(wisp_session_bad_row(s, 1, NULL, NULL, NULL));          /* every out-parameter may be NULL */
     /* a copy: the raw batch may change */
@@ -273,7 +285,8 @@ done:
 static void test_misuse(wisp_engine *eng)
 {
     const char *spec = "{\"format\":\"wisp-columns\",\"version\":1,\"inputs\":[{\"name\":\"s\",\"dtype\":\"string\"}],"
-                       "\"columns\":[{\"name\":\"s\",\"type\":\"hash_bucket\",\"key\":\"s\",\"buckets\":8,\"offset\":0}]}";
+                       "\"columns\":[{\"name\":\"s\",\"type\":\"hash_bucket\",\"key\":\"s\",\"buckets\":8,"
+                       "\"offset\":0}]}";
     struct xcase x;
     xcase_open(&x, eng, spec, 8, 0.0f, "auto");
     wisp_session *s = x.s;
@@ -331,7 +344,8 @@ static void test_empty_sparse(wisp_engine *eng, const char *dev)
         CHECK_OK(wisp_transform(r, ref));
         CHECK_OK(wisp_session_transform(s, r, got));
         char why[128] = "";
-        CHECK_MSG(same_batches(ref, got, why, sizeof why), "empty sparse inputs transform differently on %s (%s)", dev, why);
+        CHECK_MSG(same_batches(ref, got, why, sizeof why), "empty sparse inputs transform differently on %s (%s)", dev,
+                  why);
     }
     unsetenv("WISP_GPU_XF_CHUNK_ROWS");
 done:

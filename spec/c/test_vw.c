@@ -1,4 +1,5 @@
-/* test_vw.c — Vowpal Wabbit: MurmurHash3/hashstring/parse/prediction golden vectors from the real VW, parser edge cases and bad lines, streaming, options, the importer. */
+/* test_vw.c — Vowpal Wabbit: MurmurHash3/hashstring/parse/prediction golden vectors from the real VW, parser edge
+ * cases and bad lines, streaming, options, the importer. */
 #include "score/score.h"
 #include "parse/json.h"
 #include "check.h"
@@ -21,7 +22,11 @@ typedef struct jv {
     char **keys;                     /* J_OBJ */
 } jv;
 
-static const char *jws(const char *p, const char *e) { while (p < e && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++; return p; }
+static const char *jws(const char *p, const char *e)
+{
+    while (p < e && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) p++;
+    return p;
+}
 
 static int jparse(const char **pp, const char *e, jv *out)
 {
@@ -275,7 +280,8 @@ static void test_golden(void)
         double d = fabs(clipped - want) / (1 + mag);     /* VW sums in float: relative to the terms' size */
         if (d > maxdiff) maxdiff = d;
         if (d > 2e-6 && pwrong++ < 5)
-            fprintf(stderr, "prediction '%s' (%s): wisp %.9g, VW %.9g\n", ln->str, jget(r, "options")->str, clipped, want);
+            fprintf(stderr, "prediction '%s' (%s): wisp %.9g, VW %.9g\n", ln->str, jget(r, "options")->str, clipped,
+                    want);
         free(got);
         wisp_batch_free(b);
         wisp_vw_free(v);
@@ -284,8 +290,8 @@ static void test_golden(void)
     CHECK_MSG(pwrong == 0, "%d predictions differ from VW's (max relative |diff| %.3g)", pwrong, maxdiff);
     CHECK(nonconst > 900);
     printf("test_vw: golden: %zu murmur3, %zu hashstring, %zu namespaces, %zu lines (%d features), %zu predictions "
-           "(max |diff| / (1 + sum |w x|) %.3g)\n", mm ? mm->n : 0, hs ? hs->n : 0, ns ? ns->n : 0, lines ? lines->n : 0, nfeat,
-           preds ? preds->n : 0, maxdiff);
+           "(max |diff| / (1 + sum |w x|) %.3g)\n", mm ? mm->n : 0, hs ? hs->n : 0, ns ? ns->n : 0,
+           lines ? lines->n : 0, nfeat, preds ? preds->n : 0, maxdiff);
     jfree(&root);
     free(text);
 }
@@ -319,7 +325,8 @@ static void test_parser_cases(void)
     qsort(want, 6, sizeof *want, iv_cmp);
     CHECK(n == 6);
     for (size_t k = 0; k < n && k < 6; k++) CHECK_MSG(got[k].id == want[k].id && got[k].v == want[k].v,
-                                                   "feature %zu: %u %g vs %u %g", k, got[k].id, got[k].v, want[k].id, want[k].v);
+                                                   "feature %zu: %u %g vs %u %g", k, got[k].id, got[k].v, want[k].id,
+                                                   want[k].v);
     /* the quadratic index is VW's: ((16777619 * h1) ^ h2) & mask */
     CHECK(wisp_vw_hash_quadratic(v, 3, 5) == (((16777619u * 3u) ^ 5u) & mask));
     free(got);
@@ -371,7 +378,8 @@ static void test_parser_cases(void)
     const size_t ncases = sizeof cases / sizeof *cases;
     char all[4096];
     size_t off = 0;
-    for (size_t i = 0; i < ncases; i++) off += (size_t)snprintf(all + off, sizeof all - off, "1 |a good\n%s\n", cases[i].line);
+    for (size_t i = 0; i < ncases; i++)
+        off += (size_t)snprintf(all + off, sizeof all - off, "1 |a good\n%s\n", cases[i].line);
     wisp_batch_new(eng, &b);
     ln = 100;
     CHECK_OK(wisp_batch_parse_vw(b, v, all, off, 1, 0, &ln, &used));
@@ -383,7 +391,8 @@ static void test_parser_cases(void)
         snprintf(prefix, sizeof prefix, "line %zu: ", (size_t)(100 + 2 * i + 2));
         CHECK_MSG(row == 2 * i + 1 && l == 100 + 2 * i + 2 && !strncmp(msg, prefix, strlen(prefix)) &&
                   strstr(msg, cases[i].msg) && strstr(msg, ", at column "),
-                  "case %zu '%s': row %zu line %" PRIu64 " msg '%s', wanted '%s'", i, cases[i].line, row, l, msg, cases[i].msg);
+                  "case %zu '%s': row %zu line %" PRIu64 " msg '%s', wanted '%s'", i, cases[i].line, row, l, msg,
+                  cases[i].msg);
     }
     /* the bad rows score NaN, the good ones do not */
     wisp_model *m = NULL;
@@ -482,9 +491,11 @@ static void test_streaming(void)
         if (kind == 0) { len += (size_t)sprintf(text + len, "\n"); continue; }
         if (kind == 1) { len += (size_t)sprintf(text + len, "1 |a x:1:2\n"); nrows++; continue; }
         len += (size_t)sprintf(text + len, "%d |a", (int)(rnd() % 2) * 2 - 1);
-        for (int k = (int)(rnd() % 6); k > 0; k--) len += (size_t)sprintf(text + len, " f%u:%.3f", (unsigned)(rnd() % 1000), rnd01());
+        for (int k = (int)(rnd() % 6); k > 0; k--)
+            len += (size_t)sprintf(text + len, " f%u:%.3f", (unsigned)(rnd() % 1000), rnd01());
         len += (size_t)sprintf(text + len, " |b");
-        for (int k = (int)(rnd() % 4); k > 0; k--) len += (size_t)sprintf(text + len, " %u", (unsigned)(rnd() % 100000));
+        for (int k = (int)(rnd() % 4); k > 0; k--)
+            len += (size_t)sprintf(text + len, " %u", (unsigned)(rnd() % 100000));
         len += (size_t)sprintf(text + len, rnd() % 5 ? "\n" : "\r\n");
         nrows++;
     }
@@ -568,7 +579,8 @@ static void test_import(void)
     CHECK_OK(wisp_model_load(eng, dst, &m));
     if (m) {
         CHECK(wisp_model_num_features(m) == 1024 && wisp_model_bias(m) == 0);
-        CHECK(wisp_model_weight(m, 7) == 0.25f && wisp_model_weight(m, 348) == -0.125f && wisp_model_weight(m, 1023) == 1e-3f);
+        CHECK(wisp_model_weight(m, 7) == 0.25f && wisp_model_weight(m, 348) == -0.125f
+              && wisp_model_weight(m, 1023) == 1e-3f);
         CHECK(wisp_model_weight(m, 8) == 0);
         CHECK(!strcmp(wisp_model_meta(m, "source"), "vw"));
         CHECK(!strcmp(wisp_model_meta(m, "vw_options"), "-b 10 -q ab --hash_seed 5"));
@@ -585,7 +597,8 @@ static void test_import(void)
     CHECK_OK(wisp_model_load(eng, dst, &m));
     if (m) {
         CHECK(wisp_model_num_features(m) == 256 && wisp_model_dtype(m) == WISP_F16);
-        CHECK(wisp_model_weight(m, 12) == 0.5f && wisp_model_weight(m, 200) == -2.0f && wisp_model_weight(m, 255) == 0.75f);
+        CHECK(wisp_model_weight(m, 12) == 0.5f && wisp_model_weight(m, 200) == -2.0f
+              && wisp_model_weight(m, 255) == 0.75f);
         CHECK(!strcmp(wisp_model_meta(m, "vw_loss"), "unknown") && !strcmp(wisp_model_meta(m, "vw_link"), "identity"));
         CHECK(!strcmp(wisp_model_meta(m, "vw_options"), "-b 8 --noconstant"));
         wisp_model_free(m);

@@ -25,7 +25,8 @@ static inline int arena_ok(const wisp_batch *b)
          && b->off_vals + b->val_cap * 4 <= b->off_ids && b->off_ids + b->id_cap * 4 <= b->arena_bytes;
     ok = ok && (const char *)b->indptr == a + b->off_rp
          && (!b->val_ptr || (const char *)b->val_ptr == a + b->off_vp)
-         && (!b->ids || (const char *)b->ids == a + b->off_ids) && (!b->vals || (const char *)b->vals == a + b->off_vals);
+         && (!b->ids || (const char *)b->ids == a + b->off_ids)
+         && (!b->vals || (const char *)b->vals == a + b->off_vals);
     return ok && b->rows <= b->row_cap && b->nnz <= b->id_cap && b->nvals <= b->val_cap;
 }
 
@@ -33,13 +34,17 @@ static inline int arena_ok(const wisp_batch *b)
 static inline int same_batches(const wisp_batch *a, const wisp_batch *b, char *why, size_t whylen)
 {
     size_t rows = wisp_batch_rows(a);
-    if (rows != wisp_batch_rows(b) || wisp_batch_nnz(a) != wisp_batch_nnz(b) || wisp_batch_nvals(a) != wisp_batch_nvals(b)) {
+    if (rows != wisp_batch_rows(b) || wisp_batch_nnz(a) != wisp_batch_nnz(b)
+        || wisp_batch_nvals(a) != wisp_batch_nvals(b)) {
         snprintf(why, whylen, "rows %zu/%zu nnz %zu/%zu nvals %zu/%zu", rows, wisp_batch_rows(b), wisp_batch_nnz(a),
                  wisp_batch_nnz(b), wisp_batch_nvals(a), wisp_batch_nvals(b));
         return 0;
     }
     if (a->value_mode != b->value_mode) { snprintf(why, whylen, "value modes differ"); return 0; }
-    if (memcmp(wisp_batch_indptr(a), wisp_batch_indptr(b), (rows + 1) * 4)) { snprintf(why, whylen, "indptr"); return 0; }
+    if (memcmp(wisp_batch_indptr(a), wisp_batch_indptr(b), (rows + 1) * 4)) {
+        snprintf(why, whylen, "indptr");
+        return 0;
+    }
     if (wisp_batch_nnz(a) && memcmp(wisp_batch_ids(a), wisp_batch_ids(b), wisp_batch_nnz(a) * 4)) {
         snprintf(why, whylen, "ids");
         return 0;
@@ -128,13 +133,18 @@ static inline int invariants(const wisp_batch *b, const char *where)
     char why[200] = "";
     if (!rp) snprintf(why, sizeof why, "indptr NULL");
     else if (rp[0] != 0) snprintf(why, sizeof why, "indptr[0] = %u", rp[0]);
-    else if (rp[rows] != wisp_batch_nnz(b)) snprintf(why, sizeof why, "indptr[rows] %u != nnz %zu", rp[rows], wisp_batch_nnz(b));
-    else if (b->value_mode != expected_mode(b)) snprintf(why, sizeof why, "mode %d, counts say %d", b->value_mode, expected_mode(b));
-    else if ((wisp_batch_vals(b) != NULL) != (b->value_mode != WISP_VALUES_NONE)) snprintf(why, sizeof why, "vals accessor vs mode");
-    else if ((vp != NULL) != (b->value_mode == WISP_VALUES_MIXED)) snprintf(why, sizeof why, "val_ptr accessor vs mode");
+    else if (rp[rows] != wisp_batch_nnz(b))
+        snprintf(why, sizeof why, "indptr[rows] %u != nnz %zu", rp[rows], wisp_batch_nnz(b));
+    else if (b->value_mode != expected_mode(b))
+        snprintf(why, sizeof why, "mode %d, counts say %d", b->value_mode, expected_mode(b));
+    else if ((wisp_batch_vals(b) != NULL) != (b->value_mode != WISP_VALUES_NONE))
+        snprintf(why, sizeof why, "vals accessor vs mode");
+    else if ((vp != NULL) != (b->value_mode == WISP_VALUES_MIXED))
+        snprintf(why, sizeof why, "val_ptr accessor vs mode");
     for (size_t r = 0; !why[0] && r < rows; r++) {
         if (rp[r + 1] < rp[r]) snprintf(why, sizeof why, "indptr decreases at %zu", r);
-        if (vp && (vp[r + 1] < vp[r] || vp[r + 1] - vp[r] > rp[r + 1] - rp[r])) snprintf(why, sizeof why, "val_ptr bad at %zu", r);
+        if (vp && (vp[r + 1] < vp[r] || vp[r + 1] - vp[r] > rp[r + 1] - rp[r]))
+            snprintf(why, sizeof why, "val_ptr bad at %zu", r);
         if (b->value_mode == WISP_VALUES_ALL && b->val_ptr && b->val_ptr[r + 1] != rp[r + 1])
             snprintf(why, sizeof why, "ALL mode but internal val_ptr != indptr at %zu", r);
     }

@@ -152,7 +152,9 @@ static inline wisp_batch *make_batch(wisp_engine *eng, const struct data *d, int
 
 /* ---- one conformance case -------------------------------------------------------------- */
 
-struct outcome { double maxerr; double maxerr_cpu; uint64_t fallbacks, oor; int unwritten; char last[32]; int units, mode, shards; };
+struct outcome {
+    double maxerr; double maxerr_cpu; uint64_t fallbacks, oor; int unwritten; char last[32]; int units, mode, shards;
+};
 
 static inline struct outcome run_case(wisp_engine *eng, wisp_model *m, const struct data *d, int vm, int wrap,
                                const char *device)
@@ -222,7 +224,8 @@ static inline void gcase_close(struct gcase *c)
 }
 
 /* a case that must fall back to the CPU and still be right */
-static inline void expect_fallback(const char *what, wisp_engine *eng, wisp_model *m, const struct spec *sp, const char *device)
+static inline void expect_fallback(const char *what, wisp_engine *eng, wisp_model *m, const struct spec *sp,
+                                   const char *device)
 {
     struct data d;
     gen(&d, sp, m);

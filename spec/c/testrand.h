@@ -22,7 +22,7 @@ static inline uint64_t rnd(void)
 /* uniform in [0, n); 0 for n = 0 */
 static inline size_t rndn(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
 /* Seed from WISP_TEST_SEED, or from the clock and the pid; print it, so a failure
- * on a random seed can be repeated (a GPU crash was found and fixed that way). */
+ * on a random seed can be repeated. */
 static inline void testrand_seed(const char *test)
 {
     const char *seed = getenv("WISP_TEST_SEED");
@@ -36,7 +36,10 @@ static inline double rnd01(void) { return (double)(rnd() >> 11) * 0x1p-53; }
 /* Zipf(s) over ranks 1..n */
 struct zipf { double n, s, hx1, hn, thr; };
 static inline double zh1(double x) { return fabs(x) > 1e-8 ? log1p(x) / x : 1 - x * (0.5 - x * (1.0 / 3 - 0.25 * x)); }
-static inline double zh2(double x) { return fabs(x) > 1e-8 ? expm1(x) / x : 1 + x * 0.5 * (1 + x / 3 * (1 + 0.25 * x)); }
+static inline double zh2(double x)
+{
+    return fabs(x) > 1e-8 ? expm1(x) / x : 1 + x * 0.5 * (1 + x / 3 * (1 + 0.25 * x));
+}
 static inline double zH(const struct zipf *z, double x) { double l = log(x); return zh2((1 - z->s) * l) * l; }
 static inline double zh(const struct zipf *z, double x) { return exp(-z->s * log(x)); }
 static inline double zHinv(const struct zipf *z, double x)
