@@ -124,7 +124,8 @@ static int strict_check(const void *p, int t, size_t rows, size_t nnz, int all_o
         for (size_t r = 0; r < rows; r++) {
             const int64_t a = ptr_at(p, t, r), z = ptr_at(p, t, r + 1);
             if (z < a)
-                return wisp__fail(WISP_EINVAL, "%s: indptr decreases at row %zu (indptr[%zu] = %lld < indptr[%zu] = %lld)",
+                return wisp__fail(WISP_EINVAL,
+                                  "%s: indptr decreases at row %zu (indptr[%zu] = %lld < indptr[%zu] = %lld)",
                                   FN, r, r + 1, (long long)z, r, (long long)a);
         }
     const int64_t last = ptr_at(p, t, rows);
@@ -437,7 +438,8 @@ int wisp_batch_add_csr(wisp_batch *b, const void *indptr, int indptr_bits, size_
 {
     if (added) *added = 0;
     if (bad_at) *bad_at = -1;
-    if (!b || !indptr || !added || r1 < r0 || (indptr_bits != 32 && indptr_bits != 64) || (id_bits != 32 && id_bits != 64))
+    if (!b || !indptr || !added || r1 < r0 || (indptr_bits != 32 && indptr_bits != 64) ||
+        (id_bits != 32 && id_bits != 64))
         return WISP_EINVAL;
     uint64_t stackbuf[256], *buf = stackbuf;
     size_t cap = 256;

@@ -115,8 +115,8 @@ static uint64_t edge_id(int dt)
     case WISP_CSR_INT32:
         switch (rnd_below(3)) { case 0: return 0x7FFFFFFFull; case 1: return nf; default: return nf + rnd_below(100); }
     case WISP_CSR_UINT32:
-        switch (rnd_below(4)) { case 0: return 0x7FFFFFFFull; case 1: return 0x80000000ull; case 2: return 0xFFFFFFFFull;
-                                default: return nf; }
+        switch (rnd_below(4)) { case 0: return 0x7FFFFFFFull; case 1: return 0x80000000ull;
+                                case 2: return 0xFFFFFFFFull; default: return nf; }
     case WISP_CSR_INT64:
         switch (rnd_below(5)) { case 0: return 0x7FFFFFFFull; case 1: return 0xFFFFFFFFull; case 2: return 1ull << 32;
                                 case 3: return (1ull << 40) + rnd_below(9); default: return nf; }
@@ -265,8 +265,9 @@ static void check_bad_rows(const struct ccase *c, const wisp_batch *b, const cha
                                            (long long)(c->dt == WISP_CSR_INT32 ? (int32_t)c->ids[c->ip[r] + c->at[r]]
                                                                                : (int64_t)c->ids[c->ip[r] + c->at[r]]));
         if (row != r || line != 0 || !strstr(msg, reason_words(c->why[r])) || !strstr(msg, want) || !strstr(msg, neg)) {
-            if (wrong++ < 4) fprintf(stderr, "%s: bad row %zu (listed %zu): '%s', want '%s' '%s' '%s'\n", what, r, row, msg,
-                                     reason_words(c->why[r]), want, neg);
+            if (wrong++ < 4)
+                fprintf(stderr, "%s: bad row %zu (listed %zu): '%s', want '%s' '%s' '%s'\n", what, r, row, msg,
+                        reason_words(c->why[r]), want, neg);
         }
     }
     CHECK_MSG(wrong == 0, "%s: %zu bad rows listed wrongly", what, wrong);
@@ -365,8 +366,9 @@ static void run_case(struct ccase *c, unsigned flags, int faulted, size_t shift,
                   wisp_session_device(s), nan_differ, far, worst);
         CHECK(wisp_session_stat(s, WISP_STAT_BAD_ROWS) - bad0 == c->nbad);
         if (si == 0)
-            CHECK_MSG(wisp_session_stat(s, WISP_STAT_OUT_OF_RANGE) - oor0 == c->oor, "%s: out_of_range +%llu, want %llu",
-                      what, (unsigned long long)(wisp_session_stat(s, WISP_STAT_OUT_OF_RANGE) - oor0),
+            CHECK_MSG(wisp_session_stat(s, WISP_STAT_OUT_OF_RANGE) - oor0 == c->oor,
+                      "%s: out_of_range +%llu, want %llu", what,
+                      (unsigned long long)(wisp_session_stat(s, WISP_STAT_OUT_OF_RANGE) - oor0),
                       (unsigned long long)c->oor);
         if (si == 0) check_wrap_bits(c, s, got, what);
     }
@@ -400,7 +402,8 @@ static void random_cases(void)
                     if (pass == 3) run_case(&c, WISP_CSR_STRICT, 0, 1 + rnd_below(3), "uniform");
                     ccase_free(&c);
                     /* a slice: indptr[0] > 0, ids after indptr[rows] (not read, not counted) */
-                    gen(&c, 100 + rnd_below(500), ITYPES[i], DTYPES[d], VTYPES[v], zipf, hostile, 1 + (int64_t)rnd_below(40));
+                    gen(&c, 100 + rnd_below(500), ITYPES[i], DTYPES[d], VTYPES[v], zipf, hostile,
+                        1 + (int64_t)rnd_below(40));
                     c.nnz += rnd_below(30);
                     for (size_t k = (size_t)c.ip[c.rows]; k < c.nnz; k++) { c.ids[k] = (uint64_t)-1; c.vals[k] = NAN; }
                     run_case(&c, 0, 0, 0, "slice");
@@ -504,12 +507,13 @@ static void strict_faults(void)
                 else ip.u32[r] = (uint32_t)cases[i].ip[r];
             }
             wisp_batch *b = (wisp_batch *)&ip;
-            CHECK_FAILS(wisp_batch_from_csr(eng, cases[i].rows, &ip, ITYPES[t], ids, WISP_CSR_INT32, cases[i].nnz, NULL, 0,
-                                            WISP_CSR_STRICT, &b), WISP_EINVAL, cases[i].words);
+            CHECK_FAILS(wisp_batch_from_csr(eng, cases[i].rows, &ip, ITYPES[t], ids, WISP_CSR_INT32, cases[i].nnz,
+                                            NULL, 0, WISP_CSR_STRICT, &b), WISP_EINVAL, cases[i].words);
             CHECK(b == NULL);
             CHECK(strstr(wisp_errmsg(), "wisp_batch_from_csr: ") == wisp_errmsg());
             /* without STRICT the same arrays make a batch (the faults are bad rows or a slice) */
-            CHECK_OK(wisp_batch_from_csr(eng, cases[i].rows, &ip, ITYPES[t], ids, WISP_CSR_INT32, cases[i].nnz, NULL, 0, 0, &b));
+            CHECK_OK(wisp_batch_from_csr(eng, cases[i].rows, &ip, ITYPES[t], ids, WISP_CSR_INT32, cases[i].nnz, NULL, 0,
+                                         0, &b));
             wisp_batch_free(b);
         }
 }
@@ -520,32 +524,34 @@ static void refusals(void)
     const int32_t ip[3] = { 0, 1, 2 }, ids[2] = { 1, 2 };
     const float vals[2] = { 1, 2 };
     wisp_batch *b = (wisp_batch *)1;
-    CHECK_FAILS(wisp_batch_from_csr(NULL, 2, ip, WISP_CSR_INT32, ids, WISP_CSR_INT32, 2, NULL, 0, 0, &b), WISP_EINVAL, "engine is NULL");
+    const int I32 = WISP_CSR_INT32;
+    CHECK_FAILS(wisp_batch_from_csr(NULL, 2, ip, I32, ids, I32, 2, NULL, 0, 0, &b), WISP_EINVAL, "engine is NULL");
     CHECK(b == NULL);
-    CHECK_FAILS(wisp_batch_from_csr(eng, 2, ip, WISP_CSR_INT32, ids, WISP_CSR_INT32, 2, NULL, 0, 0, NULL), WISP_EINVAL, "out is NULL");
-    CHECK_FAILS(wisp_batch_from_csr(eng, 2, NULL, WISP_CSR_INT32, ids, WISP_CSR_INT32, 2, NULL, 0, 0, &b), WISP_EINVAL, "indptr is NULL");
-    CHECK_FAILS(wisp_batch_from_csr(eng, 2, ip, WISP_CSR_INT32, NULL, WISP_CSR_INT32, 2, NULL, 0, 0, &b), WISP_EINVAL, "ids is NULL");
-    CHECK_FAILS(wisp_batch_from_csr(eng, 2, ip, WISP_CSR_UINT64, ids, WISP_CSR_INT32, 2, NULL, 0, 0, &b), WISP_EINVAL, "indptr_type");
-    CHECK_FAILS(wisp_batch_from_csr(eng, 2, ip, 0, ids, WISP_CSR_INT32, 2, NULL, 0, 0, &b), WISP_EINVAL, "indptr_type");
-    CHECK_FAILS(wisp_batch_from_csr(eng, 2, ip, WISP_CSR_INT32, ids, WISP_CSR_FLOAT32, 2, NULL, 0, 0, &b), WISP_EINVAL, "id_type");
-    CHECK_FAILS(wisp_batch_from_csr(eng, 2, ip, WISP_CSR_INT32, ids, 0, 2, NULL, 0, 0, &b), WISP_EINVAL, "id_type");
-    CHECK_FAILS(wisp_batch_from_csr(eng, 2, ip, WISP_CSR_INT32, ids, WISP_CSR_INT32, 2, vals, WISP_CSR_INT32, 0, &b), WISP_EINVAL, "value_type");
-    CHECK_FAILS(wisp_batch_from_csr(eng, 2, ip, WISP_CSR_INT32, ids, WISP_CSR_INT32, 2, NULL, 0, 2, &b), WISP_EINVAL, "unknown flags");
-    CHECK_FAILS(wisp_batch_from_csr(eng, (size_t)WISP_MAX_ROWS + 1, ip, WISP_CSR_INT32, ids, WISP_CSR_INT32, 2, NULL, 0, 0, &b),
-                WISP_ELIMIT, "WISP_MAX_ROWS");
-    CHECK_FAILS(wisp_batch_from_csr(eng, 2, ip, WISP_CSR_INT32, ids, WISP_CSR_INT32, (size_t)WISP_MAX_NNZ + 1, NULL, 0, 0, &b),
-                WISP_ELIMIT, "WISP_MAX_NNZ");
+    CHECK_FAILS(wisp_batch_from_csr(eng, 2, ip, I32, ids, I32, 2, NULL, 0, 0, NULL), WISP_EINVAL, "out is NULL");
+    CHECK_FAILS(wisp_batch_from_csr(eng, 2, NULL, I32, ids, I32, 2, NULL, 0, 0, &b), WISP_EINVAL, "indptr is NULL");
+    CHECK_FAILS(wisp_batch_from_csr(eng, 2, ip, I32, NULL, I32, 2, NULL, 0, 0, &b), WISP_EINVAL, "ids is NULL");
+    const int U64 = WISP_CSR_UINT64;
+    CHECK_FAILS(wisp_batch_from_csr(eng, 2, ip, U64, ids, I32, 2, NULL, 0, 0, &b), WISP_EINVAL, "indptr_type");
+    CHECK_FAILS(wisp_batch_from_csr(eng, 2, ip, 0, ids, I32, 2, NULL, 0, 0, &b), WISP_EINVAL, "indptr_type");
+    CHECK_FAILS(wisp_batch_from_csr(eng, 2, ip, I32, ids, WISP_CSR_FLOAT32, 2, NULL, 0, 0, &b), WISP_EINVAL, "id_type");
+    CHECK_FAILS(wisp_batch_from_csr(eng, 2, ip, I32, ids, 0, 2, NULL, 0, 0, &b), WISP_EINVAL, "id_type");
+    CHECK_FAILS(wisp_batch_from_csr(eng, 2, ip, I32, ids, I32, 2, vals, I32, 0, &b), WISP_EINVAL, "value_type");
+    CHECK_FAILS(wisp_batch_from_csr(eng, 2, ip, I32, ids, I32, 2, NULL, 0, 2, &b), WISP_EINVAL, "unknown flags");
+    CHECK_FAILS(wisp_batch_from_csr(eng, (size_t)WISP_MAX_ROWS + 1, ip, I32, ids, I32, 2, NULL, 0, 0, &b), WISP_ELIMIT,
+                "WISP_MAX_ROWS");
+    CHECK_FAILS(wisp_batch_from_csr(eng, 2, ip, I32, ids, I32, (size_t)WISP_MAX_NNZ + 1, NULL, 0, 0, &b), WISP_ELIMIT,
+                "WISP_MAX_NNZ");
     CHECK(b == NULL);
     /* no rows: indptr may be NULL; no features: ids may be NULL */
-    CHECK_OK(wisp_batch_from_csr(eng, 0, NULL, WISP_CSR_INT32, NULL, WISP_CSR_INT32, 0, NULL, 0, WISP_CSR_STRICT, &b));
+    CHECK_OK(wisp_batch_from_csr(eng, 0, NULL, I32, NULL, I32, 0, NULL, 0, WISP_CSR_STRICT, &b));
     CHECK(b && wisp_batch_rows(b) == 0 && wisp_batch_indptr(b) && wisp_batch_indptr(b)[0] == 0);
     wisp_batch_free(b);
     const int64_t empty[3] = { 0, 0, 0 };
-    CHECK_OK(wisp_batch_from_csr(eng, 2, empty, WISP_CSR_INT64, NULL, WISP_CSR_INT32, 0, NULL, 0, WISP_CSR_STRICT, &b));
+    CHECK_OK(wisp_batch_from_csr(eng, 2, empty, WISP_CSR_INT64, NULL, I32, 0, NULL, 0, WISP_CSR_STRICT, &b));
     CHECK(b && wisp_batch_rows(b) == 2 && wisp_batch_nnz(b) == 0 && wisp_batch_bad_count(b) == 0);
     wisp_batch_free(b);
     const int64_t past[3] = { 0, 0, 2 };
-    CHECK_OK(wisp_batch_from_csr(eng, 2, past, WISP_CSR_INT64, NULL, WISP_CSR_INT32, 0, NULL, 0, 0, &b));
+    CHECK_OK(wisp_batch_from_csr(eng, 2, past, WISP_CSR_INT64, NULL, I32, 0, NULL, 0, 0, &b));
     CHECK(b && wisp_batch_bad_count(b) == 1);
     wisp_batch_free(b);
 }
