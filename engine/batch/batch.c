@@ -49,8 +49,9 @@
  * call returns WISP_OK: a bad value is data), wisp_batch_wrap here (the
  * caller's vals are scanned once when wrapped, no copy; rows with a
  * non-finite value are listed as bad rows, which keep their features in a
- * wrapped batch and are answered NaN by every device, session.c), the
- * text parsers (libsvm.c, vw.c: the decimal itself is checked, so the
+ * wrapped batch and are answered NaN by every device, session.c),
+ * wisp_batch_from_csr (batch_csr.c: the same test 16 values at a time, on
+ * float32 values or the float32 rounding of float64 ones), the text parsers (libsvm.c, vw.c: the decimal itself is checked, so the
  * message quotes the text), and the Lua layer (init.lua) above them. The
  * feature-column path (raw inputs, csv.c, jsonl.c, textnum.c) reads numbers as
  * TensorFlow does (1e39 -> inf) and applies the rule where a value meets
@@ -237,9 +238,8 @@ static int push_bad(wisp_batch *b, size_t row, uint64_t line, const char *msg, c
 
 /* The position of the first value of v[0..n) that is not a finite float32, or n.
  * 16 values at a time without a branch (exponent bits all ones: inf or NaN; the compiler
- * vectorizes the block at -O2), then one at a time from the block that holds one: a
- * one-at-a-time isfinite loop was 90% of wisp_batch_wrap on 10 rows of 39 values
- * (perf, the Python package's 10-row call, issue 20). */
+ * vectorizes the block at -O2), then one at a time from the block that holds one (a
+ * one-at-a-time isfinite loop is most of wisp_batch_wrap's time on 10 rows of 39 values). */
 static size_t first_nonfinite(const float *v, size_t n)
 {
     size_t i = 0;

@@ -12,6 +12,7 @@
 #include "check.h"
 #include "testrand.h"
 #include "wisp.h"
+#include "core/wisp_test.h"
 
 #include <float.h>
 #include <math.h>
@@ -556,6 +557,39 @@ static void refusals(void)
     wisp_batch_free(b);
 }
 
+/* the Nth allocation failing, for every N the call makes: WISP_ENOMEM and nothing made, or a batch as without faults */
+static void alloc_faults(void)
+{
+    struct ccase c;
+    gen(&c, 300, WISP_CSR_INT64, WISP_CSR_INT64, WISP_CSR_FLOAT64, 0, 1, 0);
+    c.ip[7] = -3;                                          /* broken offsets too: the row-by-row path */
+    struct typed t;
+    materialize(&c, &t, 0);
+    size_t points = 0;
+    for (uint64_t n = 1; n < 1000; n++) {
+        for (unsigned flags = 0; flags < 2; flags++) {
+            wisp_batch *b = (wisp_batch *)&c;
+            wisp_fault_alloc_after(n);
+            const int st = wisp_batch_from_csr(eng, c.rows, t.ip, c.it, t.ids, c.dt, c.nnz, t.vals, c.vt,
+                                               flags ? 0 : WISP_CSR_STRICT, &b);
+            const uint64_t seen = wisp_fault_alloc_after(0);
+            if (flags == 0) CHECK(st == WISP_EINVAL && b == NULL);    /* STRICT refuses before allocating */
+            else if (seen >= n) {
+                points++;
+                CHECK_MSG((st == WISP_ENOMEM && b == NULL) || (st == WISP_OK && b), "allocation %llu -> %d",
+                          (unsigned long long)n, st);
+            } else {
+                CHECK(st == WISP_OK && b && wisp_batch_bad_count(b) >= 2);
+                n = 1000;
+            }
+            if (st == WISP_OK) wisp_batch_free(b);
+        }
+    }
+    CHECK(points >= 2);                                    /* the batch and its bad-row list, at least */
+    typed_free(&t);
+    ccase_free(&c);
+}
+
 /* wisp_batch_add_csr, superseded, keeps working as documented */
 static void add_csr(void)
 {
@@ -604,6 +638,7 @@ int main(void)
     random_cases();
     broken_offsets();
     wide_rows();
+    alloc_faults();
     add_csr();
 
     for (int i = 0; i < nsessions; i++) wisp_session_free(sessions[i]);
