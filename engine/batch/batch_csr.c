@@ -18,7 +18,8 @@
  *   3. bad entries: one pass over the rows' ids and float32 values, 16 at a time without a
  *      branch (the sign bits of signed ids OR-ed together, the float32 exponent test of
  *      batch.c's first_nonfinite), and only a block that holds one is looked at entry by
- *      entry. Its row (a binary search of indptr) is listed bad with the first bad entry's
+ *      entry (an array pass 2 converted is read again only when its conversion loop, which
+ *      ORs the same bits, saw a bad entry). Its row (a binary search of indptr) is listed bad with the first bad entry's
  *      words, and the scan goes on at the row's end. A negative int32 id is caught here
  *      even though its uint32 reading would only be out of range.
  *
@@ -136,32 +137,46 @@ static int strict_check(const void *p, int t, size_t rows, size_t nnz, int all_o
 
 /* ---- pass 2: conversions ------------------------------------------------------------------- */
 
-static void convert_ids(const void *src, int t, size_t n, uint32_t *dst)
+/* The ids as uint32; 1 when one of them is negative (a signed type's sign bits OR-ed in the same
+ * loop, so pass 3 reads the ids again only then), else 0. */
+static int convert_ids(const void *src, int t, size_t n, uint32_t *dst)
 {
     if (t == WISP_CSR_INT32 || t == WISP_CSR_UINT32) {
         memcpy(dst, src, n * 4);                       /* an int32 id's bits: a negative one is listed bad */
-        return;
+        return t == WISP_CSR_INT32;                    /* (not looked at here: pass 3 reads them) */
     }
     const char *s = src;
+    uint64_t sign = 0;
     for (size_t k = 0; k < n; k++) {
         uint64_t v;
         memcpy(&v, s + 8 * k, 8);
+        sign |= v;
         dst[k] = v > UINT32_MAX ? WISP_ID_NONE : (uint32_t)v;   /* negative int64 ids too: listed bad */
     }
+    return t == WISP_CSR_INT64 && (sign >> 63);
 }
 
-static void convert_vals(const void *src, int t, size_t n, float *dst)
+/* The values as float32; 1 when one of them is not a finite float32 (tested in the same loop), else 0. */
+static inline __attribute__((always_inline)) int convert_vals_t(const void *src, const int t, size_t n, float *dst)
 {
-    if (t == WISP_CSR_FLOAT32) {
-        memcpy(dst, src, n * 4);
-        return;
-    }
     const char *s = src;
+    uint32_t any = 0;
     for (size_t k = 0; k < n; k++) {
-        double d;
-        memcpy(&d, s + 8 * k, 8);
-        dst[k] = (float)d;                             /* 1e39 rounds to inf: the row is listed bad */
+        float f;
+        if (t == WISP_CSR_FLOAT32) memcpy(&f, s + 4 * k, 4);
+        else { double d; memcpy(&d, s + 8 * k, 8); f = (float)d; }   /* 1e39 rounds to inf: listed bad */
+        dst[k] = f;
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        any |= (uint32_t)((u & 0x7fffffffu) >= 0x7f800000u);
     }
+    return any != 0;
+}
+
+static int convert_vals(const void *src, int t, size_t n, float *dst)
+{
+    return t == WISP_CSR_FLOAT32 ? convert_vals_t(src, WISP_CSR_FLOAT32, n, dst)
+                                 : convert_vals_t(src, WISP_CSR_FLOAT64, n, dst);
 }
 
 static inline __attribute__((always_inline)) void rebase_t(const void *p, const int t, size_t rows, int64_t base,
@@ -314,15 +329,17 @@ static int from_run(wisp_engine *eng, size_t rows, const void *indptr, int it, c
     const char *v0 = values ? (const char *)values + esize(vt) * (size_t)p0 : NULL;
     if (ptr_here) b->indptr = (uint32_t *)indptr;
     else rebase(indptr, it, rows, p0, b->indptr = (uint32_t *)c);
+    /* what pass 3 reads: the converted arrays said in passing whether they hold a bad entry */
+    int scan_dt = dt, scan_vals = values != NULL;
     if (ids_here) b->ids = (uint32_t *)id0;
-    else convert_ids(id0, dt, n, b->ids = (uint32_t *)(c + pbytes));
+    else if (!convert_ids(id0, dt, n, b->ids = (uint32_t *)(c + pbytes))) scan_dt = WISP_CSR_UINT32;
     if (vals_here) b->vals = (float *)v0;
-    else convert_vals(v0, vt, n, b->vals = (float *)(c + pbytes + ibytes));
+    else if (!convert_vals(v0, vt, n, b->vals = (float *)(c + pbytes + ibytes))) scan_vals = 0;
     finish(b, rows, n, values != NULL);
     /* bad entries: the first of each row, the scan going on at that row's end */
     const float *vals = values ? b->vals : NULL;
     size_t k = 0, r = 0;
-    while ((k = first_bad(id0, dt, vals, k, n)) < n) {
+    while ((k = first_bad(id0, scan_dt, scan_vals ? vals : NULL, k, n)) < n) {
         r = row_of(indptr, it, p0, r, rows, k);
         char msg[192];
         entry_msg(msg, sizeof msg, id0, dt, vals, k, k - b->indptr[r]);
