@@ -809,9 +809,10 @@ int    wisp_json_numbers(const char *text, size_t len, int is_float, int bits, v
                          size_t *count, size_t *consumed);
 
 /* Superseded by wisp_batch_from_csr (section 4), kept through 0.1.x and removed in 0.2.
- * Rows r0..r1-1 of CSR tensors appended to the growable batch b (engine/batch/batch_csr.c): row r holds ids[indptr[r] .. indptr[r+1]) (int32 or int64 as
- * indptr_bits / id_bits say; unaligned pointers allowed) with vals over the same range, or
- * vals NULL (every feature binary), each row added as wisp_batch_add_row adds it. It stops
+ * Rows r0..r1-1 of CSR tensors appended to the growable batch b (engine/batch/batch_csr.c): row r
+ * holds ids[indptr[r] .. indptr[r+1]) (int32 or int64 as indptr_bits / id_bits say; unaligned
+ * pointers allowed) with vals over the same range, or vals NULL (every feature binary), each row
+ * added as wisp_batch_add_row adds it. It stops
  * before the first row holding a negative id: *bad_at is that id's index into ids (else -1),
  * and the caller makes the row what it wants (a bad row). *added: the rows added. WISP_EINVAL
  * for bad arguments or decreasing offsets, else wisp_batch_add_row's status (ELIMIT, ENOMEM). */
