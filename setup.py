@@ -5,7 +5,7 @@
      (engine/*.c except the CLI) and, when nvcc is found as the Makefile finds
      it, the CUDA kernels; without nvcc engine/cuda/cuda_stub.c (CPU only). The
      Makefile stays the one description of how the engine is compiled.
-  2. engine/bindings/python/wisp/_wisp.c and _wisp_raw.c (which include wisp.h only) are linked with
+  2. engine/bindings/python/wisp/_wisp*.c (which include wisp.h only) are linked with
      libwisp.a statically, its symbols hidden (--exclude-libs), so the module
      has no runtime dependency but libxxhash and libc (and links the CUDA
      runtime statically, as the CLI does).
@@ -85,7 +85,9 @@ class build_wisp_ext(build_ext):
 
 ext = Extension(
     "wisp._wisp",
-    sources=["engine/bindings/python/wisp/_wisp.c", "engine/bindings/python/wisp/_wisp_raw.c", "engine/bindings/python/wisp/_wisp_dlpack.c"],
+    sources=["engine/bindings/python/wisp/_wisp.c", "engine/bindings/python/wisp/_wisp_session.c",
+             "engine/bindings/python/wisp/_wisp_score.c", "engine/bindings/python/wisp/_wisp_raw.c",
+             "engine/bindings/python/wisp/_wisp_dlpack.c"],
     depends=["engine/bindings/python/wisp/_wisp.h"],
     include_dirs=["engine/include"],                  # wisp.h only: never the engine's private headers
     define_macros=[] if LIMITED else [("WISP_NO_LIMITED_API", "1")],

@@ -49,8 +49,9 @@
  * call returns WISP_OK: a bad value is data), wisp_batch_wrap here (the
  * caller's vals are scanned once when wrapped, no copy; rows with a
  * non-finite value are listed as bad rows, which keep their features in a
- * wrapped batch and are answered NaN by every device, session.c), the
- * text parsers (libsvm.c, vw.c: the decimal itself is checked, so the
+ * wrapped batch and are answered NaN by every device, session.c),
+ * wisp_batch_from_csr (batch_csr.c: the same test 16 values at a time, on
+ * float32 values or the float32 rounding of float64 ones), the text parsers (libsvm.c, vw.c: the decimal itself is checked, so the
  * message quotes the text), and the Lua layer (init.lua) above them. The
  * feature-column path (raw inputs, csv.c, jsonl.c, textnum.c) reads numbers as
  * TensorFlow does (1e39 -> inf) and applies the rule where a value meets
@@ -237,9 +238,8 @@ static int push_bad(wisp_batch *b, size_t row, uint64_t line, const char *msg, c
 
 /* The position of the first value of v[0..n) that is not a finite float32, or n.
  * 16 values at a time without a branch (exponent bits all ones: inf or NaN; the compiler
- * vectorizes the block at -O2), then one at a time from the block that holds one: a
- * one-at-a-time isfinite loop was 90% of wisp_batch_wrap on 10 rows of 39 values
- * (perf, the Python package's 10-row call, issue 20). */
+ * vectorizes the block at -O2), then one at a time from the block that holds one (a
+ * one-at-a-time isfinite loop is most of wisp_batch_wrap's time on 10 rows of 39 values). */
 static size_t first_nonfinite(const float *v, size_t n)
 {
     size_t i = 0;
@@ -258,7 +258,7 @@ static size_t first_nonfinite(const float *v, size_t n)
 }
 
 /* "feature #k (id N): value nan is not a finite float32" (k 1-based, in the row) */
-static void nonfinite_msg(char *buf, size_t cap, size_t k, uint64_t id, float v)
+void wisp__batch_nonfinite_msg(char *buf, size_t cap, size_t k, uint64_t id, float v)
 {
     snprintf(buf, cap, "feature #%zu (id %llu): value %g is not a finite float32", k + 1, (unsigned long long)id,
              (double)v);
@@ -280,7 +280,7 @@ static int add_row(wisp_batch *b, const uint64_t *vids, const float *vals, size_
     if (WISP_UNLIKELY(bad < nv)) {
         /* a bad value is data: the row goes in empty, as a bad row naming it */
         char msg[160];
-        nonfinite_msg(msg, sizeof msg, bad, vids[bad], vals[bad]);
+        wisp__batch_nonfinite_msg(msg, sizeof msg, bad, vids[bad], vals[bad]);
         if ((st = reserve_row(b, 0, 0)) != WISP_OK) return wisp__fail_context(st, "%s: row %zu", fn, b->rows);
         commit_row(b, 0, 0);
         if ((st = push_bad(b, b->rows - 1, 0, msg, fn)) != WISP_OK) {
@@ -383,7 +383,7 @@ int wisp_batch_wrap(wisp_engine *eng, size_t rows, const uint32_t *indptr, const
             const size_t k = first_nonfinite(vals + a, z - a);
             if (WISP_LIKELY(k == z - a)) continue;
             char msg[160];
-            nonfinite_msg(msg, sizeof msg, k, ids[indptr[r] + k], vals[a + k]);
+            wisp__batch_nonfinite_msg(msg, sizeof msg, k, ids[indptr[r] + k], vals[a + k]);
             int st = push_bad(b, r, 0, msg, fn);
             if (st != WISP_OK) {
                 wisp__free(b->bad);
@@ -429,6 +429,13 @@ int wisp__batch_mark_bad(wisp_batch *b, size_t row, uint64_t line, const char *m
         return wisp__fail(WISP_EINVAL, "%s: row %zu has features; a bad row must have none", fn, row);
     if (b->nbad && row <= b->bad[b->nbad - 1].row)
         return wisp__fail(WISP_EINVAL, "%s: row %zu is not after the last bad row %zu", fn, row, b->bad[b->nbad - 1].row);
+    return push_bad(b, row, line, msg, fn);
+}
+
+int wisp__batch_list_bad(wisp_batch *b, size_t row, uint64_t line, const char *msg, const char *fn)
+{
+    if (row >= b->rows || (b->nbad && row <= b->bad[b->nbad - 1].row))
+        return wisp__fail(WISP_EINVAL, "%s: bad row %zu is out of order or out of range (%zu rows)", fn, row, b->rows);
     return push_bad(b, row, line, msg, fn);
 }
 

@@ -14,8 +14,8 @@
  * cannot return a result; std::expected is C++23 and this header keeps to
  * C++20 (std::span); and failures here are rare and not control flow (bad
  * rows are data: they score NaN and are listed, never thrown). Sizes the C
- * API cannot check (an out span shorter than the rows, indices shorter than
- * indptr says) are checked here and throw wisp::Error(WISP_EINVAL).
+ * API cannot check (an out span shorter than the rows, values and ids of
+ * different lengths) are checked here and throw wisp::Error(WISP_EINVAL).
  *
  * Ownership and threads, as in C: handles are move-only; a moved-from handle
  * is empty (get() == nullptr) and using it throws WISP_EINVAL. Engine and
@@ -165,22 +165,22 @@ public:
         detail::check(wisp_batch_new(live(eng), &b));
         h_ = decltype(h_)(b);
     }
-    /* A batch over the caller's arrays, without copies (wisp_batch_wrap):
-     * indptr has rows + 1 entries; vals is empty (binary rows) or one per id. */
+    /* A batch over the caller's arrays, without copies, through the one checked entry for CSR
+     * arrays (wisp_batch_from_csr) with scipy's rules (WISP_CSR_STRICT): indptr has rows + 1
+     * entries from 0, never decreasing, up to ids.size(); vals is empty (binary rows) or one per
+     * id. A broken indptr throws WISP_EINVAL; a bad row (a value that is not a finite float32,
+     * a row of more than WISP_MAX_ROW_FEATURES ids) is data: NaN and listed (bad_rows()). */
     static Batch wrap(const Engine &eng, std::span<const uint32_t> indptr, std::span<const uint32_t> ids,
                       std::span<const float> vals = {})
     {
         if (indptr.empty()) detail::fail(WISP_EINVAL, "wisp::Batch::wrap: indptr is empty (it has rows + 1 entries)");
-        size_t rows = indptr.size() - 1;
-        if (indptr[rows] > ids.size())
-            detail::fail(WISP_EINVAL, "wisp::Batch::wrap: indptr[" + std::to_string(rows) + "] = " +
-                                          std::to_string(indptr[rows]) + " but ids has " + std::to_string(ids.size()) + " entries");
-        if (!vals.empty() && indptr[rows] > vals.size())
-            detail::fail(WISP_EINVAL, "wisp::Batch::wrap: indptr[" + std::to_string(rows) + "] = " +
-                                          std::to_string(indptr[rows]) + " but vals has " + std::to_string(vals.size()) + " entries");
+        if (!vals.empty() && vals.size() != ids.size())
+            detail::fail(WISP_EINVAL, "wisp::Batch::wrap: vals has " + std::to_string(vals.size()) +
+                                          " entries but ids has " + std::to_string(ids.size()));
         wisp_batch *b = nullptr;
-        detail::check(wisp_batch_wrap(live(eng), rows, indptr.data(), ids.data(), nullptr,
-                                      vals.empty() ? nullptr : vals.data(), &b));
+        detail::check(wisp_batch_from_csr(live(eng), indptr.size() - 1, indptr.data(), WISP_CSR_UINT32, ids.data(),
+                                          WISP_CSR_UINT32, ids.size(), vals.empty() ? nullptr : vals.data(),
+                                          WISP_CSR_FLOAT32, WISP_CSR_STRICT, &b));
         return Batch(b);
     }
     wisp_batch *get() const noexcept { return h_.get(); }

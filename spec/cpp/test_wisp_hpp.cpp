@@ -153,6 +153,19 @@ int main(int argc, char **argv)
     CHECK(throws(WISP_EINVAL, [&] { wisp::Batch::wrap(eng, dec, two); }));
     std::vector<uint32_t> over{0, 3};
     CHECK(throws(WISP_EINVAL, [&] { wisp::Batch::wrap(eng, over, two); }));
+    // wisp_batch_from_csr's rules: indptr from 0 and up to ids.size(); values one per id
+    std::vector<uint32_t> from1{1, 2}, short1{0, 1};
+    CHECK(throws(WISP_EINVAL, [&] { wisp::Batch::wrap(eng, from1, two); }));
+    CHECK(throws(WISP_EINVAL, [&] { wisp::Batch::wrap(eng, short1, two); }));
+    std::vector<float> one{1.0f};
+    CHECK(throws(WISP_EINVAL, [&] { wisp::Batch::wrap(eng, std::vector<uint32_t>{0, 2}, two, one); }));
+    {
+        // in place: the batch reads the caller's arrays; a negative-looking id is just large here (uint32)
+        std::vector<uint32_t> ip{0, 2}, id2{1, 0xFFFFFFFFu};
+        auto w2 = wisp::Batch::wrap(eng, ip, id2);
+        CHECK(wisp_batch_indptr(w2.get()) == ip.data() && wisp_batch_ids(w2.get()) == id2.data());
+        CHECK(!std::isnan(s.score(w2)[0]) && w2.bad_rows().empty());
+    }
     CHECK(throws(WISP_EINVAL, [&] { wisp::Batch::wrap(eng, std::span<const uint32_t>(), two); }));
     std::vector<float> small(3);
     CHECK(throws(WISP_EINVAL, [&] { s.score(b, small); }));

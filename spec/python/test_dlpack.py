@@ -334,7 +334,7 @@ assert addr(r3) == a1
 np.testing.assert_array_equal(r3, want)
 st = _wisp.pool_stats()
 assert st["host_taken"] == 1 and st["host_synced"] == 1 and st["host_kept"] == 1, st
-small = s.score((Host(ip[:101]), Host(ix), Host(v)))
+small = s.score((Host(ip[:101]), Host(ix[:ip[100]]), Host(v[:ip[100]])))
 assert small.base is None               # under 64k rows: numpy's own memory
 np.testing.assert_array_equal(small, want[:100])
 del r2, r3

@@ -94,6 +94,40 @@ def test_malformed_csr_raises(session, indptr, indices, what):
             session.score((np.array(indptr, dtype=t), np.array(indices, dtype=np.int32)))
 
 
+@pytest.mark.parametrize("t", [np.int32, np.int64, np.uint32])
+def test_indptr_offset_and_trailing_indices_are_refused(session, t):
+    # scipy's rules (wisp_batch_from_csr's WISP_CSR_STRICT): indptr starts at 0 and ends at
+    # len(indices); an offset or trailing entries are refused, naming the arrays, on every path
+    indices, values = np.array([1, 2, 3], np.int32), np.ones(3, np.float32)
+    cases = [
+        ((np.array([1, 2, 3], t), indices), r"indptr\[0\] = 1, must be 0"),
+        ((np.array([0, 1, 2], t), indices, values), r"indptr\[-1\] = 2 but indices has 3 entries"),
+    ]
+    for X, words in cases:
+        for form in (X, tuple(list(a) for a in X)):          # arrays the engine reads, and lists numpy converts
+            with pytest.raises(wisp.InvalidArgumentError, match=words):
+                session.score(form)
+        with pytest.raises(wisp.InvalidArgumentError, match=words):
+            session._s.score_csr(X[0], X[1], X[2] if len(X) == 3 else None, np.empty(len(X[0]) - 1, np.float32))
+    # a scipy matrix whose arrays were set by hand is held to the same rules
+    M = sp.csr_matrix((values, indices, np.array([0, 1, 3])), shape=(2, 10))
+    M.indptr = np.array([0, 1, 2], M.indptr.dtype)
+    with pytest.raises(wisp.InvalidArgumentError, match="indptr\\[-1\\] = 2 but indices has 3 entries"):
+        session.score(M)
+    # the session still scores afterwards
+    assert np.isfinite(session.score((np.array([0, 3], t), indices, values))).all()
+
+
+def test_bad_rows_and_its_alias_last_errors(session):
+    indptr = np.array([0, 1, 2, 3], np.int32)
+    p = session.score((indptr, np.array([1, -2, 3], np.int32)))
+    assert np.isnan(p[1]) and not np.isnan(p[0])
+    assert session.bad_rows == [(1, "feature #1: a negative feature index (-2)")]
+    assert session.last_errors == session.bad_rows
+    session.score((indptr, np.array([1, 2, 3], np.int32)))
+    assert session.bad_rows == [] and session.last_errors == []
+
+
 def test_values_shorter_than_indices(session):
     with pytest.raises(ValueError, match="values has 2 entries"):
         session.score((np.array([0, 3]), np.array([1, 2, 3]), np.ones(2, np.float32)))
@@ -170,8 +204,10 @@ def test_non_finite_values_everywhere(session, bad):
 
 def test_limits_raise_limit_error(session):
     n = (1 << 20) + 1                          # one more than WISP_MAX_ROW_FEATURES
-    with pytest.raises(wisp.LimitError, match="row 0 has 1048577 features"):
-        session.score((np.array([0, n], np.int32), np.zeros(n, np.int32)))
+    # CSR rows go through wisp_batch_from_csr: a row that wide is a bad row (as on the GPU), the others score
+    p = check_bad(session, (np.array([0, n, n + 1], np.int32), np.zeros(n + 1, np.int32)), [0],
+                  "1048577 features, more than WISP_MAX_ROW_FEATURES (1048576)", 2)
+    assert np.isfinite(p[1])
     X = np.ones((2, n), dtype=np.float32)
     with pytest.raises(wisp.LimitError, match="row 0 has 1048577 non-zero columns"):
         session.score(X)

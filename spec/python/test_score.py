@@ -88,9 +88,16 @@ def test_tuple_binary(session, rows, cli_score):
 
 
 def test_tuple_slice_of_larger_csr(session, rows, expected):
-    # a window of rows 100..199 whose indptr does not start at 0
+    # a window of rows 100..199, given as scipy gives it (X[100:200]: indptr from 0, the window's
+    # indices and values); the raw window (indptr from indptr[100], every index) breaks scipy's
+    # rules and is refused, naming the arrays
     indptr, indices, values = rows
-    same(session.score((indptr[100:201], indices, values)), expected[100:200])
+    a, z = indptr[100], indptr[200]
+    same(session.score((indptr[100:201] - a, indices[a:z], values[a:z])), expected[100:200])
+    X = sp.csr_matrix((values, indices, indptr), shape=(400, NUM_FEATURES + 50))
+    same(session.score(X[100:200]), expected[100:200])
+    with pytest.raises(wisp.InvalidArgumentError, match=r"indptr\[0\] = %d, must be 0" % a):
+        session.score((indptr[100:201], indices, values))
 
 
 def test_non_contiguous_arrays(session, rows, expected):

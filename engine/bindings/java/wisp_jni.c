@@ -13,8 +13,10 @@
  * - Errors: a failing status throws wisp.WispException(status, message) with
  *   wisp_errmsg()'s text, copied on the failing thread right after the call.
  *   Argument errors found here (lengths, bounds) are WISP_EINVAL too, in the
- *   same exception, worded like the engine's. Bad rows never throw: they come
- *   back as "ROW\tMESSAGE" strings and their output is NaN.
+ *   same exception, worded like the engine's. CSR arrays go to wisp_batch_from_csr
+ *   as they are (Java's int32 and float32 are the engine's layout: read in place),
+ *   which holds every check of them. Bad rows never throw: they come back as
+ *   "ROW\tMESSAGE" strings and their output is NaN.
  * - One engine per process, created on first use and kept for the process's
  *   life (the JVM has no reliable point to free it, and models, batches and
  *   sessions keep it alive anyway).
@@ -370,48 +372,34 @@ static jobjectArray bad_to_java(JNIEnv *env, bad_list *l)
     return a;
 }
 
-/* The rows a batch lists as bad, and the rows whose ids are negative (Java
- * ints: a negative one reads as an id >= 2^31, out of range of the model,
- * so only when some id was out of range). */
-static void collect_bad(wisp_session *s, const wisp_batch *b, size_t rows, const uint32_t *row_ptr, const uint32_t *ids,
-                        uint64_t oor_before, float *out, bad_list *bad)
+/* ---- CSR arrays: wisp_batch_from_csr --------------------------------------------------------------- */
+
+/* The rows a batch lists as bad, with the engine's messages. */
+static void list_bad(const wisp_batch *b, bad_list *bad)
 {
-    size_t nb = wisp_batch_bad_count(b);
+    const size_t nb = wisp_batch_bad_count(b);
     for (size_t i = 0; i < nb; i++) {
         size_t row; uint64_t line; const char *m;
         if (wisp_batch_bad_row(b, i, &row, &line, &m) == WISP_OK) bad_add(bad, row, m);
     }
-    if (wisp_session_stat(s, WISP_STAT_OUT_OF_RANGE) == oor_before) return;
-    for (size_t r = 0; r < rows; r++)
-        for (uint32_t k = row_ptr[r]; k < row_ptr[r + 1]; k++)
-            if ((int32_t)ids[k] < 0) {
-                char m[96];
-                snprintf(m, sizeof m, "a negative feature index (%d)", (int32_t)ids[k]);   /* the Python package's words */
-                bad_add(bad, r, m);
-                out[r] = NAN;
-                break;
-            }
 }
 
-/* Wrap (row_ptr, ids, vals) without copies and score it into out. The
- * arrays' lengths are checked first (the wrap cannot know them). */
-static int score_csr(wisp_session *s, size_t rows, const uint32_t *row_ptr, size_t n_ids, const uint32_t *ids,
-                     size_t n_vals, const float *vals, float *out, bad_list *bad, char *msg, size_t msglen)
+/* Java's int32 indptr and ids and float32 values (n_vals of them, or vals NULL) handed to
+ * wisp_batch_from_csr with scipy's rules (WISP_CSR_STRICT: indptr from 0, never decreasing, ending at
+ * n_ids), which checks them and reads them in place; the batch scored into out. */
+static int score_arrays(wisp_session *s, size_t rows, const jint *indptr, size_t n_ids, const jint *ids, size_t n_vals,
+                        const float *vals, float *out, bad_list *bad, char *msg, size_t msglen)
 {
-    if (row_ptr[rows] > n_ids) {
-        snprintf(msg, msglen, "score: indptr[%zu] = %u but indices has %zu entries", rows, row_ptr[rows], n_ids);
-        return WISP_EINVAL;
-    }
-    if (vals && row_ptr[rows] > n_vals) {
-        snprintf(msg, msglen, "score: indptr[%zu] = %u but values has %zu entries", rows, row_ptr[rows], n_vals);
+    if (vals && n_vals != n_ids) {
+        snprintf(msg, msglen, "score: values has %zu entries but indices has %zu", n_vals, n_ids);
         return WISP_EINVAL;
     }
     wisp_batch *b = NULL;
-    int st = wisp_batch_wrap(engine, rows, row_ptr, ids, NULL, vals, &b);
-    uint64_t oor = wisp_session_stat(s, WISP_STAT_OUT_OF_RANGE);
+    int st = wisp_batch_from_csr(engine, rows, indptr, WISP_CSR_INT32, ids, WISP_CSR_INT32, n_ids, vals,
+                                 WISP_CSR_FLOAT32, WISP_CSR_STRICT, &b);
     if (st == WISP_OK) st = wisp_session_score(s, b, out);
     if (st != WISP_OK) copy_errmsg(msg, msglen, st);
-    else collect_bad(s, b, rows, row_ptr, ids, oor, out, bad);
+    else list_bad(b, bad);
     wisp_batch_free(b);
     return st;
 }
@@ -433,15 +421,15 @@ JNIEXPORT jobjectArray JNICALL Java_wisp_Native_scoreArrays(JNIEnv *env, jclass 
     char msg[1024] = "";
     int st;
     /* one critical region for the call: no JNI calls, no allocation of Java objects inside */
-    uint32_t *ptr = (*env)->GetPrimitiveArrayCritical(env, jptr, NULL);
-    uint32_t *ids = (*env)->GetPrimitiveArrayCritical(env, jidx, NULL);
+    jint *ptr = (*env)->GetPrimitiveArrayCritical(env, jptr, NULL);
+    jint *ids = (*env)->GetPrimitiveArrayCritical(env, jidx, NULL);
     float *vals = jval ? (*env)->GetPrimitiveArrayCritical(env, jval, NULL) : NULL;
     float *out = (*env)->GetPrimitiveArrayCritical(env, jout, NULL);
     if (!ptr || !ids || (jval && !vals) || !out) {
         st = WISP_ENOMEM;
         snprintf(msg, sizeof msg, "score: the JVM could not give access to the arrays");
     } else {
-        st = score_csr(SESSION(sh), rows, ptr, n_ids, ids, n_vals, vals, out, &bad, msg, sizeof msg);
+        st = score_arrays(SESSION(sh), rows, ptr, n_ids, ids, n_vals, vals, out, &bad, msg, sizeof msg);
     }
     if (out) (*env)->ReleasePrimitiveArrayCritical(env, jout, out, st == WISP_OK ? 0 : JNI_ABORT);
     if (vals) (*env)->ReleasePrimitiveArrayCritical(env, jval, vals, JNI_ABORT);
@@ -471,25 +459,27 @@ static void *direct_at(JNIEnv *env, jobject buf, const char *what, jlong off, si
     return p + (size_t)off * esz;
 }
 
-/* scoreDirect(s, indptr, ptrOff, indices, idxOff, values or null, valOff, rows, out[] or null, outBuf or null, outOff)
- * Direct buffers, read in place; offsets and capacities in elements. */
+/* scoreDirect(s, indptr, ptrOff, indices, idxOff, idxLen, values or null, valOff, valLen, rows, out[] or null,
+ * outBuf or null, outOff): direct buffers, read in place; offsets and lengths in elements (a buffer's
+ * position and remaining elements: indptr rows + 1 of them, indices and values exactly what indptr spans). */
 JNIEXPORT jobjectArray JNICALL Java_wisp_Native_scoreDirect(JNIEnv *env, jclass cls, jlong sh, jobject jptr, jlong ptr_off,
-                                                            jobject jidx, jlong idx_off, jobject jval, jlong val_off,
-                                                            jint jrows, jfloatArray jout, jobject jout_buf, jlong out_off)
+                                                            jobject jidx, jlong idx_off, jlong idx_len, jobject jval,
+                                                            jlong val_off, jlong val_len, jint jrows, jfloatArray jout,
+                                                            jobject jout_buf, jlong out_off)
 {
     char msg[1024] = "";
     size_t rows = (size_t)jrows;
-    if (jrows < 0) { throw_status(env, WISP_EINVAL, "score: rows is negative"); return NULL; }
-    const uint32_t *ptr = direct_at(env, jptr, "indptr", ptr_off, 4, rows + 1, msg, sizeof msg);
+    if (jrows < 0 || idx_len < 0 || val_len < 0) {
+        throw_status(env, WISP_EINVAL, "score: rows or a length is negative");
+        return NULL;
+    }
+    const jint *ptr = direct_at(env, jptr, "indptr", ptr_off, 4, rows + 1, msg, sizeof msg);
     if (!ptr) { throw_status(env, WISP_EINVAL, msg); return NULL; }
-    jlong idx_cap = (*env)->GetDirectBufferCapacity(env, jidx) - idx_off;
-    const uint32_t *ids = direct_at(env, jidx, "indices", idx_off, 4, 0, msg, sizeof msg);
+    const jint *ids = direct_at(env, jidx, "indices", idx_off, 4, (size_t)idx_len, msg, sizeof msg);
     if (!ids) { throw_status(env, WISP_EINVAL, msg); return NULL; }
     const float *vals = NULL;
-    jlong val_cap = 0;
     if (jval) {
-        val_cap = (*env)->GetDirectBufferCapacity(env, jval) - val_off;
-        vals = direct_at(env, jval, "values", val_off, 4, 0, msg, sizeof msg);
+        vals = direct_at(env, jval, "values", val_off, 4, (size_t)val_len, msg, sizeof msg);
         if (!vals) { throw_status(env, WISP_EINVAL, msg); return NULL; }
     }
     float *outb = NULL;
@@ -507,7 +497,8 @@ JNIEXPORT jobjectArray JNICALL Java_wisp_Native_scoreDirect(JNIEnv *env, jclass 
         st = WISP_ENOMEM;
         snprintf(msg, sizeof msg, "score: the JVM could not give access to out");
     } else {
-        st = score_csr(SESSION(sh), rows, ptr, (size_t)idx_cap, ids, (size_t)val_cap, vals, out, &bad, msg, sizeof msg);
+        st = score_arrays(SESSION(sh), rows, ptr, (size_t)idx_len, ids, (size_t)val_len, vals, out, &bad, msg,
+                          sizeof msg);
     }
     if (!outb && out) (*env)->ReleasePrimitiveArrayCritical(env, jout, out, st == WISP_OK ? 0 : JNI_ABORT);
     jobjectArray r = NULL;
@@ -518,7 +509,7 @@ JNIEXPORT jobjectArray JNICALL Java_wisp_Native_scoreDirect(JNIEnv *env, jclass 
     return r;
 }
 
-/* ---- feature columns and raw rows ------------------------------------------------------------ */
+/* ---- feature columns and raw batches ---------------------------------------------------------- */
 
 #define COLUMNS(h) ((wisp_columns *)(uintptr_t)(h))
 #define RAW(h) ((wisp_raw *)(uintptr_t)(h))
@@ -587,7 +578,7 @@ static int raw_fill(wisp_raw *r, size_t rows, const jint *row_start, const jint 
             if (st != WISP_OK) goto fail;
         } else {
             if (row_start[i] < 0 || row_start[i + 1] < row_start[i] || (size_t)row_start[i + 1] > nvalues) {
-                snprintf(msg, msglen, "raw rows: bad encoding at row %zu", i);
+                snprintf(msg, msglen, "raw batch: bad encoding at row %zu", i);
                 return WISP_EINVAL;
             }
             for (jint k = row_start[i]; k < row_start[i + 1]; k++) {
@@ -596,13 +587,13 @@ static int raw_fill(wisp_raw *r, size_t rows, const jint *row_start, const jint 
                 case V_INT: st = wisp_raw_add_int(r, (size_t)input[k], (int64_t)lv[k]); break;
                 case V_STRING:
                     if (str_off[k] < 0 || str_off[k + 1] < str_off[k] || (size_t)str_off[k + 1] > str_len) {
-                        snprintf(msg, msglen, "raw rows: bad string offsets at value %d", (int)k);
+                        snprintf(msg, msglen, "raw batch: bad string offsets at value %d", (int)k);
                         return WISP_EINVAL;
                     }
                     st = wisp_raw_add_string(r, (size_t)input[k], str + str_off[k], (size_t)(str_off[k + 1] - str_off[k]));
                     break;
                 default:
-                    snprintf(msg, msglen, "raw rows: unknown value kind %d", kind[k]);
+                    snprintf(msg, msglen, "raw batch: unknown value kind %d", kind[k]);
                     return WISP_EINVAL;
                 }
                 if (st != WISP_OK) goto fail;
@@ -627,13 +618,13 @@ JNIEXPORT jobjectArray JNICALL Java_wisp_Native_scoreRaw(JNIEnv *env, jclass cls
 {
     size_t rows = jrows < 0 ? 0 : (size_t)jrows;
     if ((size_t)(*env)->GetArrayLength(env, jout) < rows || (size_t)(*env)->GetArrayLength(env, jstart) < rows + 1) {
-        throw_status(env, WISP_EINVAL, "raw rows: arrays shorter than the rows");
+        throw_status(env, WISP_EINVAL, "raw batch: arrays shorter than the rows");
         return NULL;
     }
     size_t nvalues = (size_t)(*env)->GetArrayLength(env, jkind);
     if ((size_t)(*env)->GetArrayLength(env, jinput) < nvalues || (size_t)(*env)->GetArrayLength(env, jdv) < nvalues ||
         (size_t)(*env)->GetArrayLength(env, jlv) < nvalues || (size_t)(*env)->GetArrayLength(env, jstroff) < nvalues + 1) {
-        throw_status(env, WISP_EINVAL, "raw rows: value arrays of different lengths");
+        throw_status(env, WISP_EINVAL, "raw batch: value arrays of different lengths");
         return NULL;
     }
     size_t str_len = (size_t)(*env)->GetArrayLength(env, jstrs);
@@ -662,7 +653,7 @@ JNIEXPORT jobjectArray JNICALL Java_wisp_Native_scoreRaw(JNIEnv *env, jclass cls
     float *out = (*env)->GetPrimitiveArrayCritical(env, jout, NULL);
     if (!start || !input || !kind || !dv || !lv || !str || !stroff || !out) {
         st = WISP_ENOMEM;
-        snprintf(msg, sizeof msg, "raw rows: the JVM could not give access to the arrays");
+        snprintf(msg, sizeof msg, "raw batch: the JVM could not give access to the arrays");
     } else {
         wisp_raw *r = RAW(rh);
         st = raw_fill(r, rows, start, input, kind, dv, lv, (const char *)str, str_len, stroff, nvalues, rejects, msg,

@@ -261,6 +261,7 @@ class WispTest {
         try (Model m = Model.load(colModel.toString()); Session s = m.session("cpu")) {
             assertSameAsCli(want, s.scoreRows(rows));
             want = s.scoreRows(rows);
+            assertArrayEquals(want, s.scoreRaw(rows));          // scoreRows is scoreRaw's alias
             Map<String, Object> cols = new LinkedHashMap<>();
             String[] a = new String[40];
             float[] n = new float[40];
@@ -269,6 +270,55 @@ class WispTest {
             cols.put("a", a); cols.put("n", n); cols.put("k", k);
             assertArrayEquals(want, s.scoreColumns(cols));
             assertTrue(s.lastBadRows().isEmpty());
+        }
+    }
+
+    @Test
+    void csrArraysGoThroughTheOneCheckedEntry() {
+        try (Model m = Model.load(csrModel.toString()); Session s = m.session("cpu")) {
+            // scipy's rules (wisp_batch_from_csr, WISP_CSR_STRICT): refused with the engine's words
+            WispException e = assertThrows(WispException.class, () -> s.score(new int[] { 1, 2, 3 }, new int[3], null));
+            assertEquals(WispException.EINVAL, e.status());
+            assertTrue(e.getMessage().contains("indptr[0] = 1, must be 0"), e.getMessage());
+            e = assertThrows(WispException.class, () -> s.score(new int[] { 0, 1, 2 }, new int[3], null));
+            assertTrue(e.getMessage().contains("indptr[-1] = 2 but indices has 3 entries"), e.getMessage());
+            e = assertThrows(WispException.class, () -> s.score(new int[] { 0, 2, 1, 3 }, new int[3], null));
+            assertTrue(e.getMessage().contains("indptr decreases at row 1 (indptr[2] = 1 < indptr[1] = 2)"), e.getMessage());
+            e = assertThrows(WispException.class, () -> s.score(new int[] { 0, 2 }, new int[2], new float[3]));
+            assertTrue(e.getMessage().contains("values has 3 entries but indices has 2"), e.getMessage());
+            // bad rows in the engine's words, under badRows() and its alias lastBadRows()
+            float[] p = s.score(new int[] { 0, 1, 2, 4 }, new int[] { 1, -5, 2, 3 }, new float[] { 1f, 1f, 1f, Float.NaN });
+            assertFalse(Float.isNaN(p[0]));
+            assertTrue(Float.isNaN(p[1]) && Float.isNaN(p[2]));
+            List<BadRow> bad = s.badRows();
+            assertEquals(2, bad.size(), bad.toString());
+            assertEquals(1, bad.get(0).row);
+            assertEquals("feature #1: a negative feature index (-5)", bad.get(0).message);
+            assertEquals(2, bad.get(1).row);
+            assertEquals("feature #2 (id 3): value nan is not a finite float32", bad.get(1).message);
+            @SuppressWarnings("deprecation")
+            List<BadRow> alias = s.lastBadRows();
+            assertEquals(bad, alias);
+            // a row wider than WISP_MAX_ROW_FEATURES is a bad row, the others score
+            int n = (1 << 20) + 1;
+            p = s.score(new int[] { 0, n, n + 1 }, new int[n + 1], null);
+            assertTrue(Float.isNaN(p[0]) && !Float.isNaN(p[1]));
+            assertTrue(s.badRows().get(0).message.contains("1048577 features, more than WISP_MAX_ROW_FEATURES"));
+            // direct buffers: read from position to limit, so a larger buffer is given its limit
+            int[] ptr = { 0, 2, 3 };
+            int[] idx = { 1, 3, 7 };
+            IntBuffer pb = ByteBuffer.allocateDirect(12).order(ByteOrder.nativeOrder()).asIntBuffer().put(ptr);
+            IntBuffer ib = ByteBuffer.allocateDirect(40).order(ByteOrder.nativeOrder()).asIntBuffer().put(idx);
+            pb.flip();
+            IntBuffer whole = ib.duplicate().clear();
+            try (Batch wide = Batch.wrap(pb, whole, null)) {
+                e = assertThrows(WispException.class, () -> s.score(wide));
+                assertTrue(e.getMessage().contains("indptr[-1] = 3 but indices has 10 entries"), e.getMessage());
+            }
+            ib.flip();
+            try (Batch exact = Batch.wrap(pb, ib, null)) {
+                assertArrayEquals(s.score(ptr, idx, null), s.score(exact));
+            }
         }
     }
 

@@ -6,25 +6,30 @@
     s = model.session("gpu")                # a session placed on a device
     p = s.score(X)                          # X: scipy CSR, 2-D numpy, (indptr, indices[, values]), libsvm text,
                                             #    raw rows (DataFrame, Arrow, dict) for a model with feature columns
-    s.last_errors                           # [(row, reason)] of the rows scored NaN
+    s.bad_rows                              # [(row, reason)] of the rows scored NaN
 
 The probability of row i is sigmoid(bias + sum over its features of
 w[id] * value), what `wisp score` prints for the same row; ids beyond the
 model's table are ignored (as LIBLINEAR does) and counted in stats().
 
-Memory: arrays whose type and layout already match the engine's batch
-(indptr int32/uint32 starting at 0, indices int32/uint32, values float32,
-C-contiguous) are read in place, without a copy. Other integer and float
-types (int64 indptr and indices, float64 values, ...) are converted once,
-in C. Non-contiguous arrays, big-endian arrays and float16 are first made
-contiguous/native by numpy (a copy). The GIL is released for the whole
-time the engine works, so other Python threads run meanwhile.
+Memory: CSR arrays go to the engine's one checked entry for CSR input
+(wisp_batch_from_csr) as they are: those whose type and layout already match
+the engine's batch (indptr int32/uint32 starting at 0, indices int32/uint32,
+values float32, C-contiguous) are read in place, without a copy; int64 indptr
+and indices, uint64 indices and float64 values are converted once, in C.
+Other dtypes (int8/16, bool or integer values, float16), non-contiguous and
+big-endian arrays are first converted by numpy (a copy). indptr follows
+scipy's rules: indptr[0] == 0, never decreasing, indptr[-1] == len(indices)
+(== len(values)); anything else raises InvalidArgumentError naming the
+arrays. The GIL is released for the whole time the engine works, so other
+Python threads run meanwhile.
 
 Errors: a bad row (a negative index, a value that is not a finite float32:
-NaN, +-inf, a float64 beyond float32's range; a malformed libsvm line) scores NaN and is listed in Session.last_errors
-(errors="nan", the default), or raises BadRowError naming the first one
-(errors="raise"). A failing engine call raises a WispError subclass per
-status code, with the engine's message. Nothing aborts the interpreter.
+NaN, +-inf, a float64 beyond float32's range; a malformed libsvm line) scores
+NaN and is listed in Session.bad_rows (errors="nan", the default), or raises
+BadRowError naming the first one (errors="raise"). A failing engine call
+raises a WispError subclass per status code, with the engine's message.
+Nothing aborts the interpreter.
 
 For a model with feature columns, raw rows (a pandas DataFrame, a pyarrow
 Table/RecordBatch, a dict of columns) are transformed as TensorFlow does
@@ -365,17 +370,21 @@ def _from_pipeline(pipe, path, dtype):
 
 # ---- input forms -----------------------------------------------------------------------
 
-_IDX_OK = {"i", "I", "l", "L", "q", "Q", "b", "B", "h", "H"}
-_NUM_OK = _IDX_OK | {"f", "d", "?"}
+# the element types wisp_batch_from_csr takes (numpy's type chars; 'l'/'q' are int64, 'L'/'Q' uint64)
+_PTR_OK = {"i", "I", "l", "q"}
+_IDX_OK = {"i", "I", "l", "L", "q", "Q"}
+_VAL_OK = {"f", "d"}
+_NUM_OK = {"i", "I", "l", "L", "q", "Q", "b", "B", "h", "H", "f", "d", "?"}     # score_dense's
 
 
-def _native(a, kinds, what):
-    """a as a C-contiguous native-order numpy array of a type _wisp reads
-    (no copy when it already is one)."""
+def _native(a, kinds, what, values=False):
+    """a as a C-contiguous native-order numpy array of a type _wisp reads (no copy when it
+    already is one): other integers (and, for indices, bools) as int64, other floats as float32
+    or float64; values of integer or bool type as float64."""
     a = np.asarray(a)
     if a.dtype.char not in kinds or not a.dtype.isnative:
         if a.dtype.kind in "iub":
-            a = a.astype(np.int64)
+            a = a.astype(np.float64 if values else np.int64)
         elif a.dtype.kind == "f":
             a = a.astype(np.float64 if a.dtype.itemsize > 4 else np.float32)
         else:
@@ -515,7 +524,8 @@ class Session:
 
     Attributes:
       model        the Model
-      last_errors  [(row, reason)] of the last score's bad rows (scored NaN)"""
+      bad_rows     [(row, reason)] of the last score's bad rows (scored NaN)
+      last_errors  the same list: bad_rows' name in 0.1.0, kept through 0.1.x"""
 
     def __init__(self, model, device="auto"):
         if not isinstance(model, Model):
@@ -528,13 +538,16 @@ class Session:
         self._executor = None
 
     @property
-    def last_errors(self):
+    def bad_rows(self):
         """[(row, reason)] of the last score's bad rows (scored NaN), in row order."""
-        return self._lock.errors()
+        return self._lock.bad_rows()
 
-    @last_errors.setter
-    def last_errors(self, bad):
-        self._lock.set_errors(bad)
+    @bad_rows.setter
+    def bad_rows(self, bad):
+        self._lock.set_bad_rows(bad)
+
+    # bad_rows' name in 0.1.0, kept through 0.1.x (removed in 0.2)
+    last_errors = bad_rows
 
     def __repr__(self):
         return "<wisp.Session %s on %r>" % (self.model.path, self.device)
@@ -595,56 +608,40 @@ class Session:
         or a broken indptr range on the GPU makes a bad row (NaN, listed).
 
         errors="nan" (default): bad rows score NaN and are listed in
-        self.last_errors as (row, reason); errors="raise": BadRowError for
-        the first bad row (self.last_errors still lists them all)."""
+        self.bad_rows as (row, reason); errors="raise": BadRowError for
+        the first bad row (self.bad_rows still lists them all)."""
         fast = self._fast
         if fast is not None and out is None and stream is None and _profile.active is None and \
                 (errors == "nan" or errors == "raise"):
-            # the small-batch path, all in C (_wisp.c score_fast): a CSR tuple or scipy CSR the
-            # C side reads; NotImplemented for anything else (the general path below)
+            # CSR arrays, all in C (_wisp_score.c score_fast): a CSR tuple or scipy CSR whose arrays the
+            # engine reads as they are; NotImplemented for anything else (the general path below)
             res = fast(X)
             if res is not NotImplemented:
-                if errors == "raise" and self._lock.has_errors():
-                    bad = self._lock.errors()
+                if errors == "raise" and self._lock.has_bad_rows():
+                    bad = self._lock.bad_rows()
                     raise BadRowError(bad[0][0], bad[0][1], bad)
                 return res
         if errors != "nan" and errors != "raise":
             raise ValueError('errors must be "nan" or "raise", not %r' % (errors,))
         if out is not None or stream is not None:
             return self._score_dl_call(X, errors, out, stream)
-        bad = None
         prof = _profile.active
         if prof is not None:
             prof._begin(self)
-        t = type(X)
-        if t is tuple and 2 <= len(X) <= 3:
+        if type(X) is tuple and 2 <= len(X) <= 3:
             csr = (X[0], X[1], X[2] if len(X) == 3 else None)
         elif _is_scipy_csr(X):
             csr = (X.indptr, X.indices, X.data)
         else:
             csr = None
-        if csr is not None and type(csr[0]) is not _ndarray and _dl_like(csr[0]):
-            with self._lock:                                  # GPU arrays, or a DLPack host producer
-                out, bad = self._score_dl(csr, None, None)
-                self.last_errors = bad
-        elif csr is not None:
-            # the small-batch fast path: one type lookup, one output array, one C call
-            out = _empty(max(len(csr[0]) - 1, 0), _f32)
-            with self._lock:
-                s = self._s
-                if s is None:
-                    raise StateError("the session is closed")
-                try:
-                    bad = s.score_csr(csr[0], csr[1], csr[2], out)
-                except (TypeError, BufferError, ValueError) as e:
-                    if isinstance(e, WispError):
-                        raise
-                    out, bad = self._score_locked(X)       # a layout the C side does not read: convert
-                self.last_errors = bad
-        else:
-            with self._lock:
+        with self._lock:
+            if csr is not None and type(csr[0]) is not _ndarray and _dl_like(csr[0]):
+                out, bad = self._score_dl(csr, None, None)        # GPU arrays, or a DLPack host producer
+            elif csr is not None:
+                out, bad = self._csr(*csr)                        # numpy converts what the engine does not read
+            else:
                 out, bad = self._score_locked(X)
-                self.last_errors = bad
+            self.bad_rows = bad
         if prof is not None:
             prof._record(self, "score")
         if bad and errors == "raise":
@@ -667,7 +664,7 @@ class Session:
             prof._begin(self)
         with self._lock:
             res, bad = self._score_dl(csr, out, stream)
-            self.last_errors = bad
+            self.bad_rows = bad
         if prof is not None:
             prof._record(self, "score")
         if bad and errors == "raise":
@@ -701,10 +698,6 @@ class Session:
         if dl is not None:
             return self._score_dl(dl, None, None)
         if type(X) is tuple:
-            if len(X) == 3:
-                return self._csr(X[0], X[1], X[2])
-            if len(X) == 2:
-                return self._csr(X[0], X[1], None)
             raise ValueError("a tuple X is (indptr, indices) or (indptr, indices, values)")
         if isinstance(X, (str, bytes, bytearray, memoryview)):
             data = X.encode("utf-8") if isinstance(X, str) else X
@@ -745,22 +738,16 @@ class Session:
         return out, self._s.score_raw(cols, rows, out)
 
     def _csr(self, indptr, indices, values):
-        # fast path: the C side reads every C-contiguous native integer/float
-        # array itself (in place, or converting once); anything else (lists,
-        # strided or big-endian arrays, float16) is converted by numpy first
-        try:
-            out = np.empty(max(len(indptr) - 1, 0), dtype=np.float32)
-            return out, self._s.score_csr(indptr, indices, values, out)
-        except (TypeError, BufferError, ValueError) as e:
-            if isinstance(e, WispError):
-                raise
-            conv = (_native(indptr, _IDX_OK, "indptr"), _native(indices, _IDX_OK, "indices"),
-                    None if values is None else _native(values, _NUM_OK, "values"))
-            if conv[0] is indptr and conv[1] is indices and conv[2] is values:
-                raise                         # nothing to convert: the error is the input's
-        indptr, indices, values = conv
+        # the arrays as numpy arrays of types the engine reads (the same objects when they are), one
+        # call: the engine checks them (wisp_batch_from_csr, scipy's rules)
+        s = self._s
+        if s is None:
+            raise StateError("the session is closed")
+        indptr, indices = _native(indptr, _PTR_OK, "indptr"), _native(indices, _IDX_OK, "indices")
+        if values is not None:
+            values = _native(values, _VAL_OK, "values", values=True)
         out = np.empty(max(indptr.shape[0] - 1, 0) if indptr.ndim == 1 else 0, dtype=np.float32)
-        return out, self._s.score_csr(indptr, indices, values, out)
+        return out, s.score_csr(indptr, indices, values, out)
 
     def submit(self, X, errors="nan"):
         """Score X on a worker thread of this session; returns a

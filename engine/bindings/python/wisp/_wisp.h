@@ -1,4 +1,4 @@
-/* _wisp.h — what the extension's C files share: the object layouts, buffers, bad-row lists and error raising (not installed). */
+/* _wisp.h — what the extension's C files share: the object layouts, buffers, bad-row lists, error raising and the entries each file gives the Session type (not installed). */
 #ifndef WISP_PY_INTERNAL_H
 #define WISP_PY_INTERNAL_H
 
@@ -56,12 +56,11 @@ static inline double float_at(const arg_buf *b, size_t i)
     return neg ? (double)(int64_t)u : (double)u;
 }
 
-enum { BAD_NEG_INDEX = 1, BAD_NAN_SCORE, BAD_ENGINE };
+enum { BAD_NAN_SCORE = 1, BAD_ENGINE };
 
 typedef struct {
     size_t row;
     int why;          /* BAD_* */
-    int64_t value;    /* the negative index */
     char *msg;        /* BAD_ENGINE: the engine's message (owned) */
 } bad_row;
 
@@ -84,8 +83,12 @@ typedef struct {
     wisp_raw *raw;         /* raw rows of a model with feature columns (reused; _wisp_raw.c) */
     int busy;              /* a call is running on another thread */
     PyThread_type_lock lock;   /* the Python layer's session lock (`with session._s:`), also taken by score_fast */
-    PyObject *errors;      /* score_fast's last bad rows (a list), NULL for none */
+    PyObject *bad_rows;    /* the last call's bad rows (a list), NULL for none */
 } SessionObject;
+
+/* The Model type (_wisp.c); the Session type added to the module (_wisp_session.c). */
+extern PyObject *wisp__py_model_type;
+int wisp__py_session_init(PyObject *module);
 
 /* The process's engine, created on first use (NULL and an exception set on failure). */
 wisp_engine *wisp__py_engine(void);
@@ -102,24 +105,37 @@ void wisp__py_rel_buf(arg_buf *b);
 /* The output buffer: writable C-contiguous float32 of at least n elements. */
 int  wisp__py_get_out(PyObject *o, size_t n, arg_buf *b);
 
-void      wisp__py_bad_add(bad_list *l, size_t row, int why, int64_t value, const char *msg);
+/* The bad-row list (_wisp_score.c). */
+void      wisp__py_bad_add(bad_list *l, size_t row, int why, const char *msg);
 void      wisp__py_bad_free(bad_list *l);
 /* The list as Python [(row, reason)], sorted by row, one entry per row. */
 PyObject *wisp__py_bad_to_list(bad_list *l);
 /* Mark the rows of `bad` NaN in out, and list the other NaN outputs. */
 void      wisp__py_finish_bad(bad_list *bad, float *out, size_t rows);
 
-/* Mark the session busy (ESTATE raised when another thread is inside it). */
+/* Mark the session busy (ESTATE raised when another thread is inside it). _wisp_session.c, as the two below. */
 int wisp__py_enter(SessionObject *self);
+/* Take the session's lock (the Python layer's `with session._s:`), waiting without the GIL. */
+void wisp__py_lock_take(SessionObject *self);
+/* Keep list (a new reference is taken; NULL: none) as what bad_rows() answers. */
+void wisp__py_keep_bad_rows(SessionObject *self, PyObject *list);
 
 /* _wisp_raw.c: Session.score_raw(cols, rows, out) -> bad rows. */
 PyObject *wisp__py_score_raw(SessionObject *self, PyObject *args);
 
 /* The CSR core of Session.score_csr over buffers already taken (bv used when have_vals;
- * bo: at least rows floats): the bad-row list (None instead of an empty one when
- * none_if_clean), or NULL with an exception. _wisp.c. */
+ * bo: at least rows floats), through wisp_batch_from_csr: the bad-row list (None instead of an
+ * empty one when none_if_clean), or NULL with an exception. _wisp_score.c, as the entries below. */
 PyObject *wisp__py_score_csr_bufs(SessionObject *self, const arg_buf *bp, const arg_buf *bi, const arg_buf *bv,
                                   int have_vals, const arg_buf *bo, int none_if_clean);
+/* Session.score_fast(X), score_csr(indptr, indices, values|None, out), score_dense(X, out),
+ * parse_libsvm(data), score_parsed(out); the module's register_fast(empty, float32, is_csr). */
+PyObject *wisp__py_score_fast(SessionObject *self, PyObject *X);
+PyObject *wisp__py_score_csr(SessionObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *wisp__py_score_dense(SessionObject *self, PyObject *args);
+PyObject *wisp__py_parse_libsvm(SessionObject *self, PyObject *arg);
+PyObject *wisp__py_score_parsed(SessionObject *self, PyObject *o_out);
+PyObject *wisp__py_register_fast(PyObject *mod, PyObject *args);
 
 /* _wisp_dlpack.c: Session.score_dlpack(indptr, indices, values|None, out|None, stream|None,
  * device|None) -> (bad rows, out): arrays through DLPack or __cuda_array_interface__;

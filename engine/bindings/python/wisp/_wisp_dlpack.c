@@ -748,7 +748,7 @@ static PyObject *score_gpu(SessionObject *self, dl_view *vp, dl_view *vi, dl_vie
         size_t nb = wisp_session_bad_count(self->s);
         for (size_t i = 0; i < nb; i++) {
             size_t row; uint64_t line; const char *m;
-            if (wisp_session_bad_row(self->s, i, &row, &line, &m) == WISP_OK) wisp__py_bad_add(&bad, row, BAD_ENGINE, 0, m);
+            if (wisp_session_bad_row(self->s, i, &row, &line, &m) == WISP_OK) wisp__py_bad_add(&bad, row, BAD_ENGINE, m);
         }
     }
     Py_END_ALLOW_THREADS

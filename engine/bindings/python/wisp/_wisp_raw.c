@@ -60,7 +60,7 @@ typedef struct {
 } src;
 
 
-/* The engine's messages for raw rows begin "row N: " (N the row's 0-based index); last_errors
+/* The engine's messages for raw rows begin "row N: " (N the row's 0-based index); Session.bad_rows
  * pairs each reason with its row already, so that prefix goes when it names the same row. */
 static const char *without_row_prefix(const char *m, size_t row)
 {
@@ -388,7 +388,7 @@ PyObject *wisp__py_score_raw(SessionObject *self, PyObject *args)
             for (size_t i = 0; i < nb; i++) {
                 size_t row; uint64_t line; const char *m;
                 if (wisp_session_bad_row(self->s, i, &row, &line, &m) == WISP_OK)
-                    wisp__py_bad_add(&bad, row, BAD_ENGINE, 0, without_row_prefix(m, row));
+                    wisp__py_bad_add(&bad, row, BAD_ENGINE, without_row_prefix(m, row));
             }
             wisp__py_finish_bad(&bad, out, rows);
         }

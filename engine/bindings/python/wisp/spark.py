@@ -335,13 +335,10 @@ def _csr_from_ids(ids_arr, vals_arr):
 
 
 def _score_csr(session, indptr, ids, vals, n):
-    if len(ids) and ids.dtype.kind in "iu" and ids.dtype.itemsize > 4:
-        lo, hi = ids.min(), ids.max()
-        if lo >= 0 and hi <= np.iinfo(np.int32).max:
-            ids = ids.astype(np.int32)
+    # the arrays as Arrow holds them: the engine checks and converts them (wisp_batch_from_csr)
     out = session.score((indptr, ids, vals) if vals is not None else (indptr, ids))
     assert len(out) == n
-    return out, session.last_errors
+    return out, session.bad_rows
 
 
 # ---- the UDF body (runs in the executor's Python worker) -----------------------------------------
@@ -377,7 +374,7 @@ def _score_arrays(cfg, arrays):
     else:
         batch = pa.RecordBatch.from_arrays(list(arrays), names=list(cfg["names"]))
         out = session.score(batch)
-        bad = session.last_errors
+        bad = session.bad_rows
     return _result(out, bad, reasons, n, cfg, session)
 
 

@@ -11,13 +11,17 @@ import java.util.Objects;
  * A batch of rows in CSR form over java.nio direct buffers, read in place by
  * the engine (no copy):
  * <ul>
- * <li>indptr: rows + 1 ints, indptr[0] = 0; row r's features are
+ * <li>indptr: rows + 1 ints, indptr[0] = 0, never decreasing; row r's features are
  *     indices[indptr[r] .. indptr[r+1]);</li>
- * <li>indices: feature ids (ints; a negative id makes its row bad);</li>
+ * <li>indices: feature ids (ints; a negative id makes its row bad), indptr[rows] of them;</li>
  * <li>values: one float per feature, or null for binary rows (every value 1).</li>
  * </ul>
- * Each buffer is read from its position; it must be direct and in the
+ * Each buffer is read from its position to its limit (its remaining elements:
+ * rows + 1 for indptr, exactly indptr[rows] for indices and values, as scipy
+ * requires; set the limit of a larger buffer); it must be direct and in the
  * platform's byte order ({@code ByteBuffer.allocateDirect(n).order(ByteOrder.nativeOrder())}).
+ * The session hands the buffers to the engine's one checked entry for CSR input
+ * (wisp_batch_from_csr), which reads them in place.
  * {@link #allocate} gives buffers in memory wisp allocates
  * (wisp_engine_host_alloc): page-locked (pinned) when the engine has a usable
  * GPU, so a GPU session copies it in one DMA, with no staging copy;

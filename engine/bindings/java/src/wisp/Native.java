@@ -97,10 +97,11 @@ final class Native {
 
     // scoring: each returns the bad rows as "ROW\tMESSAGE" (null when none)
     static native String[] scoreArrays(long s, int[] indptr, int[] indices, float[] values, float[] out);
-    static native String[] scoreDirect(long s, Buffer indptr, long ptrOff, Buffer indices, long idxOff, Buffer values,
-                                       long valOff, int rows, float[] out, Buffer outBuf, long outOff);
+    static native String[] scoreDirect(long s, Buffer indptr, long ptrOff, Buffer indices, long idxOff, long idxLen,
+                                       Buffer values, long valOff, long valLen, int rows, float[] out, Buffer outBuf,
+                                       long outOff);
 
-    // feature columns and raw rows
+    // feature columns and raw batches
     static native long columnsNew(long m);
     static native void columnsFree(long c);
     static native String[] columnsInputs(long c);

@@ -1,4 +1,4 @@
-// Session.java — one caller's scoring state on a device: CSR arrays, Batch, raw rows, submit, statistics; one thread at a time.
+// Session.java — one caller's scoring state on a device: CSR arrays, Batch, raw batches, submit, statistics; one thread at a time.
 package wisp;
 
 import java.lang.ref.Cleaner;
@@ -31,7 +31,7 @@ public final class Session implements AutoCloseable {
         final AtomicBoolean busy = new AtomicBoolean();
         final AtomicInteger pending = new AtomicInteger();
         volatile long handle;
-        long raw;                           // the raw batch for raw rows (0 until first used)
+        long raw;                           // the engine's raw batch (wisp_raw; 0 until first used)
         volatile ExecutorService worker;    // submit's thread (null until first used)
         volatile Thread workerThread;
 
@@ -133,16 +133,30 @@ public final class Session implements AutoCloseable {
     }
 
     /** The rows of the last scoring call that scored NaN, with the engine's reasons (empty when none). */
-    public List<BadRow> lastBadRows() {
+    public List<BadRow> badRows() {
         return lastBad;
+    }
+
+    /**
+     * {@link #badRows()}'s name in 0.1.0, kept through 0.1.x (removed in 0.2).
+     * @deprecated use {@link #badRows()}
+     */
+    @Deprecated
+    public List<BadRow> lastBadRows() {
+        return badRows();
     }
 
     // ---- scoring ------------------------------------------------------------------------
 
     /**
-     * Score CSR rows: indptr (rows + 1 offsets, indptr[0] = 0), indices (feature
-     * ids), values (one per feature; null: every feature binary). Returns one
-     * probability per row, NaN for a bad row ({@link #lastBadRows}).
+     * Score CSR rows: indptr (rows + 1 offsets), indices (feature ids), values
+     * (one per feature; null: every feature binary), handed to the engine's one
+     * checked entry for CSR arrays (wisp_batch_from_csr, read in place) with
+     * scipy's rules: indptr[0] = 0, never decreasing, indptr[rows] =
+     * indices.length (= values.length); anything else is WispException EINVAL
+     * naming the arrays. Returns one probability per row, NaN for a bad row (a
+     * negative id, a value that is not a finite float32, a row of more than
+     * 2^20 features: {@link #badRows}).
      */
     public float[] score(int[] indptr, int[] indices, float[] values) {
         Objects.requireNonNull(indptr, "indptr");
@@ -164,7 +178,7 @@ public final class Session implements AutoCloseable {
         }
     }
 
-    /** Score a batch of direct buffers, read in place. */
+    /** Score a batch of direct buffers, read in place (scipy's rules, as for arrays). */
     public float[] score(Batch b) {
         Objects.requireNonNull(b, "batch");
         float[] out = new float[Math.max(b.rows, 0)];
@@ -201,36 +215,47 @@ public final class Session implements AutoCloseable {
 
     /** Score a batch the caller has acquired (and releases). */
     private static String[] scoreAcquired(long h, Batch b, float[] out, FloatBuffer outBuf) {
-        return Native.scoreDirect(h, b.indptr, b.indptr.position(), b.indices, b.indices.position(), b.values,
-                b.values == null ? 0 : b.values.position(), b.rows, out, outBuf, outBuf == null ? 0 : outBuf.position());
+        return Native.scoreDirect(h, b.indptr, b.indptr.position(), b.indices, b.indices.position(),
+                b.indices.remaining(), b.values, b.values == null ? 0 : b.values.position(),
+                b.values == null ? 0 : b.values.remaining(), b.rows, out, outBuf,
+                outBuf == null ? 0 : outBuf.position());
     }
 
     /**
-     * Score raw rows of a model with feature columns: one Map per row from input
-     * name to value (Float/Double for float32 inputs, Integer/Long for int64,
-     * String or byte[] for strings; a List or an array for a sparse input's
-     * values; null or absent: missing). A row the engine cannot use (an
-     * unknown input, a wrong type, a missing dense input) scores NaN and is
-     * listed by {@link #lastBadRows}.
+     * Score a raw batch of a model with feature columns (the rows of raw inputs,
+     * transformed as the model's columns say): one Map per row from input name to
+     * value (Float/Double for float32 inputs, Integer/Long for int64, String or
+     * byte[] for strings; a List or an array for a sparse input's values; null or
+     * absent: missing). A row the engine cannot use (an unknown input, a wrong
+     * type, a missing dense input) scores NaN and is listed by {@link #badRows}.
      */
-    public float[] scoreRows(List<? extends Map<String, ?>> rows) {
+    public float[] scoreRaw(List<? extends Map<String, ?>> rows) {
         Objects.requireNonNull(rows, "rows");
         Inputs in = model.inputs();
-        return scoreRaw(RawRows.fromMaps(in, rows));
+        return scoreRawBatch(RawBatch.fromMaps(in, rows));
     }
 
     /**
-     * Score raw rows given as columns: input name to an array (float[],
+     * {@link #scoreRaw(List)}'s name in 0.1.0, kept through 0.1.x (removed in 0.2).
+     * @deprecated use {@link #scoreRaw(List)}
+     */
+    @Deprecated
+    public float[] scoreRows(List<? extends Map<String, ?>> rows) {
+        return scoreRaw(rows);
+    }
+
+    /**
+     * Score a raw batch given as columns: input name to an array (float[],
      * double[], int[], long[], String[], Object[]) or a List, each with one
      * entry per row (for a sparse input: each entry a List or an array).
      */
     public float[] scoreColumns(Map<String, ?> columns) {
         Objects.requireNonNull(columns, "columns");
         Inputs in = model.inputs();
-        return scoreRaw(RawRows.fromColumns(in, columns));
+        return scoreRawBatch(RawBatch.fromColumns(in, columns));
     }
 
-    private float[] scoreRaw(RawRows r) {
+    private float[] scoreRawBatch(RawBatch r) {
         float[] out = new float[r.rows];
         long h = enter();
         try {
@@ -240,7 +265,7 @@ public final class Session implements AutoCloseable {
         }
     }
 
-    private String[] scoreRawOn(long h, RawRows r, float[] out) {
+    private String[] scoreRawOn(long h, RawBatch r, float[] out) {
         if (state.raw == 0) state.raw = Native.rawNew(model.columnsHandle());
         return Native.scoreRaw(h, state.raw, r.rows, r.rowStart, r.input, r.kind, r.dv, r.lv, r.str, r.strOff,
                 r.rejects(), out);

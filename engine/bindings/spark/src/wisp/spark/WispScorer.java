@@ -18,13 +18,11 @@ import java.util.NoSuchElementException;
 import java.util.concurrent.ConcurrentHashMap;
 
 import org.apache.spark.SparkContext;
-import org.apache.spark.SparkFiles;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.function.FlatMapFunction;
 import org.apache.spark.api.java.function.MapPartitionsFunction;
 import org.apache.spark.ml.linalg.VectorUDT;
 import org.apache.spark.rdd.RDD;
-import org.apache.spark.resource.ResourceInformation;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
@@ -80,8 +78,9 @@ import wisp.Session;
  *
  * Bad rows stay rows (the same reasons as wisp.spark.WispModel): a null vector or ids array, a
  * null id or value, ids and values of different lengths, what the engine refuses (a negative id, a
- * value that is not a finite float32). errors "raise" fails the task instead (naming the row).
- * Ids at or beyond the model's table are ignored, as everywhere in wisp; ids beyond int32 likewise.
+ * value that is not a finite float32: the batch goes to wisp_batch_from_csr as it is, which checks
+ * it). errors "raise" fails the task instead (naming the row). Ids at or beyond the model's table
+ * are ignored, as everywhere in wisp; ids beyond int32 likewise (WispUDF.id32).
  *
  * {@link #floor} runs the same pass (internal rows, or Spark's public Row encoder) without wisp:
  * what Spark itself costs for it (bench_spark.py measures both beside MLlib).
@@ -293,31 +292,9 @@ public final class WispScorer {
             this.width = width;
         }
 
-        String localPath() {
-            if (shipped != null) {
-                try {
-                    File f = new File(SparkFiles.get(shipped));
-                    if (f.canRead()) return f.getPath();
-                } catch (RuntimeException e) {
-                    // no SparkEnv: the path itself
-                }
-            }
-            return path;
-        }
-
-        String taskDevice() {
-            String[] addrs = null;
-            TaskContext tc = TaskContext.get();
-            if (tc != null) {
-                ResourceInformation gpu = tc.resourcesJMap().get("gpu");
-                if (gpu != null) addrs = gpu.addresses();
-            }
-            return WispUDF.taskDevice(device, addrs, System.getenv("CUDA_VISIBLE_DEVICES"));
-        }
-
         /** This thread's session on the model (opened once per JVM). */
         Session session() {
-            return WispUDF.sessionFor(path, localPath(), taskDevice());
+            return WispUDF.sessionFor(path, WispUDF.localPath(path, shipped), WispUDF.taskDevice(device));
         }
     }
 
@@ -421,15 +398,13 @@ public final class WispScorer {
             bp.put(0, ptr, 0, n + 1);
             bi.put(0, idx, 0, nnz);
             if (valued) batch.values().put(0, val, 0, nnz);
-            Batch b = batch;
-            if (n < cfg.batchRows) {                     // the partition's last, short batch: its first n rows
-                IntBuffer p = bp.duplicate();
-                p.limit(n + 1);
-                b = Batch.wrap(p.slice(), bi, batch.values());
-            }
+            // the batch's first n rows and nnz features: views of the allocated memory, their limits the
+            // lengths the engine reads (wisp_batch_from_csr: indices exactly indptr[n] long)
+            Batch b = Batch.wrap(bp.duplicate().limit(n + 1), bi.duplicate().limit(nnz),
+                    valued ? batch.values().duplicate().limit(nnz) : null);
             session.score(b, out);
-            if (b != batch) b.close();
-            for (BadRow br : session.lastBadRows()) if (why[br.row] == null) why[br.row] = br.message;
+            b.close();
+            for (BadRow br : session.badRows()) if (why[br.row] == null) why[br.row] = br.message;
             if (cfg.raise)
                 for (int r = 0; r < n; r++)
                     if (why[r] != null)
@@ -474,20 +449,11 @@ public final class WispScorer {
                         Platform.INT_ARRAY_OFFSET + 4L * nnz, 4L * len);
                 Object vb = uv.getBaseObject();
                 long vo = uv.getBaseOffset() + head;
-                int neg = 0;
-                for (int i = 0; i < len; i++) {
-                    neg |= idx[nnz + i];
-                    val[nnz + i] = (float) Platform.getDouble(vb, vo + 8L * i);
-                }
-                if (neg < 0)
-                    for (int i = 0; i < len; i++)
-                        if (idx[nnz + i] < 0) return bad("a negative feature index (" + idx[nnz + i] + ")");
-                return nnz + len;
+                for (int i = 0; i < len; i++) val[nnz + i] = (float) Platform.getDouble(vb, vo + 8L * i);
+                return nnz + len;                        // a negative id: the engine makes the row bad
             }
             for (int i = 0; i < len; i++) {
-                int id = ids.getInt(i);
-                if (id < 0) return bad("a negative feature index (" + id + ")");
-                idx[nnz + i] = id;
+                idx[nnz + i] = ids.getInt(i);
                 val[nnz + i] = (float) vals.getDouble(i);
             }
             return nnz + len;
@@ -514,8 +480,8 @@ public final class WispScorer {
                     case I16: id = ids.getShort(i); break;
                     default: id = ids.getByte(i); break;
                 }
-                if (id < 0) return bad("a negative feature index (" + id + ")");     // the Python path's words
-                idx[nnz + i] = id > Integer.MAX_VALUE ? Integer.MAX_VALUE : (int) id;   // beyond int32: ignored
+                idx[nnz + i] = WispUDF.id32(id);
+
             }
             if (vals != null) {
                 for (int i = 0; i < len; i++) {

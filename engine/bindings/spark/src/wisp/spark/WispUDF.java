@@ -34,8 +34,9 @@ import wisp.Session;
  *
  * features: an MLlib vector (org.apache.spark.ml.linalg SparseVector / DenseVector: index j is
  * feature id j, a dense vector's zero entries skipped) or an array of int/bigint feature ids
- * (binary features). A null input, a negative id, an id beyond int32 and a value that is not a
- * finite float32 make a bad row; ids at or beyond the model's table are ignored.
+ * (binary features). A null input, a negative id and a value that is not a finite float32 make a
+ * bad row (the engine's checks: each row goes to wisp_batch_from_csr); ids at or beyond the
+ * model's table, beyond int32 too, are ignored.
  *
  * The model is opened once per executor JVM (a static map keyed by the file and its size and
  * modification time; {@link #opens} counts the opens); each task thread scores on a session of
@@ -139,7 +140,8 @@ public final class WispUDF implements UDF1<Object, Float> {
         }
     }
 
-    private String taskDevice() {
+    /** device for the running task: "auto" becomes the GPU Spark assigned to it (WispScorer's too). */
+    static String taskDevice(String device) {
         String[] addrs = null;
         TaskContext tc = TaskContext.get();
         if (tc != null) {
@@ -149,7 +151,8 @@ public final class WispUDF implements UDF1<Object, Float> {
         return taskDevice(device, addrs, System.getenv("CUDA_VISIBLE_DEVICES"));
     }
 
-    private String localPath() {
+    /** The file to open here: the shipped copy (SparkFiles) when there is one, else path (WispScorer's too). */
+    static String localPath(String path, String shipped) {
         if (shipped != null) {
             try {
                 File f = new File(SparkFiles.get(shipped));
@@ -174,7 +177,7 @@ public final class WispUDF implements UDF1<Object, Float> {
     }
 
     private Session session() {
-        return sessionFor(path, localPath(), taskDevice());
+        return sessionFor(path, localPath(path, shipped), taskDevice(device));
     }
 
     /**
@@ -225,9 +228,7 @@ public final class WispUDF implements UDF1<Object, Float> {
             for (int i = 0; i < n; i++) {
                 Object o = seq.apply(i);
                 if (o == null) return bad("a null id");
-                long id = ((Number) o).longValue();
-                if (id < 0) return bad("a negative feature index (" + id + ")");     // the Python path's words
-                ids[i] = id > Integer.MAX_VALUE ? Integer.MAX_VALUE : (int) id;   // beyond the table either way: ignored
+                ids[i] = id32(((Number) o).longValue());
             }
         } else {
             throw new IllegalArgumentException("wisp_score: features must be an MLlib vector or an array of int/bigint "
@@ -236,10 +237,19 @@ public final class WispUDF implements UDF1<Object, Float> {
         Session s = taskSession();
         float[] p = s.score(new int[] {0, ids.length}, ids, vals);
         if (Float.isNaN(p[0])) {
-            List<BadRow> badRows = s.lastBadRows();
+            List<BadRow> badRows = s.badRows();
             return bad(badRows.isEmpty() ? "scored NaN" : badRows.get(0).message);
         }
         return p[0];
+    }
+
+    /**
+     * A bigint id as the int32 id the engine reads: beyond int32 it is beyond every table (ignored, as
+     * everywhere in wisp), below it negative (the engine makes the row bad, naming -2^31 for ids that
+     * far below).
+     */
+    static int id32(long id) {
+        return id > Integer.MAX_VALUE ? Integer.MAX_VALUE : id < Integer.MIN_VALUE ? Integer.MIN_VALUE : (int) id;
     }
 
     private static Float bad(String why) {

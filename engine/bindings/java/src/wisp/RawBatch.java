@@ -1,4 +1,4 @@
-// RawRows.java — raw rows (List<Map> or column arrays) flattened into the arrays one JNI call fills a raw batch from.
+// RawBatch.java — a raw batch (List<Map> rows or column arrays of raw inputs) flattened into the arrays one JNI call fills a wisp_raw from.
 //
 // The encoding (read by raw_fill in wisp_jni.c): value k of the call goes to
 // input[k] with kind[k] (0 a float in dv[k], 1 an integer in lv[k], 2 the
@@ -15,7 +15,7 @@ import java.util.Collection;
 import java.util.List;
 import java.util.Map;
 
-final class RawRows {
+final class RawBatch {
     static final byte V_FLOAT = 0, V_INT = 1, V_STRING = 2;
 
     int rows;
@@ -32,12 +32,12 @@ final class RawRows {
 
     private final Inputs inputs;
 
-    RawRows(Inputs inputs) {
+    RawBatch(Inputs inputs) {
         this.inputs = inputs;
     }
 
-    static RawRows fromMaps(Inputs inputs, List<? extends Map<String, ?>> list) {
-        RawRows r = new RawRows(inputs);
+    static RawBatch fromMaps(Inputs inputs, List<? extends Map<String, ?>> list) {
+        RawBatch r = new RawBatch(inputs);
         for (Map<String, ?> row : list) {
             r.beginRow();
             if (row == null) {
@@ -53,7 +53,7 @@ final class RawRows {
     }
 
     /** Columns: each value a float[], double[], int[], long[], String[], Object[] or List of one entry per row. */
-    static RawRows fromColumns(Inputs inputs, Map<String, ?> columns) {
+    static RawBatch fromColumns(Inputs inputs, Map<String, ?> columns) {
         int rows = -1;
         String first = null;
         for (Map.Entry<String, ?> e : columns.entrySet()) {
@@ -66,7 +66,7 @@ final class RawRows {
                         + " rows but '" + first + "' has " + rows);
             }
         }
-        RawRows r = new RawRows(inputs);
+        RawBatch r = new RawBatch(inputs);
         Map.Entry<?, ?>[] cols = columns.entrySet().toArray(new Map.Entry<?, ?>[0]);
         for (int i = 0; i < Math.max(rows, 0); i++) {
             r.beginRow();
