@@ -147,7 +147,8 @@ static int check_point(const char *fn, size_t i, size_t nd, const double *ms, co
 int wisp_placement_acceptable(size_t ndevices, const double *ms, const double *lo, const double *hi,
                               int *fastest, int *acceptable)
 {
-    if (ndevices == 0 || !ms) return wisp__fail(WISP_EINVAL, "wisp_placement_acceptable: %s", !ms ? "ms is NULL" : "no devices");
+    if (ndevices == 0 || !ms)
+        return wisp__fail(WISP_EINVAL, "wisp_placement_acceptable: %s", !ms ? "ms is NULL" : "no devices");
     int rc = check_point("wisp_placement_acceptable", 0, ndevices, ms, lo, hi);
     if (rc) return rc;
     return acceptable_at(ndevices, ms, lo, hi, fastest, acceptable);
@@ -166,7 +167,8 @@ int wisp_placement_choose(size_t npoints, size_t ndevices, const uint64_t *rows,
         if (rows[i] == 0 || (i > 0 && rows[i] <= rows[i - 1]))
             return wisp__fail(WISP_EINVAL, "%s: rows[%zu] = %llu: sizes >= 1 in increasing order expected", fn, i,
                               (unsigned long long)rows[i]);
-        int rc = check_point(fn, i, ndevices, ms + i * ndevices, lo ? lo + i * ndevices : NULL, hi ? hi + i * ndevices : NULL);
+        const size_t at = i * ndevices;
+        int rc = check_point(fn, i, ndevices, ms + at, lo ? lo + at : NULL, hi ? hi + at : NULL);
         if (rc) return rc;
     }
     const size_t n = npoints, nd = ndevices, cells = n * nd;
@@ -247,11 +249,13 @@ static uint64_t crossover_rows(const wisp_model *m, int nprobe, int d)
     double ms[2 * WISP__AUTO_PROBES], lo[2 * WISP__AUTO_PROBES], hi[2 * WISP__AUTO_PROBES];
     int chosen[WISP__AUTO_PROBES];
     uint64_t brk[WISP__AUTO_PROBES];
-    for (int k = 0; k < nprobe; k++) {
-        ms[2 * k] = m->auto_cal_ns[k][d][0]; lo[2 * k] = m->auto_cal_ns[k][d][1]; hi[2 * k] = m->auto_cal_ns[k][d][2];
-        ms[2 * k + 1] = m->auto_cal_ns[k][2][0]; lo[2 * k + 1] = m->auto_cal_ns[k][2][1]; hi[2 * k + 1] = m->auto_cal_ns[k][2][2];
-    }
-    if (wisp_placement_choose((size_t)nprobe, 2, m->auto_cal_rows, ms, lo, hi, chosen, brk) != WISP_OK) return UINT64_MAX;
+    for (int k = 0; k < nprobe; k++)
+        for (int j = 0; j < 2; j++) {
+            const double *t = m->auto_cal_ns[k][j == 0 ? d : 2];
+            ms[2 * k + j] = t[0]; lo[2 * k + j] = t[1]; hi[2 * k + j] = t[2];
+        }
+    if (wisp_placement_choose((size_t)nprobe, 2, m->auto_cal_rows, ms, lo, hi, chosen, brk) != WISP_OK)
+        return UINT64_MAX;
     if (chosen[nprobe - 1] != 1) return UINT64_MAX;
     int j = nprobe - 1;
     while (j > 0 && chosen[j - 1] == 1) j--;

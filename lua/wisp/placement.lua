@@ -1,4 +1,7 @@
--- placement.lua — where each stage (transform, score) runs: a device, a Lua function of the batch, or a calibrated policy (wisp.calibrate), applied per batch by a pipeline; wisp.placement gathers its four modules.
+-- placement.lua — wisp.placement: where each stage runs (a device, a function, a policy), per batch.
+--
+-- Each stage (transform, score) runs on a device, on what a Lua function of the batch returns,
+-- or where a calibrated policy (wisp.calibrate) puts the batch, applied per batch by a pipeline.
 --
 --   local policy = wisp.calibrate(model)              -- measures this machine, finds the crossover
 --   policy:save("policy.json")                        -- or "policy.lua" (a Lua table literal)

@@ -1,5 +1,8 @@
--- placement_calibrate.lua — wisp.calibrate: each device timed over a sweep of batch sizes (interleaved passes, refined around each change of the fastest device) into a policy; placement.auto_policy: the "auto" device's own measured points as a policy.
+-- placement_calibrate.lua — wisp.calibrate and placement.auto_policy: measured points into a policy.
 --
+-- wisp.calibrate times each device over a sweep of batch sizes (interleaved passes, refined
+-- around each change of the fastest device); placement.auto_policy takes the "auto" device's
+-- own measured points.
 -- What is timed here is the caller's own sessions, with the caller's batches (opts.batches)
 -- or random ones of the model's row width; how the passes become points and points become
 -- breaks is the core's (placement_policy.lua: wisp_placement_summarize, _acceptable,
@@ -180,7 +183,8 @@ function M.sweep(measure, devices, sizes, opts)
                 end
                 for _, v in ipairs(l) do
                     if type(v) ~= "number" or v < 0 or v ~= v or v == huge then
-                        error(fmt("calibrate: measure(%d, %d) gave a bad time for '%s': %s", size, want, d, tostring(v)), 0)
+                        error(fmt("calibrate: measure(%d, %d) gave a bad time for '%s': %s", size, want, d,
+                                  tostring(v)), 0)
                     end
                     passes[d][#passes[d] + 1] = v
                 end
@@ -246,14 +250,18 @@ function M.calibrate(model, opts)
         error("bad argument #1 to 'calibrate' (model expected, got " .. type(model) .. ")", 2)
     end
     opts = opts or {}
-    if type(opts) ~= "table" then error("bad argument #2 to 'calibrate' (table expected, got " .. type(opts) .. ")", 2) end
+    if type(opts) ~= "table" then
+        error("bad argument #2 to 'calibrate' (table expected, got " .. type(opts) .. ")", 2)
+    end
     local eng = model.engine
     eng:gpu_count()                                      -- the backend live: builder batches are pinned
     local devices = opts.devices
     if not devices then devices = M.usable_devices(eng) end
     local dup = {}
     for i, d in ipairs(devices) do
-        if not is_device(d) then error(fmt("bad argument #2 to 'calibrate' (devices[%d]: '%s' is not a device)", i, tostring(d)), 2) end
+        if not is_device(d) then
+            error(fmt("bad argument #2 to 'calibrate' (devices[%d]: '%s' is not a device)", i, tostring(d)), 2)
+        end
         if dup[d] then error(fmt("bad argument #2 to 'calibrate' (devices[%d]: '%s' twice)", i, d), 2) end
         dup[d] = true
     end
@@ -356,7 +364,10 @@ function M.auto_policy(session, context)
     local rc = C.wisp_session_auto_points(session._h, 0, n, nil, nil, nil, nil)
     if rc ~= 0 then return nil, base.last_error(rc, "auto_policy") end
     local np = tonumber(n[0])
-    if np == 0 then return nil, "auto_policy: the auto device measured nothing (no GPU answered, or WISP_AUTO_MIN_NNZ fixed its crossover)" end
+    if np == 0 then
+        return nil, "auto_policy: the auto device measured nothing (no GPU answered, or WISP_AUTO_MIN_NNZ fixed "
+                    .. "its crossover)"
+    end
     local rows = ffi.new("uint64_t[?]", np)
     local one, pool, gpus = ffi.new("double[?]", 3 * np), ffi.new("double[?]", 3 * np), ffi.new("double[?]", 3 * np)
     rc = C.wisp_session_auto_points(session._h, np, n, rows, one, pool, gpus)

@@ -1,4 +1,8 @@
--- placement_live.lua — a pipeline's live re-check of a calibrated policy next to its breaks: what batches cost on the two devices of each break as they run, and the break moved where that disagrees with the policy beyond the spread.
+-- placement_live.lua — a pipeline's live re-check of its calibrated policy next to each break.
+--
+-- What batches cost on the two devices of each break as they run, and the break moved where that
+-- disagrees with the policy beyond the spread.
+--
 --
 -- A calibration is one moment's measurement. The crossover of a machine moves between runs
 -- and within one (other load, clocks, caches), so a policy right at calibration time can be
@@ -10,7 +14,9 @@
 -- measured sizes it lies in, a .. b (the break is in a+1 .. b). A batch with a <= rows <= b
 -- is the zone's. The zone's batches run in cycles: most on the device the breaks choose,
 -- untimed; then `calls` timed on it; then one untimed and `calls` timed on the other device
--- of the pair (the first call after a switch is not timed, as in calibrate's passes). A
+-- of the pair (the first of them is not timed, as in calibrate's passes; a pipeline scores
+-- them on a second session placed on that device, pipe.try_sessions, so that its own session
+-- is never moved to try a device: moving a session off a GPU closes its GPU state). A
 -- cycle is `every` batches (128) once both devices have `min_passes` passes (3), and
 -- 2 * calls + 2 until then, so a new zone is judged soon. Each `calls` (4) timed batches of
 -- one device make a pass: the sum of their times over the sum of what the calibration
@@ -18,9 +24,11 @@
 -- `window` (5) passes of each device are kept.
 -- THE RE-CHECK, after each pass once both devices have min_passes: the zone's two points are
 -- the calibrated ones with each device's median scaled by its median ratio, and its band the
--- wider of the calibrated band (scaled alike) and the ratios' quartiles. Where the device the
--- breaks choose is acceptable at both points by the core's rule (lo(chosen) <= hi(fastest):
--- wisp_placement_acceptable), nothing changes, so noise within the spread moves nothing.
+-- wider of the calibrated band (scaled alike) and the ratios' quartiles; between them medians
+-- and bands are linear in rows. Where the device the breaks choose is acceptable by the core's
+-- rule (lo(chosen) <= hi(fastest): wisp_placement_acceptable) at both ends of the bracket and
+-- on both sides of the break (rows upto - 1 and upto), nothing changes, so noise within the
+-- spread moves nothing.
 -- Where it is not, the two points take the live values and the breaks are derived again by
 -- the rule from every point (wisp_placement_choose): the break moves, possibly out of the
 -- bracket, and the bracket it lands in becomes the zone, checked the same way, so the break
@@ -35,7 +43,8 @@ local R = P._rule
 local time_at, band, acceptable, derive = R.time_at, R.band, R.acceptable, R.derive
 local max, min = math.max, math.min
 local fmt, remove = string.format, table.remove
-local type, pairs, ipairs, error, setmetatable, tostring, select = type, pairs, ipairs, error, setmetatable, tostring, select
+local type, pairs, ipairs, error, setmetatable = type, pairs, ipairs, error, setmetatable
+local tostring, select = tostring, select
 
 local M = {}
 local Live = {}; Live.__index = Live
@@ -66,20 +75,27 @@ local function check_opts(o, level)
     local out = {}
     for k, v in pairs(M.defaults) do out[k] = v end
     if o == nil or o == true then return out end
-    if type(o) ~= "table" then error("bad live option (false, true or a table of every, calls, window, min_passes, clock expected)", level + 1) end
+    if type(o) ~= "table" then
+        error("bad live option (false, true or a table of every, calls, window, min_passes, clock expected)", level + 1)
+    end
     for k, v in pairs(o) do
         if k == "clock" then
-            if type(v) ~= "function" then error("bad live option (clock: a function returning ns expected)", level + 1) end
+            if type(v) ~= "function" then
+                error("bad live option (clock: a function returning ns expected)", level + 1)
+            end
             out.clock = v
         elseif M.defaults[k] == nil then
-            error(fmt("bad live option (unknown '%s': every, calls, window, min_passes, clock)", tostring(k)), level + 1)
+            error(fmt("bad live option (unknown '%s': every, calls, window, min_passes, clock)", tostring(k)),
+                  level + 1)
         elseif type(v) ~= "number" or v < 1 or v ~= math.floor(v) then
             error(fmt("bad live option (%s: a whole number >= 1 expected)", k), level + 1)
         else
             out[k] = v
         end
     end
-    if out.every < 2 * out.calls + 2 then error("bad live option (every: at least 2 * calls + 2 expected)", level + 1) end
+    if out.every < 2 * out.calls + 2 then
+        error("bad live option (every: at least 2 * calls + 2 expected)", level + 1)
+    end
     if out.min_passes > out.window then error("bad live option (min_passes: at most window expected)", level + 1) end
     return out
 end
@@ -108,8 +124,10 @@ function Live:_zones()
     for _, c in ipairs(self.crossover) do
         for i = 1, #pts - 1 do
             if pts[i].rows < c.rows and c.rows <= pts[i + 1].rows then
-                zones[#zones + 1] = { lo = pts[i].rows, hi = pts[i + 1].rows, i = i, from = c.from, to = c.to, pos = 0,
-                                      acc = { [c.from] = { ns = 0, pred = 0, n = 0 }, [c.to] = { ns = 0, pred = 0, n = 0 } },
+                zones[#zones + 1] = { lo = pts[i].rows, hi = pts[i + 1].rows, i = i, upto = c.rows, from = c.from,
+                                      to = c.to, pos = 0,
+                                      acc = { [c.from] = { ns = 0, pred = 0, n = 0 },
+                                              [c.to] = { ns = 0, pred = 0, n = 0 } },
                                       win = { [c.from] = {}, [c.to] = {} } }
                 break
             end
@@ -127,8 +145,10 @@ function Live:device_at(rows)
     return b[#b].device
 end
 
--- live:choose(rows) -> device, zone: the device for this batch, and the zone when the call
--- is to be timed (pass its time to live:observe(zone, device, rows, ns)), else nil.
+-- live:choose(rows) -> device, zone, other: the device for this batch; the zone when the call
+-- is to be timed (pass its time to live:observe(zone, device, rows, ns)), else nil; and true
+-- when the device is the other one of the zone's pair, being tried (a pipeline runs those
+-- batches on a second session, leaving its own where the breaks put it).
 function Live:choose(rows)
     local dev = self:device_at(rows)
     local zones = self.zones
@@ -144,8 +164,8 @@ function Live:choose(rows)
             if c < len - k - 1 then return dev, z end
             self.explored = self.explored + 1
             local other = dev == z.from and z.to or z.from
-            if c == len - k - 1 then return other, nil end
-            return other, z
+            if c == len - k - 1 then return other, nil, true end
+            return other, z, true
         end
     end
     return dev, nil
@@ -187,13 +207,29 @@ function Live:_live_points(z)
     return out
 end
 
+-- The point at x rows between points a and b (a.rows <= x <= b.rows): medians and bands
+-- linear in rows, as time_at predicts.
+local function between(a, b, x, devices)
+    local f = (x - a.rows) / (b.rows - a.rows)
+    local p = { rows = x, ms = {}, spread = {} }
+    for _, d in ipairs(devices) do
+        local alo, ahi = band(a, d)
+        local blo, bhi = band(b, d)
+        p.ms[d] = a.ms[d] + f * (b.ms[d] - a.ms[d])
+        p.spread[d] = { lo = min(p.ms[d], alo + f * (blo - alo)), hi = max(p.ms[d], ahi + f * (bhi - ahi)) }
+    end
+    return p
+end
+
 function Live:_recheck(z)
     if #z.win[z.from] < self.min_passes or #z.win[z.to] < self.min_passes then return end
     self.rechecks = self.rechecks + 1
     local lp = self:_live_points(z)
+    -- the choice at both ends of the bracket and on both sides of the break, by the live costs
     local stay = true
-    for _, p in ipairs(lp) do
-        if not acceptable(p, self.devices, self:device_at(p.rows)) then stay = false end
+    for _, x in ipairs { z.lo, z.upto - 1, z.upto, z.hi } do
+        local p = between(lp[1], lp[2], x, self.devices)
+        if not acceptable(p, self.devices, self:device_at(x)) then stay = false; break end
     end
     if stay then return end
     local before = {}
@@ -212,8 +248,9 @@ end
 
 -- A snapshot of the live state (plain data): the live breaks and crossover, how often they
 -- moved (history: the zone, each device's median live ratio there, the crossover rows before
--- and after), batches explored on the other device, calls timed, re-checks made, and each
--- zone's passes so far.
+-- and after), batches explored on the other device, calls timed, re-checks made, each zone's
+-- passes so far, the points the live breaks are derived from (placement.policy{devices =,
+-- points = state.points} has the live breaks) and the calibrated crossover.
 function Live:state()
     local b, c = copy_breaks(self.breaks, self.crossover)
     local zones = {}
@@ -225,23 +262,27 @@ function Live:state()
         end
         zones[i] = { lo = z.lo, hi = z.hi, from = z.from, to = z.to, passes = passes, ratio = ratio }
     end
-    local hist = {}
+    local hist, pts = {}, {}
     for i, h in ipairs(self.history) do hist[i] = h end
+    for i, p in ipairs(self.points) do pts[i] = copy_point(p) end
     return { breaks = b, crossover = c, moves = self.moves, history = hist, explored = self.explored,
-             timed = self.timed, rechecks = self.rechecks, zones = zones,
+             timed = self.timed, rechecks = self.rechecks, zones = zones, points = pts,
              calibrated = select(2, copy_breaks(self.policy.breaks, self.policy.crossover)) }
 end
 
--- One line: the live crossover against the calibrated one.
-function Live:describe()
-    local parts = {}
-    for i, c in ipairs(self.crossover) do parts[i] = fmt("%s -> %s at %d rows", c.from, c.to, c.rows) end
-    local cal = {}
-    for i, c in ipairs(self.policy.crossover) do cal[i] = fmt("%d", c.rows) end
-    return fmt("live: %s (calibrated: %s); %d move%s, %d batches explored, %d timed",
-               #parts > 0 and table.concat(parts, ", ") or ("no crossover: " .. self.breaks[1].device),
-               #cal > 0 and table.concat(cal, ", ") or "none", self.moves, self.moves == 1 and "" or "s",
-               self.explored, self.timed)
+-- placement.live.describe(state) -> one line: a live state's crossover (live:state(), pipe:live())
+-- against the calibrated one, its moves and what it explored and timed.
+function M.describe(st)
+    local function list(cs, none)
+        local t = {}
+        for i, c in ipairs(cs) do t[i] = fmt("%s -> %s at %d rows", c.from, c.to, c.rows) end
+        return #t > 0 and table.concat(t, ", ") or none
+    end
+    return fmt("live: %s (calibrated: %s); %d move%s, %d batches explored, %d timed, %d re-checks",
+               list(st.crossover, "no crossover: " .. st.breaks[1].device), list(st.calibrated, "none"), st.moves,
+               st.moves == 1 and "" or "s", st.explored, st.timed, st.rechecks)
 end
+
+function Live:describe() return M.describe(self:state()) end
 
 return M

@@ -1,4 +1,7 @@
--- placement_pipeline.lua — wisp.pipeline: a session whose device is chosen per batch by its placement (a device, a function of the batch or a policy), with a calibrated policy re-checked live next to its breaks (placement_live.lua).
+-- placement_pipeline.lua — wisp.pipeline: a session whose device is chosen per batch by its placement.
+--
+-- The placement is a device, a function of the batch or a policy; a calibrated policy is
+-- re-checked live next to its breaks (placement_live.lua).
 local wisp = require "wisp"
 local base = require "wisp.base"
 local P = require "wisp.placement_policy"
@@ -22,8 +25,9 @@ local function check_stage(v, what, depth)
     if v == nil then return nil end
     if is_device(v) or type(v) == "function" then return v end
     if type(v) == "table" and type(v.choose) == "function" then return v end
-    error(fmt("bad placement (%s: a device name (cpu, gpu, gpu:N, gpus, gpus:N, auto), a function of the batch or a policy expected, got %s)",
-              what, type(v) == "string" and ("'" .. v .. "'") or type(v)), depth + 1)
+    local got = type(v) == "string" and ("'" .. v .. "'") or type(v)
+    error(fmt("bad placement (%s: a device name (cpu, gpu, gpu:N, gpus, gpus:N, auto), a function of the batch "
+              .. "or a policy expected, got %s)", what, got), depth + 1)
 end
 
 local function normalize(p, depth)
@@ -32,11 +36,13 @@ local function normalize(p, depth)
         return { score = check_stage(p, "score", depth + 1), transform = "cpu" }
     end
     if type(p) ~= "table" then
-        error("bad placement (a device, a function, a policy or {score=, transform=} expected, got " .. type(p) .. ")", depth + 1)
+        error("bad placement (a device, a function, a policy or {score=, transform=} expected, got " .. type(p) .. ")",
+              depth + 1)
     end
     for k in pairs(p) do
         if k ~= "score" and k ~= "transform" then
-            error("bad placement (unknown stage '" .. tostring(k) .. "': the stages are score and transform)", depth + 1)
+            error("bad placement (unknown stage '" .. tostring(k) .. "': the stages are score and transform)",
+                  depth + 1)
         end
     end
     return { score = check_stage(p.score, "score", depth + 1) or "auto",
@@ -62,14 +68,21 @@ end
 -- A calibrated policy as the score placement is re-checked live next to its breaks
 -- (placement_live.lua; pipe:live() says where the breaks are): live = false keeps the
 -- policy's breaks as calibrated; a table sets every, calls, window, min_passes (see there)
--- and clock (a function returning ns, for simulations and specs).
+-- and clock (a function returning ns, for simulations and specs). The batches that try the
+-- other device of a break run on pipe.try_sessions[device], a session of the same model
+-- opened on first use (kept open, closed with the pipeline); the pipeline's own session moves
+-- only when the live breaks do.
 function M.pipeline(opts)
-    if type(opts) ~= "table" then error("bad argument #1 to 'pipeline' (table expected, got " .. type(opts) .. ")", 2) end
+    if type(opts) ~= "table" then
+        error("bad argument #1 to 'pipeline' (table expected, got " .. type(opts) .. ")", 2)
+    end
     local placement = normalize(opts.placement, 2)
     if opts.live ~= nil and opts.live ~= false then L.check_opts(opts.live, 2) end
     local sess = opts.session
     if sess == nil then
-        if getmetatable(opts.model) ~= wisp.Model then error("bad argument #1 to 'pipeline' (model or session expected)", 2) end
+        if getmetatable(opts.model) ~= wisp.Model then
+            error("bad argument #1 to 'pipeline' (model or session expected)", 2)
+        end
         local first = is_device(placement.score) and placement.score or "cpu"
         local err
         sess, err = opts.model:session(opts.device or first)
@@ -83,6 +96,7 @@ function M.pipeline(opts)
         _info = { rows = 0, nnz = 0, queue_depth = 0 },
         _last = { score = sess:device(), transform = "cpu" },
         _live_opts = opts.live, _live = live_for(placement.score, opts.live), _zone = nil,
+        try_sessions = {},
     }, Pipeline)
 end
 
@@ -121,16 +135,27 @@ local function switch_to(self, dev)
     return true
 end
 
--- Choose and apply the device for a batch; returns the device or nil, err.
-function Pipeline:place(batch)
+-- Choose and apply the device for a batch; returns the device or nil, err. learn: a call
+-- that returns its answer (score, score_table), which the live re-check may time or send to
+-- the other device of a break (then the second result is true: the batch goes to
+-- try_sessions[device], the pipeline's session stays).
+function Pipeline:place(batch, learn)
     local info = self._info
     local bh = batch._h
     info.rows = tonumber(C.wisp_batch_rows(bh))
     info.nnz = tonumber(C.wisp_batch_nnz(bh))
     info.queue_depth = self.queue_depth
-    local live, dev = self._live, nil
-    if live then dev, self._zone = live:choose(info.rows)
-    else dev = resolve(self.placement.score, info) end
+    local live, dev, try = self._live, nil, nil
+    self._zone = nil
+    if live then
+        if learn then dev, self._zone, try = live:choose(info.rows) else dev = live:device_at(info.rows) end
+    else
+        dev = resolve(self.placement.score, info)
+    end
+    if try then
+        self._last.score = dev
+        return dev, true
+    end
     if dev ~= self.current then
         if not is_device(dev) then return nil, not_a_device("score", dev) end
         local ok, err = switch_to(self, dev)
@@ -165,7 +190,10 @@ function Pipeline:place_raw(raw)
     local fused = td ~= "cpu" and td == dev
     if fused then last.transform = td
     elseif td == "cpu" then last.transform = "cpu"
-    else last.transform = "cpu (" .. tostring(td) .. " asked: the transform runs on a GPU only with the score on the same one)" end
+    else
+        last.transform = "cpu (" .. tostring(td)
+                         .. " asked: the transform runs on a GPU only with the score on the same one)"
+    end
     return dev, fused
 end
 
@@ -215,17 +243,25 @@ end
 -- method of that name: score, score_table and submit differ in nothing else.
 local function placed_call(self, fname, batch, out)
     if getmetatable(batch) ~= wisp.Batch or batch._h == nil then
-        error("bad argument #1 to '" .. fname .. "' (an open batch expected)", 2)   -- 2: the Pipeline methods tail-call this
+        -- level 2: the Pipeline methods tail-call this
+        error("bad argument #1 to '" .. fname .. "' (an open batch expected)", 2)
     end
-    local dev, err = self:place(batch)
-    if not dev then return nil, err end
+    local dev, try = self:place(batch, fname ~= "submit")
+    if not dev then return nil, try end
     local session, z = self.session, self._zone
-    if z == nil or fname == "submit" then
-        self._zone = nil
-        return session[fname](session, batch, out)
-    end
-    -- a call the live re-check times (placement_live.lua); not one a GPU failure sent to the CPU
     self._zone = nil
+    if try then
+        -- the other device of a break, tried on its own session (opened once); where it cannot
+        -- be opened, the pipeline's session scores the batch and nothing is timed
+        local ts = self.try_sessions[dev]
+        if ts == nil then
+            ts = self.model and self.model:session(dev) or false
+            self.try_sessions[dev] = ts
+        end
+        if ts then session = ts else z, self._last.score = nil, self.current end
+    end
+    if z == nil then return session[fname](session, batch, out) end
+    -- a call the live re-check times (placement_live.lua); not one a GPU failure sent to the CPU
     local live = self._live
     local rows, clock = self._info.rows, live.clock
     local t0 = clock()
@@ -247,6 +283,10 @@ function Pipeline:device() return self.current end
 function Pipeline:last_placement() return { score = self._last.score, transform = self._last.transform } end
 function Pipeline:close()
     if self._rawbatch then self._rawbatch:close(); self._rawbatch = nil end
+    for d, s in pairs(self.try_sessions) do
+        if s then s:close() end
+        self.try_sessions[d] = nil
+    end
     self.session:close()
 end
 

@@ -1,4 +1,6 @@
--- placement_policy.lua — calibrated policies: measured points with their spread -> the device per batch size, by the core's choice rule (wisp_placement_*: engine/score/autoplace.c); check, save, load, describe.
+-- placement_policy.lua — calibrated policies: measured points -> the device per batch size; check, save, load.
+--
+-- The device per size comes from the core's choice rule (wisp_placement_*: engine/score/autoplace.c).
 --
 -- A point is { rows = N, ms = {device = median ms a call}, spread = {device = {lo =, hi =,
 -- min =, max =}}, passes = P }: the median, quartiles (lo, hi) and extremes of the P timed
@@ -201,7 +203,8 @@ local function copy_points(points, devices, what, level)
             if s ~= nil then
                 local lo, hi = type(s) == "table" and tonumber(s.lo), type(s) == "table" and tonumber(s.hi)
                 if not lo or not hi or lo ~= lo or hi ~= hi or lo < 0 or lo > v or hi < v or hi == huge then
-                    fail(fmt("points[%d]: spread of '%s': {lo = L, hi = H} with 0 <= L <= ms (%.17g) <= H expected", i, d, v))
+                    fail(fmt("points[%d]: spread of '%s': {lo = L, hi = H} with 0 <= L <= ms (%.17g) <= H expected",
+                             i, d, v))
                 end
                 local mn, mx = tonumber(s.min) or lo, tonumber(s.max) or hi
                 if mn > lo or mx < hi then
@@ -228,10 +231,14 @@ end
 function M.policy(t)
     if type(t) ~= "table" then error("bad argument #1 to 'policy' (table expected, got " .. type(t) .. ")", 2) end
     local devices = t.devices
-    if type(devices) ~= "table" or #devices == 0 then error("bad argument #1 to 'policy' (devices: a list of device names expected)", 2) end
+    if type(devices) ~= "table" or #devices == 0 then
+        error("bad argument #1 to 'policy' (devices: a list of device names expected)", 2)
+    end
     local dup = {}
     for i, d in ipairs(devices) do
-        if not is_device(d) then error(fmt("bad argument #1 to 'policy' (devices[%d]: '%s' is not a device)", i, tostring(d)), 2) end
+        if not is_device(d) then
+            error(fmt("bad argument #1 to 'policy' (devices[%d]: '%s' is not a device)", i, tostring(d)), 2)
+        end
         if dup[d] then error(fmt("bad argument #1 to 'policy' (devices[%d]: '%s' twice)", i, d), 2) end
         dup[d] = true
     end
@@ -293,7 +300,8 @@ function M.check_failures(rows)
     local out = {}
     for _, r in ipairs(rows) do
         if not r.ok then
-            out[#out + 1] = fmt("%d rows: chose %s at %.4f ms [%.4f..%.4f], %s is faster at %.4f ms [%.4f..%.4f]: slower by %.4f ms, the spread allows %.4f",
+            out[#out + 1] = fmt("%d rows: chose %s at %.4f ms [%.4f..%.4f], %s is faster at %.4f ms [%.4f..%.4f]: "
+                                .. "slower by %.4f ms, the spread allows %.4f",
                                 r.rows, r.chosen, r.chosen_ms, r.chosen_lo, r.chosen_hi, r.best, r.best_ms, r.best_lo,
                                 r.best_hi, r.slower_ms, r.allowed_ms)
         end
@@ -367,7 +375,8 @@ function Policy:save(path)
         if not ok then return nil, "save: lua-cjson is not installed (save as .lua instead)" end
         text = cjson.encode(data) .. "\n"
     else
-        text = "-- wisp placement policy (wisp.calibrate), " .. tostring(self.date or os.date("!%Y-%m-%dT%H:%M:%SZ")) .. "\nreturn "
+        text = "-- wisp placement policy (wisp.calibrate), " .. tostring(self.date or os.date("!%Y-%m-%dT%H:%M:%SZ"))
+               .. "\nreturn "
                .. lua_literal(data) .. "\n"
     end
     local tmp = path .. ".tmp"
@@ -406,7 +415,8 @@ function M.load(path)
     if type(data) ~= "table" then return nil, "placement.load: " .. path .. ": a policy table expected" end
     local ok, p = pcall(M.policy, data)
     if not ok then
-        return nil, "placement.load: " .. path .. ": " .. tostring(p):gsub("^bad argument #1 to 'policy' %((.*)%)$", "%1")
+        local why = tostring(p):gsub("^bad argument #1 to 'policy' %((.*)%)$", "%1")
+        return nil, "placement.load: " .. path .. ": " .. why
     end
     return p
 end

@@ -78,7 +78,7 @@ static void test_summarize(void)
     CHECK_OK(wisp_placement_summarize(even, 1, q));
     CHECK(q[0] == 4 && q[1] == 4 && q[2] == 4 && q[3] == 4 && q[4] == 4);
     double many[100];
-    for (int i = 0; i < 100; i++) many[i] = (double)((i * 37) % 100);   /* 0 .. 99, shuffled: more than the stack's 64 */
+    for (int i = 0; i < 100; i++) many[i] = (double)((i * 37) % 100);   /* 0 .. 99 shuffled: over the stack's 64 */
     CHECK_OK(wisp_placement_summarize(many, 100, q));
     CHECK(q[0] == 0 && q[2] == 49.5 && q[1] == 24.75 && q[3] == 74.25 && q[4] == 99);
     const double bad[] = { 1, NAN, 2 }, neg[] = { 1, -1 }, inf[] = { INFINITY };
