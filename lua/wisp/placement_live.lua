@@ -121,10 +121,10 @@ end
 function Live:_zones()
     for _, z in ipairs(self.zones or {}) do z.dead = true end
     local zones, pts = {}, self.points
-    for _, c in ipairs(self.crossover) do
+    for k, c in ipairs(self.crossover) do     -- zone k: crossover k's bracket (one always holds it: a+1 <= rows <= b)
         for i = 1, #pts - 1 do
             if pts[i].rows < c.rows and c.rows <= pts[i + 1].rows then
-                zones[#zones + 1] = { lo = pts[i].rows, hi = pts[i + 1].rows, i = i, upto = c.rows, from = c.from,
+                zones[k] = { lo = pts[i].rows, hi = pts[i + 1].rows, i = i, upto = c.rows, from = c.from,
                                       to = c.to, pos = 0,
                                       acc = { [c.from] = { ns = 0, pred = 0, n = 0 },
                                               [c.to] = { ns = 0, pred = 0, n = 0 } },
@@ -136,39 +136,47 @@ function Live:_zones()
     self.zones = zones
 end
 
+-- The index of the break that holds for a batch of `rows` rows.
+local function break_at(b, rows)
+    for i = 1, #b do
+        if rows < b[i].upto then return i end
+    end
+    return #b
+end
+
 -- The device the live breaks choose for a batch of `rows` rows.
 function Live:device_at(rows)
     local b = self.breaks
-    for i = 1, #b do
-        if rows < b[i].upto then return b[i].device end
-    end
-    return b[#b].device
+    return b[break_at(b, rows)].device
 end
 
 -- live:choose(rows) -> device, zone, other: the device for this batch; the zone when the call
 -- is to be timed (pass its time to live:observe(zone, device, rows, ns)), else nil; and true
 -- when the device is the other one of the zone's pair, being tried (a pipeline runs those
--- batches on a second session, leaving its own where the breaks put it).
+-- batches on a second session, leaving its own where the breaks put it). No loop but the
+-- breaks' (zone i is break i's: the batch is in the zone of the break above it or below it),
+-- so the hot path stays one compiled trace.
 function Live:choose(rows)
-    local dev = self:device_at(rows)
+    local b = self.breaks
+    local i = break_at(b, rows)
+    local dev = b[i].device
     local zones = self.zones
-    for j = 1, #zones do
-        local z = zones[j]
-        if rows >= z.lo and rows <= z.hi then
-            local full = #z.win[z.from] >= self.min_passes and #z.win[z.to] >= self.min_passes
-            local len = full and self.every or self.start
-            local c = z.pos
-            z.pos = c + 1 < len and c + 1 or 0
-            local k = self.calls
-            if c < len - 2 * k - 1 then return dev, nil end
-            if c < len - k - 1 then return dev, z end
-            self.explored = self.explored + 1
-            local other = dev == z.from and z.to or z.from
-            if c == len - k - 1 then return other, nil, true end
-            return other, z, true
-        end
+    local z = zones[i]
+    if not (z and rows >= z.lo) then
+        z = i > 1 and zones[i - 1] or nil
+        if not (z and rows <= z.hi) then return dev, nil end
     end
-    return dev, nil
+    local full = #z.win[z.from] >= self.min_passes and #z.win[z.to] >= self.min_passes
+    local len = full and self.every or self.start
+    local c = z.pos
+    z.pos = c + 1 < len and c + 1 or 0
+    local k = self.calls
+    if c < len - 2 * k - 1 then return dev, nil end
+    if c < len - k - 1 then return dev, z end
+    self.explored = self.explored + 1
+    local other = dev == z.from and z.to or z.from
+    if c == len - k - 1 then return other, nil, true end
+    return other, z, true
 end
 
 -- What one timed call of `dev` on a batch of `rows` rows took (ns), in zone z.

@@ -152,11 +152,7 @@ function Pipeline:place(batch, learn)
     else
         dev = resolve(self.placement.score, info)
     end
-    if try then
-        self._last.score = dev
-        return dev, true
-    end
-    if dev ~= self.current then
+    if dev ~= self.current and not try then
         if not is_device(dev) then return nil, not_a_device("score", dev) end
         local ok, err = switch_to(self, dev)
         if not ok then return nil, err end
@@ -167,7 +163,7 @@ function Pipeline:place(batch, learn)
         local td = resolve(self.placement.transform, info)
         last.transform = td == "cpu" and "cpu" or (tostring(td) .. " (not run: the batch came transformed)")
     end
-    return dev
+    return dev, try
 end
 
 -- Choose the devices for a raw batch: the score device (applied to the session) and

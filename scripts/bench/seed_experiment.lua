@@ -1,11 +1,12 @@
 -- seed_experiment.lua — the TensorFlow user's benchmark reproduced: batch sizes 10..200k, 10..200 calls each, CPU and GPU, a fresh batch every call; their table, the stage breakdown, speedups, the calibrated crossover.
 --
 -- usage: build/wisp run scripts/bench/seed_experiment.lua [--quick] [--label NAME] [--out FILE.json]
---            [--buckets N] [--pool ROWS] [--threads N] [--devices LIST]
+--            [--buckets N] [--pool ROWS] [--threads N] [--devices LIST] [--no-live]
 --   --quick   calls 10, 20, 40 only and a 400k-row pool (~20 s on the 2-core dev VM)
 --   default   calls 10, 20, 40, 100, 200 and a 1.2M-row pool
 --   --devices cpu,gpu:0   the devices compared (default: cpu and the first usable GPU); "cpu,auto"
 --             on a machine without a GPU runs every step with two devices (both the CPU)
+--   --no-live the calibrated pipeline without its live re-check (the policy's breaks as calibrated)
 --
 -- Their setup (the issue): a sparse logistic regression over Criteo-like data in
 -- TensorFlow 1.x, fed with feed_dict, on a P100; seconds for 10 calls: batch 10 took
@@ -24,10 +25,10 @@
 -- overhead (session statistics) and the Lua-side wall time; transfer = h2d + d2h,
 -- per-call overhead = wall - (h2d + kernel + d2h), GPU utilization = kernel / wall.
 -- Calibration: wisp.calibrate on the same batches at the seed sizes, refined around the
--- crossover (lua/wisp/placement.lua: devices timed interleaved, each point's median and
--- quartiles kept). Then three checks, each at every size the calibration measured (the
--- seed sizes and the refined ones), each recorded with its verdict per size and printed
--- where it was not ok:
+-- crossover (lua/wisp/placement_calibrate.lua: devices timed interleaved, each point's median
+-- and quartiles kept; the breaks by the core's rule, engine/score/autoplace.c). Then three
+-- checks, each at every size the calibration measured (the seed sizes and the refined ones),
+-- each recorded with its verdict per size and printed where it was not ok:
 --   calibration_check  policy:check(): the choice rule on the calibration's own points
 --   fresh_check        policy:check(fresh): the saved policy's choice held to a fresh
 --                      measurement of the fixed devices (interleaved rounds of >= 20 calls,
@@ -71,13 +72,15 @@ local function read_file(p) local f = io.open(p, "rb"); if not f then return nil
 -- the commit, the machine, where to write (build/results/ unless --record or WISP_RECORD=1)
 local R = dofile(((arg[0] or "scripts/bench/seed_experiment.lua"):match("^(.*)/[^/]*$") or ".") .. "/../lib/record.lua")
 local RECORD = R.take_record_flag(arg)
-local opt = { quick = false, label = nil, out = nil, buckets = 2 ^ 18, pool = nil, threads = 0, devices = nil }
+local opt = { quick = false, label = nil, out = nil, buckets = 2 ^ 18, pool = nil, threads = 0, devices = nil,
+              live = true }
 do
     local i = 1
     while i <= #arg do
         local a = arg[i]
         local function val() i = i + 1; if arg[i] == nil then error("option " .. a .. " needs a value", 0) end return arg[i] end
         if a == "--quick" then opt.quick = true
+        elseif a == "--no-live" then opt.live = false
         elseif a == "--label" then opt.label = val()
         elseif a == "--out" then opt.out = val()
         elseif a == "--buckets" then opt.buckets = tonumber(val())
@@ -345,12 +348,12 @@ do
         sessions[d.name] = assert(model:session(d.name))
         twins[d.name] = assert(model:session(d.name))
     end
-    local pipe = assert(wisp.pipeline { model = model, placement = policy })
+    local pipe = assert(wisp.pipeline { model = model, placement = policy, live = opt.live })
     -- the pipeline's own cost a call (choosing: the batch's rows and nnz, the live breaks'
     -- choice; and the call through to the session): pipe:score over a stub session that scores nothing,
     -- ns a call, median of 7 rounds of 20000 calls on a 10-row batch
     do
-        local probe = assert(wisp.pipeline { model = model, placement = policy })
+        local probe = assert(wisp.pipeline { model = model, placement = policy, live = opt.live })
         local real = probe.session
         probe.session = { score = function() return true end, set_device = function() return true end,
                           last_device = function() return "cpu" end }
@@ -627,7 +630,7 @@ local doc = {
     machine = machine, commit = commit, date = os.date("!%Y-%m-%dT%H:%M:%SZ"), command = command,
     wisp_version = wisp.version(), seconds = (now_ns() - T0) / 1e9,
     setup = { num_features = NF, buckets = opt.buckets, features_per_row = WIDTH, valued_per_row = NV,
-              pool_rows = POOL, max_windows = MAX_WINDOWS, sizes = SIZES, calls = CALLS, dtype = "f32",
+              pool_rows = POOL, max_windows = MAX_WINDOWS, sizes = SIZES, calls = CALLS, dtype = "f32", live = opt.live,
               batches = "engine builders (pinned when a GPU is present), rotated windows of the pool" },
     peers = { tensorflow_p100_feed_dict = { source = "the issue (user's report)", seconds_for_10_calls = {
               cpu = { batch_10 = THEIRS.cpu[10], batch_200000 = THEIRS.cpu[200000] },
