@@ -531,6 +531,53 @@ const char *wisp_session_last_device(const wisp_session *s);
 enum { WISP_AUTO_FIXED = 0, WISP_AUTO_STARTING = 1, WISP_AUTO_CPU = 2, WISP_AUTO_ROUTING = 3 };
 int  wisp_session_auto_state(wisp_session *s, uint64_t *min_nnz_one, uint64_t *min_nnz_pool);
 
+/* The "auto" calibration of s's model as measured (any session of the model): the
+ * probes of 1, 2, 4 ... 16384 rows of 39 features (13 valued), and for probe k
+ * rows[k] and, three doubles each, the median, first and third quartile in ms of
+ * a call of the CPU on one thread (cpu_one[3k ..]), of the CPU's pool (cpu_pool,
+ * estimated from cpu_one) and of the GPUs (gpus), over interleaved passes. At most
+ * cap probes are written; *n is the number measured (0 when nothing was: no GPU
+ * answered, or WISP_AUTO_MIN_NNZ fixed the crossover). Any output may be NULL.
+ * The crossover wisp_session_auto_state reports is wisp_placement_choose's last
+ * break from the CPU to the GPUs over these points (cpu_one or cpu_pool against
+ * gpus), times 39. WISP_ESTATE while the model is not calibrated yet (its first
+ * "auto" session calibrates it once the GPUs are up). Thread-safe. */
+int  wisp_session_auto_points(wisp_session *s, size_t cap, size_t *n, uint64_t *rows, double *cpu_one,
+                              double *cpu_pool, double *gpus);
+
+/* The CPU/GPU crossover's one rule (engine/score/autoplace.c, which also calibrates
+ * the "auto" device with it; Lua's wisp.calibrate, policy:check() and a pipeline's
+ * live re-check call the same three functions). Pure functions: thread-safe, no
+ * engine needed; on WISP_EINVAL (a NULL array, no points, a time that is negative,
+ * NaN or infinite, lo > median or median > hi, sizes not increasing) wisp_errmsg()
+ * says which.
+ *
+ * wisp_placement_summarize: n timed passes (any unit) -> q[0..4] = minimum, first
+ * quartile (lo), median, third quartile (hi), maximum; quantiles linear between
+ * order statistics. A measured point keeps the median and (lo, hi), its band.
+ *
+ * wisp_placement_acceptable: one point of ndevices devices (ms[k], lo[k], hi[k];
+ * lo and hi may be NULL: no spread, lo = hi = ms). *fastest = the device of the
+ * smallest median (ties: the first), acceptable[k] = 1 when device k's band reaches
+ * the fastest's (lo[k] <= hi[fastest]: slower by no more than the two devices'
+ * spread), else 0. Returns how many are acceptable (>= 1), or a negative status.
+ * Either output may be NULL.
+ *
+ * wisp_placement_choose: npoints measured sizes rows[i] (increasing), with
+ * ms/lo/hi[i * ndevices + k] the times of device k at rows[i] (lo, hi may be
+ * NULL). chosen[i] = the device for rows[i]: every size gets an acceptable device,
+ * with the fewest switches, then the least total relative excess over the fastest
+ * median (ties: the first device). breaks[i] (i < npoints - 1; breaks may be NULL)
+ * = the first row count of chosen[i + 1] when it differs from chosen[i] (where the
+ * two medians, linear between rows[i] and rows[i + 1], cross, else their geometric
+ * middle; kept in rows[i] + 1 .. rows[i + 1]), 0 where the choice does not change.
+ * Below rows[0] chosen[0] holds; above the last size, the last choice. */
+int  wisp_placement_summarize(const double *passes, size_t n, double *q);
+int  wisp_placement_acceptable(size_t ndevices, const double *ms, const double *lo, const double *hi,
+                               int *fastest, int *acceptable);
+int  wisp_placement_choose(size_t npoints, size_t ndevices, const uint64_t *rows, const double *ms,
+                           const double *lo, const double *hi, int *chosen, uint64_t *breaks);
+
 /* Score every row of b into out[0 .. rows): out[r] = sigmoid(bias + sum
  * w[id] * value); NaN for bad rows. Blocking. The result does not depend
  * on the number of threads. */

@@ -8,6 +8,7 @@
 
 #define WISP_MAGIC "WISPMDL"     /* 8 bytes with the NUL */
 #define WISP_FORMAT_VERSION 1
+#define WISP__AUTO_PROBES 15     /* the "auto" calibration's probes: 1, 2, 4 ... 16384 rows (autoplace.c) */
 
 struct wisp_model {
     atomic_int refs;
@@ -38,6 +39,12 @@ struct wisp_model {
     _Atomic uint64_t auto_rate[2][2];
     atomic_uint auto_tick[2];            /* batches past the crossover routed, per context */
     _Atomic uint64_t auto_probe[2];      /* when a first GPU batch of a context went (ns), 0 none */
+    /* the calibration's measured points (autoplace.c, wisp_session_auto_points), written
+     * before auto_cal turns 2: auto_cal_n probes of auto_cal_rows[k] rows; auto_cal_ns[k][d]
+     * = median, lo, hi (ns) of d: 0 the CPU on one thread, 1 the CPU's pool, 2 the GPUs */
+    int auto_cal_n;
+    uint64_t auto_cal_rows[WISP__AUTO_PROBES];
+    double auto_cal_ns[WISP__AUTO_PROBES][3][3];
 };
 
 void wisp__model_retain(wisp_model *m);

@@ -1,11 +1,41 @@
-/* autoplace.c — the "auto" device: the GPUs are brought up in the background while the CPU
- * scores, then each batch goes to the device that a crossover calibrated on the model picks
- * for its size (issue 20).
+/* autoplace.c — the CPU/GPU crossover in one place: the choice rule that turns measured
+ * points into the device for each batch size (wisp_placement_*), and the "auto" device, which
+ * calibrates a crossover with that rule on each model and routes every batch by it.
  *
- * Why: starting CUDA and putting a model's weights on a GPU takes a quarter of a second or
- * more; a caller that asked for "auto" and scores one small file must not wait for that,
- * and a batch too small to pay for the trip to the GPU must not go there.
+ * ONE OWNER. The core owns the crossover: how timed passes become a measured point (median and
+ * quartiles: wisp_placement_summarize), which devices are acceptable at a point
+ * (wisp_placement_acceptable) and where the breaks between devices go (wisp_placement_choose).
+ * The auto device applies them to the probes it times here. Lua's wisp.calibrate
+ * (lua/wisp/placement_calibrate.lua) times the caller's own sessions (the devices, batches and
+ * row width the caller names) and hands its passes and points to the same three calls, as do
+ * policy:check() and a pipeline's live re-check next to a break (lua/wisp/placement_live.lua);
+ * wisp_session_auto_points hands the auto device's measured points to Lua
+ * (placement.auto_policy), so both calibrations are read by one rule.
+ * Why the core: the auto device must decide where no Lua runs (the CLI, the Python, Java and
+ * C++ bindings, the service's default device), C cannot call into Lua, and a rule that every
+ * binding meets is held once, in the core (STYLE.md, habit 8). Two timing loops remain because
+ * they time two different callers: a background probe of the model alone, and a caller's own
+ * sessions with its own batches.
  *
+ * THE CHOICE RULE. At a measured size, let B be the device of the smallest median (ties: the
+ * first listed). A device D is acceptable there when its band reaches B's: lo(D) <= hi(B), i.e.
+ * D's median is slower than B's by no more than the two devices' measured spread,
+ *     ms(D) - ms(B) <= (ms(D) - lo(D)) + (hi(B) - ms(B)).
+ * Devices within each other's spread are equally good; otherwise only the faster one is (with
+ * no spread, lo = hi = the median, only the fastest median is). The devices of the measured
+ * sizes are, among the sequences that give every size an acceptable device, (1) the one with
+ * the fewest switches, then (2) the least total relative excess over the fastest median, the
+ * sum of (ms(D) - ms(B)) / ms(B) over the sizes (ties: the device listed first); so a device
+ * faster only within the noise at one size makes no pair of breaks. Between two measured sizes
+ * a < b choosing different devices A and B the break is where A's and B's medians, linear in
+ * rows between a and b, cross; where they do not cross inside (the choice was within the
+ * spread) at the geometric middle; rounded and kept in a+1 .. b, so each measured size gets
+ * exactly the device chosen for it. Below the smallest size the first choice holds, above the
+ * largest the last.
+ *
+ * THE AUTO DEVICE. Starting CUDA and putting a model's weights on a GPU takes a quarter of a
+ * second or more; a caller that asked for "auto" and scores one small file must not wait for
+ * that, and a batch too small to pay for the trip to the GPU must not go there.
  * 1. Bring-up. The first "auto" session of an engine whose devices are not discovered yet
  *    starts one thread (wisp__auto_bring_up): it discovers the devices (engine.c), then
  *    calibrates that session's model (below), which also uploads its weights to each GPU.
@@ -14,15 +44,17 @@
  *    lets a process that is about to exit skip that wait: the CLI does).
  * 2. Calibration (per model, once): probe batches of 39 features a row (13 valued, 26
  *    binary; uniform ids over the model's features) of 1, 2, 4 ... 16384 rows are scored on
- *    the session's GPUs and on the CPU, the devices interleaved in each of CAL_REPS passes,
- *    medians kept. The CPU is timed on one thread (how a caller that is itself a task of the
- *    engine's pool scores, such as the CLI's pieces); for any other caller, who scores on the
- *    pool, its time is estimated from that (see calibrate). For each, the crossover is the smallest probe size (in features, i.e. nonzeros)
- *    from which the GPU was faster at every larger probe: between two probes the CPU keeps
- *    the batch, so a batch goes to the GPU only at a size where the GPU was measured faster.
- *    WISP_AUTO_MIN_NNZ=N fixes the crossover at N nonzeros (tests, operators);
- *    WISP_AUTO_WAIT=1 makes the first "auto" session wait for the bring-up (the old
- *    behaviour: the GPU from the first batch).
+ *    the session's GPUs and on the CPU, the devices interleaved in each of CAL_REPS passes;
+ *    each probe keeps each device's median and quartiles (wisp_placement_summarize). The CPU
+ *    is timed on one thread (how a caller that is itself a task of the engine's pool scores,
+ *    such as the CLI's pieces); for any other caller, who scores on the pool, its time is
+ *    estimated from that (see calibrate). For each of the two, the probes go through the
+ *    choice rule, and the crossover is its last break from the CPU to the GPUs (in nonzeros:
+ *    the break's rows times 39; the smallest probe when the GPUs win from the first; never
+ *    when the rule keeps the CPU at the largest probe). wisp_session_auto_points reads the
+ *    probes back. WISP_AUTO_MIN_NNZ=N fixes the crossover at N nonzeros (tests, operators;
+ *    nothing is measured then); WISP_AUTO_WAIT=1 makes the first "auto" session wait for the
+ *    bring-up (the GPU from the first batch).
  * 3. Routing (wisp__auto_route, per batch, a few loads): the CPU below the crossover for the
  *    calling thread's context, or while the GPUs are not up. Past it, what batches really
  *    cost on each device in this process is measured too (the calibration timed one caller
@@ -40,10 +72,164 @@
 #define CAL_REPS 7
 #define CAL_WIDTH 39
 #define CAL_VALUED 13
-#define POOL_WAKE_NS 4000
+#define POOL_WAKE_NS 4000        /* waking the pool's threads for one job (an estimate: see calibrate) */
 #define EXPLORE 64               /* past the crossover, with the GPU measured slower: one batch in 64 tries it again */
 #define OBSERVE_MIN_NNZ 4096     /* before the crossover is known: CPU batches this large teach the CPU's rate */
-#define PROBE_NS 1000000000ull  /* a first GPU batch unanswered this long may be tried by another */        /* waking the pool's threads for one job (an estimate: see calibrate) */
+#define PROBE_NS 1000000000ull  /* a first GPU batch unanswered this long may be tried by another */
+
+_Static_assert(CAL_MAX_LOG2 + 1 == WISP__AUTO_PROBES, "the model keeps one point a probe");
+
+/* ---- the choice rule (wisp.h, section 5: wisp_placement_*) ------------------------ */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The q-quantile of sorted s[0 .. n), linear between order statistics. */
+static double quantile(const double *s, size_t n, double q)
+{
+    double h = (double)(n - 1) * q;
+    size_t i = (size_t)floor(h);
+    if (i >= n - 1) return s[n - 1];
+    return s[i] + (h - (double)i) * (s[i + 1] - s[i]);
+}
+
+int wisp_placement_summarize(const double *passes, size_t n, double *q)
+{
+    if (!passes || !q || n == 0) return wisp__fail(WISP_EINVAL, "wisp_placement_summarize: %s",
+                                                   !passes || !q ? "a NULL array" : "no passes");
+    for (size_t i = 0; i < n; i++)
+        if (!(passes[i] >= 0) || isinf(passes[i]))
+            return wisp__fail(WISP_EINVAL, "wisp_placement_summarize: passes[%zu] is %g, not a time", i, passes[i]);
+    double small[64], *s = n <= 64 ? small : wisp__malloc(n * sizeof *s);
+    if (!s) return wisp__fail(WISP_ENOMEM, "wisp_placement_summarize: out of memory");
+    memcpy(s, passes, n * sizeof *s);
+    qsort(s, n, sizeof *s, cmp_double);
+    q[0] = s[0];
+    q[1] = quantile(s, n, 0.25);
+    q[2] = quantile(s, n, 0.5);
+    q[3] = quantile(s, n, 0.75);
+    q[4] = s[n - 1];
+    if (s != small) wisp__free(s);
+    return WISP_OK;
+}
+
+/* The fastest device of one point by median (ties: the first) and each device's verdict. */
+static int acceptable_at(size_t nd, const double *ms, const double *lo, const double *hi, int *fastest, int *ok)
+{
+    size_t b = 0;
+    for (size_t k = 1; k < nd; k++) if (ms[k] < ms[b]) b = k;
+    const double bhi = hi ? hi[b] : ms[b];
+    int n = 0;
+    for (size_t k = 0; k < nd; k++) {
+        int a = (lo ? lo[k] : ms[k]) <= bhi;
+        if (ok) ok[k] = a;
+        n += a;
+    }
+    if (fastest) *fastest = (int)b;
+    return n;
+}
+
+/* Check one point's times: finite, 0 <= lo <= ms <= hi. */
+static int check_point(const char *fn, size_t i, size_t nd, const double *ms, const double *lo, const double *hi)
+{
+    for (size_t k = 0; k < nd; k++) {
+        double m = ms[k], l = lo ? lo[k] : m, h = hi ? hi[k] : m;
+        if (!(l >= 0 && l <= m && m <= h) || isinf(h))
+            return wisp__fail(WISP_EINVAL, "%s: point %zu, device %zu: lo %g, median %g, hi %g: "
+                              "0 <= lo <= median <= hi, finite, expected", fn, i, k, l, m, h);
+    }
+    return WISP_OK;
+}
+
+int wisp_placement_acceptable(size_t ndevices, const double *ms, const double *lo, const double *hi,
+                              int *fastest, int *acceptable)
+{
+    if (ndevices == 0 || !ms)
+        return wisp__fail(WISP_EINVAL, "wisp_placement_acceptable: %s", !ms ? "ms is NULL" : "no devices");
+    int rc = check_point("wisp_placement_acceptable", 0, ndevices, ms, lo, hi);
+    if (rc) return rc;
+    return acceptable_at(ndevices, ms, lo, hi, fastest, acceptable);
+}
+
+int wisp_placement_choose(size_t npoints, size_t ndevices, const uint64_t *rows, const double *ms, const double *lo,
+                          const double *hi, int *chosen, uint64_t *breaks)
+{
+    static const char fn[] = "wisp_placement_choose";
+    if (npoints == 0 || ndevices == 0 || !rows || !ms || !chosen)
+        return wisp__fail(WISP_EINVAL, "%s: %s", fn, npoints == 0 ? "no points" : ndevices == 0 ? "no devices"
+                                                   : "rows, ms and chosen must not be NULL");
+    if (ndevices > 4096 || npoints > (SIZE_MAX / sizeof(double)) / ndevices / 4)
+        return wisp__fail(WISP_ELIMIT, "%s: %zu points of %zu devices is too many", fn, npoints, ndevices);
+    for (size_t i = 0; i < npoints; i++) {
+        if (rows[i] == 0 || (i > 0 && rows[i] <= rows[i - 1]))
+            return wisp__fail(WISP_EINVAL, "%s: rows[%zu] = %llu: sizes >= 1 in increasing order expected", fn, i,
+                              (unsigned long long)rows[i]);
+        const size_t at = i * ndevices;
+        int rc = check_point(fn, i, ndevices, ms + at, lo ? lo + at : NULL, hi ? hi + at : NULL);
+        if (rc) return rc;
+    }
+    const size_t n = npoints, nd = ndevices, cells = n * nd;
+    /* sw: switches (-1: the device is not acceptable there), ex: total relative excess,
+     * back: the previous point's device on the best sequence ending here */
+    char *mem = wisp__malloc(cells * (sizeof(double) + 2 * sizeof(int)) + nd * sizeof(int));
+    if (!mem) return wisp__fail(WISP_ENOMEM, "%s: out of memory", fn);
+    double *ex = (double *)mem;
+    int *sw = (int *)(ex + cells), *back = sw + cells, *ok = back + cells;
+    for (size_t i = 0; i < n; i++) {
+        const double *pm = ms + i * nd;
+        int b;
+        acceptable_at(nd, pm, lo ? lo + i * nd : NULL, hi ? hi + i * nd : NULL, &b, ok);
+        const double bt = pm[b];
+        for (size_t k = 0; k < nd; k++) {
+            size_t c = i * nd + k;
+            sw[c] = -1;
+            back[c] = -1;
+            if (!ok[k]) continue;
+            double cost = (pm[k] - bt) / (bt > 1e-12 ? bt : 1e-12);
+            if (i == 0) { sw[c] = 0; ex[c] = cost; continue; }
+            int bs = INT32_MAX, bj = -1;
+            double be = HUGE_VAL;
+            for (size_t j = 0; j < nd; j++) {
+                size_t pc = (i - 1) * nd + j;
+                if (sw[pc] < 0) continue;
+                int s = sw[pc] + (j == k ? 0 : 1);
+                double e = ex[pc] + cost;
+                if (s < bs || (s == bs && e < be)) { bs = s; be = e; bj = (int)j; }
+            }
+            sw[c] = bs; ex[c] = be; back[c] = bj;
+        }
+    }
+    int bk = -1, bs = INT32_MAX;
+    double be = HUGE_VAL;
+    for (size_t k = 0; k < nd; k++) {
+        size_t c = (n - 1) * nd + k;
+        if (sw[c] >= 0 && (sw[c] < bs || (sw[c] == bs && ex[c] < be))) { bs = sw[c]; be = ex[c]; bk = (int)k; }
+    }
+    for (size_t i = n; i-- > 0;) {
+        chosen[i] = bk;
+        bk = back[i * nd + (size_t)bk];
+    }
+    wisp__free(mem);
+    for (size_t i = 0; breaks && i + 1 < n; i++) {
+        int cur = chosen[i], nxt = chosen[i + 1];
+        breaks[i] = 0;
+        if (cur == nxt) continue;
+        const double a = (double)rows[i], b = (double)rows[i + 1];
+        const double d0 = ms[i * nd + (size_t)cur] - ms[i * nd + (size_t)nxt];
+        const double d1 = ms[(i + 1) * nd + (size_t)cur] - ms[(i + 1) * nd + (size_t)nxt];
+        double x = d0 < 0 && d1 > 0 ? a + (b - a) * d0 / (d0 - d1) : sqrt(a * b);
+        double at = floor(x + 0.5);
+        if (at < a + 1) at = a + 1;
+        if (at > b) at = b;
+        breaks[i] = (uint64_t)at;
+    }
+    return WISP_OK;
+}
+
+/* ---- the auto device ---------------------------------------------------------------- */
 
 static uint64_t env_u64(const char *name, uint64_t dflt)
 {
@@ -54,27 +240,29 @@ static uint64_t env_u64(const char *name, uint64_t dflt)
     return *end ? dflt : (uint64_t)n;
 }
 
-static int cmp_u64(const void *a, const void *b)
+/* The rows from which the GPUs take a batch, by the choice rule over the probes' points for one
+ * CPU context (d: 0 one thread, 1 the pool): the last break from the CPU to the GPUs, the
+ * smallest probe when the GPUs are chosen from the first, UINT64_MAX when the CPU keeps the
+ * largest probe. */
+static uint64_t crossover_rows(const wisp_model *m, int nprobe, int d)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
+    double ms[2 * WISP__AUTO_PROBES], lo[2 * WISP__AUTO_PROBES], hi[2 * WISP__AUTO_PROBES];
+    int chosen[WISP__AUTO_PROBES];
+    uint64_t brk[WISP__AUTO_PROBES];
+    for (int k = 0; k < nprobe; k++)
+        for (int j = 0; j < 2; j++) {
+            const double *t = m->auto_cal_ns[k][j == 0 ? d : 2];
+            ms[2 * k + j] = t[0]; lo[2 * k + j] = t[1]; hi[2 * k + j] = t[2];
+        }
+    if (wisp_placement_choose((size_t)nprobe, 2, m->auto_cal_rows, ms, lo, hi, chosen, brk) != WISP_OK)
+        return UINT64_MAX;
+    if (chosen[nprobe - 1] != 1) return UINT64_MAX;
+    int j = nprobe - 1;
+    while (j > 0 && chosen[j - 1] == 1) j--;
+    return j == 0 ? m->auto_cal_rows[0] : brk[j - 1];
 }
 
-static uint64_t median_u64(uint64_t *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_u64);
-    return v[n / 2];
-}
-
-/* The smallest probe index from which the GPU was faster at every larger probe (nprobe: never). */
-static int first_gpu_win(const uint64_t *cpu, const uint64_t *gpu, int nprobe)
-{
-    int k = nprobe;
-    while (k > 0 && gpu[k - 1] < cpu[k - 1]) k--;
-    return k;
-}
-
-/* Calibrate m on the engine's GPUs (the devices are discovered): fills m's crossovers. */
+/* Calibrate m on the engine's GPUs (the devices are discovered): fills m's points and crossovers. */
 static void calibrate(wisp_engine *eng, wisp_model *m)
 {
     const uint64_t forced = env_u64("WISP_AUTO_MIN_NNZ", 0);
@@ -90,7 +278,6 @@ static void calibrate(wisp_engine *eng, wisp_model *m)
     uint32_t *ids = malloc(max_rows * CAL_WIDTH * sizeof *ids);
     float *vals = malloc(max_rows * CAL_VALUED * sizeof *vals), *out = malloc(max_rows * sizeof *out);
     wisp_session *gs = NULL;
-    uint64_t cpu1[CAL_MAX_LOG2 + 1], cpup[CAL_MAX_LOG2 + 1], gpu[CAL_MAX_LOG2 + 1];
     int ok = indptr && val_ptr && ids && vals && out && m->num_features > 0
           && wisp_session_new(eng, m, "gpus", &gs) == WISP_OK;
     if (ok) {
@@ -102,49 +289,58 @@ static void calibrate(wisp_engine *eng, wisp_model *m)
         }
         for (size_t i = 0; i < max_rows * CAL_VALUED; i++) vals[i] = (float)((i * 2654435761u) % 1000) / 250.0f;
     }
+    const uint64_t threads = (uint64_t)wisp__pool_threads(eng->pool);
     for (int k = 0; ok && k < nprobe; k++) {
         const size_t rows = (size_t)1 << k;
         wisp_batch *b = NULL;
         if (wisp_batch_wrap(eng, rows, indptr, ids, val_ptr, vals, &b) != WISP_OK) { ok = 0; break; }
-        uint64_t t1[CAL_REPS], tg[CAL_REPS], oor = 0;
+        /* the pool's time, estimated: the one-thread time split over the tasks the pool
+         * would cut this batch into (score_cpu.c: about one per 4096 nonzeros), at most its
+         * threads, plus waking them (POOL_WAKE_NS). Timing the pool here would time whatever
+         * else the caller's process runs on it meanwhile (the CLI parses on it). */
+        uint64_t tasks = ((uint64_t)rows * (CAL_WIDTH + 4) + 4095) / 4096;
+        if (tasks > rows) tasks = rows;
+        if (tasks > threads) tasks = threads;
+        double t[3][CAL_REPS];            /* ns a pass: the CPU on one thread, the pool (estimated), the GPUs */
+        uint64_t oor = 0;
         wisp__cpu_score(NULL, m, b, out, &oor);                        /* warm: caches, pages */
         for (int w = 0; w < 2 && ok; w++) ok = wisp_session_score(gs, b, out) == WISP_OK;
         for (int rep = 0; rep < CAL_REPS && ok; rep++) {
             uint64_t t0 = wisp__now_ns();
             wisp__cpu_score(NULL, m, b, out, &oor);
-            t1[rep] = wisp__now_ns() - t0;
+            t[0][rep] = (double)(wisp__now_ns() - t0);
+            t[1][rep] = tasks <= 1 ? t[0][rep] : t[0][rep] / (double)tasks + POOL_WAKE_NS;
             t0 = wisp__now_ns();
             ok = wisp_session_score(gs, b, out) == WISP_OK;
-            tg[rep] = wisp__now_ns() - t0;
+            t[2][rep] = (double)(wisp__now_ns() - t0);
         }
         if (ok && wisp_session_stat(gs, WISP_STAT_FALLBACKS) != 0) ok = 0;   /* the GPU did not score them */
         wisp_batch_free(b);
         if (!ok) break;
-        cpu1[k] = median_u64(t1, CAL_REPS);
-        gpu[k] = median_u64(tg, CAL_REPS);
-        /* the pool's time, estimated: the one-thread time split over the tasks the pool
-         * would cut this batch into (score_cpu.c: about one per 4096 nonzeros), at most its
-         * threads, plus waking them (POOL_WAKE_NS). Timing the pool here would time whatever
-         * else the caller's process runs on it meanwhile (the CLI parses on it). */
-        uint64_t tasks = ((uint64_t)rows * (CAL_WIDTH + 4) + 4095) / 4096, threads = (uint64_t)wisp__pool_threads(eng->pool);
-        if (tasks > rows) tasks = rows;
-        if (tasks > threads) tasks = threads;
-        cpup[k] = tasks <= 1 ? cpu1[k] : cpu1[k] / tasks + POOL_WAKE_NS;
+        m->auto_cal_rows[k] = rows;
+        for (int d = 0; d < 3 && ok; d++) {
+            double q[5];
+            ok = wisp_placement_summarize(t[d], CAL_REPS, q) == WISP_OK;
+            m->auto_cal_ns[k][d][0] = q[2];
+            m->auto_cal_ns[k][d][1] = q[1];
+            m->auto_cal_ns[k][d][2] = q[3];
+        }
     }
     uint64_t none = UINT64_MAX;
     if (ok) {
-        int k1 = first_gpu_win(cpu1, gpu, nprobe), kp = first_gpu_win(cpup, gpu, nprobe);
-        uint64_t n1 = k1 < nprobe ? ((uint64_t)1 << k1) * CAL_WIDTH : none;
-        uint64_t np = kp < nprobe ? ((uint64_t)1 << kp) * CAL_WIDTH : none;
+        uint64_t r1 = crossover_rows(m, nprobe, 0), rp = crossover_rows(m, nprobe, 1);
+        uint64_t n1 = r1 == none ? none : r1 * CAL_WIDTH, np = rp == none ? none : rp * CAL_WIDTH;
+        m->auto_cal_n = nprobe;
         atomic_store(&m->auto_nnz_one, n1);
         atomic_store(&m->auto_nnz_pool, np);
         char one[32], pool[32];
         if (n1 == none) snprintf(one, sizeof one, "never"); else snprintf(one, sizeof one, "%llu", (unsigned long long)n1);
         if (np == none) snprintf(pool, sizeof pool, "never"); else snprintf(pool, sizeof pool, "%llu", (unsigned long long)np);
+        const double (*c)[3][3] = (const double (*)[3][3])m->auto_cal_ns;
         wisp__log(eng, WISP_LOG_INFO, "auto: %s calibrated: batches of at least %s features go to the GPU from one "
-                 "thread, %s from the pool (10 rows: cpu %.1f us, gpu %.1f us; 16384 rows: cpu %.0f us (pool %.0f), gpu %.0f us)",
-                 m->path ? m->path : "the model", one, pool, cpu1[3] / 1e3, gpu[3] / 1e3,
-                 cpu1[nprobe - 1] / 1e3, cpup[nprobe - 1] / 1e3, gpu[nprobe - 1] / 1e3);
+                 "thread, %s from the pool (8 rows: cpu %.1f us, gpu %.1f us; 16384 rows: cpu %.0f us (pool %.0f), gpu %.0f us)",
+                 m->path ? m->path : "the model", one, pool, c[3][0][0] / 1e3, c[3][2][0] / 1e3,
+                 c[nprobe - 1][0][0] / 1e3, c[nprobe - 1][1][0] / 1e3, c[nprobe - 1][2][0] / 1e3);
     } else {
         /* no GPU answered the probes: auto keeps the CPU */
         atomic_store(&m->auto_nnz_one, none);
@@ -312,4 +508,26 @@ int wisp_session_auto_state(wisp_session *s, uint64_t *min_nnz_one, uint64_t *mi
     if (min_nnz_one) *min_nnz_one = a;
     if (min_nnz_pool) *min_nnz_pool = b;
     return a == UINT64_MAX && b == UINT64_MAX ? WISP_AUTO_CPU : WISP_AUTO_ROUTING;
+}
+
+int wisp_session_auto_points(wisp_session *s, size_t cap, size_t *n, uint64_t *rows, double *cpu_one, double *cpu_pool,
+                             double *gpus)
+{
+    if (n) *n = 0;
+    if (!s) return wisp__fail(WISP_EINVAL, "wisp_session_auto_points: session is NULL");
+    wisp_model *m = s->model;
+    if (atomic_load_explicit(&m->auto_cal, memory_order_acquire) != 2) {
+        if (wisp__engine_gpu_settled(s->eng) && wisp_engine_gpu_count(s->eng) == 0) return WISP_OK;   /* no GPU: none */
+        return wisp__fail(WISP_ESTATE, "wisp_session_auto_points: %s is not calibrated yet (its first \"auto\" "
+                          "session calibrates it once the GPUs are up)", m->path ? m->path : "the model");
+    }
+    const size_t np = (size_t)m->auto_cal_n;
+    double *dst[3] = { cpu_one, cpu_pool, gpus };
+    for (size_t k = 0; k < np && k < cap; k++) {
+        if (rows) rows[k] = m->auto_cal_rows[k];
+        for (int d = 0; d < 3; d++)
+            if (dst[d]) for (int j = 0; j < 3; j++) dst[d][3 * k + (size_t)j] = m->auto_cal_ns[k][d][j] / 1e6;
+    }
+    if (n) *n = np;
+    return WISP_OK;
 }

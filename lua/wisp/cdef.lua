@@ -105,6 +105,13 @@ int  wisp_session_set_device(wisp_session *s, const char *device);
 const char *wisp_session_device(const wisp_session *s);
 const char *wisp_session_last_device(const wisp_session *s);
 int  wisp_session_auto_state(wisp_session *s, uint64_t *min_nnz_one, uint64_t *min_nnz_pool);
+int  wisp_session_auto_points(wisp_session *s, size_t cap, size_t *n, uint64_t *rows, double *cpu_one,
+                              double *cpu_pool, double *gpus);
+int  wisp_placement_summarize(const double *passes, size_t n, double *q);
+int  wisp_placement_acceptable(size_t ndevices, const double *ms, const double *lo, const double *hi,
+                               int *fastest, int *acceptable);
+int  wisp_placement_choose(size_t npoints, size_t ndevices, const uint64_t *rows, const double *ms,
+                           const double *lo, const double *hi, int *chosen, uint64_t *breaks);
 int  wisp_session_score(wisp_session *s, const wisp_batch *b, float *out);
 int  wisp_session_submit(wisp_session *s, const wisp_batch *b, float *out);
 int  wisp_session_wait(wisp_session *s, const wisp_batch **done);

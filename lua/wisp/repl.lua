@@ -24,6 +24,8 @@ local help = {
     { ":placement DEV", "place scoring on DEV (cpu, gpu, gpu:N, gpus, auto) from the next batch" },
     { ":placement calibrate [quick]", "measure every device over batch sizes; use the faster one per batch" },
     { ":placement save|load FILE", "save / load the calibrated policy (.json or .lua)" },
+    { ":placement live", "the calibrated policy's live re-check: where its breaks are now, and why they moved" },
+    { ":placement autocal", "the \"auto\" device's own calibration of the model (its probes, as a policy)" },
     { ":batcher", "the batching policy (max_rows, max_delay_us, preferred, max_queue)" },
     { ":batcher k=v ...", "change it, e.g. :batcher max_rows=128 max_delay_us=500 preferred=32,64" },
     { ":batcher run [CALLERS]", "CALLERS coroutines (default 64, at most 100000) send one row each through the batcher" },
@@ -63,6 +65,30 @@ local function show_placement(G)
     out("transform: %s", placement.describe_node(p.transform))
     out("session device now: %s; last batch scored on: %s; device switches: %d",
         G.pipeline:device(), G.session:last_device(), G.pipeline.switches)
+    local st = G.pipeline:live()
+    if st then out("%s", placement.live.describe(st)) end
+end
+
+-- :placement live: the live re-check's breaks, zones and moves
+local function show_live(G)
+    local st = G.pipeline:live()
+    if not st then
+        out("no live re-check: the score placement is not a calibrated policy (:placement calibrate)")
+        return
+    end
+    out("%s", placement.live.describe(st))
+    for _, z in ipairs(st.zones) do
+        local parts = {}
+        for _, d in ipairs { z.from, z.to } do
+            local r = z.ratio[d] and fmt(" (live/calibrated x%.3f)", z.ratio[d]) or ""
+            parts[#parts + 1] = fmt("%s %d passes%s", d, z.passes[d], r)
+        end
+        out("  zone %d..%d rows (%s -> %s): %s", z.lo, z.hi, z.from, z.to, concat(parts, ", "))
+    end
+    for _, h in ipairs(st.history) do
+        out("  moved in %d..%d rows: crossover %s -> %s rows", h.zone[1], h.zone[2],
+            #h.before > 0 and concat(h.before, ",") or "none", #h.after > 0 and concat(h.after, ",") or "none")
+    end
 end
 
 local function devices(G)
@@ -252,6 +278,13 @@ function M.command(line, G)
                 G.policy = pol
                 G.pipeline:set_placement { score = pol }
                 out("%s", pol:describe())
+            elseif a == "live" then
+                show_live(G)
+            elseif a == "autocal" then
+                local pol, aerr = placement.auto_policy(G.session)
+                if not pol then out("%s", aerr); return end
+                out("%s", pol:describe())
+                out("(rows of 39 features, the CPU's pool against the GPUs: the crossover the auto device routes by)")
             elseif placement.is_device(a) then
                 G.pipeline:set_placement { score = a }
                 local sok, serr = G.session:set_device(a)
@@ -259,7 +292,8 @@ function M.command(line, G)
                 G.pipeline.current = a
                 out("placement: score on %s", a)
             else
-                out("unknown placement '%s' (cpu, gpu, gpu:N, gpus, auto, calibrate, save FILE, load FILE)", a)
+                out("unknown placement '%s' (cpu, gpu, gpu:N, gpus, auto, calibrate, save FILE, load FILE, live, "
+                    .. "autocal)", a)
             end
         elseif cmd == "batcher" then
             if #args == 0 then show_batching(G)

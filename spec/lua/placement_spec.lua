@@ -1,4 +1,11 @@
--- placement_spec.lua — placement: function policies per batch, calibrated policies (the choice rule within the measured spread, breaks, policy:check), saving and loading them (JSON and Lua, version 1 and 2), the sweep's refinement around a crossover (a synthetic measure), pipelines switching devices only on change, calibrate on this machine (CPU: devices cpu and auto, interleaved).
+-- placement_spec.lua — placement: function and calibrated policies, pipelines, the live re-check, calibrate.
+--
+-- Function policies per batch; calibrated policies (the choice rule within the measured spread, breaks,
+-- policy:check), saving and loading them (JSON and Lua, version 1 and 2); the sweep's refinement around a
+-- crossover (a synthetic measure); pipelines switching devices only on change; the live re-check next to a
+-- break (synthetic devices: live costs that shift the crossover move the break, noise within the spread moves
+-- nothing); the auto device's points as a policy; calibrate on this machine (CPU: devices cpu and auto,
+-- interleaved).
 local wisp = require "wisp"
 local H = require "helpers"
 local placement = require "wisp.placement"
@@ -383,6 +390,204 @@ describe("wisp.placement", function()
         assert.has_error(function() placement.sweep(function() return { cpu = { 1 } } end, { "cpu", G }, { 1 }, { repeats = 1 }) end,
                          "calibrate: measure(1, 1) gave no pass times for 'gpu:0'")
         assert.has_error(function() placement.sweep(measure, { "cpu" }, { 0 }) end)
+    end)
+
+    -- synthetic devices for the live re-check: calibrated cpu 0.001 + 1e-4 r, gpu 0.02 + 1e-5 r ms (equal at
+    -- 211.1 rows), each point's band +-1 %
+    local function line_policy(sizes)
+        local pts = {}
+        for i, r in ipairs(sizes) do
+            local c, g = 0.001 + 1e-4 * r, 0.02 + 1e-5 * r
+            pts[i] = pt(r, { cpu = { c, c * 0.99, c * 1.01 }, [G] = { g, g * 0.99, g * 1.01 } })
+        end
+        return placement.policy { devices = { "cpu", G }, points = pts }
+    end
+    local SIZES = { 1, 10, 100, 178, 205, 237, 316, 1000, 10000 }
+
+    -- n batches of rows drawn from lo .. hi through live (a placement.live state), each timed call costing
+    -- cost(device, rows) ms times a noise factor from noise(); returns the devices chosen per batch
+    local function drive(live, n, lo, hi, cost, noise)
+        local r = placement.rng(4242)
+        local used = {}
+        for _ = 1, n do
+            local rows = lo + r() % (hi - lo + 1)
+            local dev, z = live:choose(rows)
+            used[dev] = (used[dev] or 0) + 1
+            if z then live:observe(z, dev, rows, cost(dev, rows) * noise(r) * 1e6) end
+        end
+        return used
+    end
+    local function calibrated(dev, rows) return dev == "cpu" and 0.001 + 1e-4 * rows or 0.02 + 1e-5 * rows end
+    local function none() return 1 end
+
+    it("re-checks live next to a break: live costs that shift the crossover move the break, which follows", function()
+        local pol = line_policy(SIZES)
+        assert.equal(211, pol.crossover[1].rows)
+        local live = placement.live.new(pol)
+        -- the same costs as calibrated: nothing moves
+        drive(live, 3000, 150, 300, calibrated, none)
+        local st = live:state()
+        assert.equal(0, st.moves)
+        assert.is_true(st.rechecks > 0)
+        assert.equal(211, st.crossover[1].rows)
+        assert.same({ lo = 205, hi = 237, from = "cpu", to = G }, { lo = st.zones[1].lo, hi = st.zones[1].hi,
+                                                                       from = st.zones[1].from, to = st.zones[1].to })
+        -- the GPU 40 % faster than calibrated from here on: 0.012 + 6e-6 r, equal to the CPU at 117 rows.
+        -- The break walks down bracket by bracket (205..237, 178..205, 100..178) to where the live costs cross
+        local function faster_gpu(dev, rows)
+            return dev == "cpu" and calibrated(dev, rows) or 0.6 * calibrated(dev, rows)
+        end
+        local r = placement.rng(7)
+        local function jitter() return 1 + 0.004 * ((r() % 201) / 100 - 1) end          -- +-0.4 %: within the spread
+        drive(live, 20000, 90, 300, faster_gpu, jitter)
+        st = live:state()
+        assert.is_true(st.moves >= 3, "moves " .. st.moves)
+        assert.equal(1, #st.crossover)
+        local at = st.crossover[1].rows
+        assert.is_true(at >= 114 and at <= 120, "live crossover at " .. at)
+        assert.equal(G, live:device_at(150)); assert.equal(G, live:device_at(205))
+        assert.equal("cpu", live:device_at(100))
+        assert.same({ 100, 178 }, { st.zones[1].lo, st.zones[1].hi })
+        assert.same({ 211 }, { st.history[1].before[1] })
+        assert.near(0.6, st.history[1].ratio[G], 0.01)
+        assert.near(1.0, st.history[1].ratio.cpu, 0.01)
+        -- the policy itself keeps its calibrated break
+        assert.equal(211, pol.crossover[1].rows); assert.equal("cpu", pol:choose(150))
+        -- and back: the GPU as calibrated again, the break returns up to where the calibration had it
+        drive(live, 30000, 90, 300, calibrated, jitter)
+        st = live:state()
+        at = st.crossover[1].rows
+        assert.is_true(at >= 205 and at <= 237, "live crossover back at " .. at)
+        assert.equal("cpu", live:device_at(178))
+    end)
+
+    it("re-checks live without flapping: noise within the spread moves no break", function()
+        -- two devices within each other's spread around the break: a = 200 rows (cpu 1.00 [0.97..1.03],
+        -- gpu 1.02 [0.99..1.05]), b = 250 rows (cpu 1.10, gpu 1.04, the same bands)
+        local function band3(m) return { m, m * 0.97, m * 1.03 } end
+        local pol = placement.policy { devices = { "cpu", G }, points = {
+            pt(100, { cpu = band3(0.5), [G] = band3(1.0) }), pt(200, { cpu = band3(1.00), [G] = band3(1.02) }),
+            pt(250, { cpu = band3(1.10), [G] = band3(1.04) }), pt(400, { cpu = band3(2.0), [G] = band3(1.2) }) } }
+        assert.equal(1, #pol.crossover)
+        local at = pol.crossover[1].rows
+        assert.is_true(at > 200 and at <= 250)
+        local function cost(dev, rows) return pol:predict(rows, dev) end
+        -- each call off by up to +-3 % (the bands' width), each device independently
+        local r = placement.rng(99)
+        local function noise() return 1 + 0.03 * ((r() % 2001) / 1000 - 1) end
+        local live = placement.live.new(pol, { every = 16 })
+        local used = drive(live, 40000, 190, 260, cost, noise)
+        local st = live:state()
+        assert.is_true(st.rechecks > 500, "rechecks " .. st.rechecks)
+        assert.equal(0, st.moves)
+        assert.same(pol.crossover, st.crossover)
+        -- the other device gets a few batches (to be measured), the chosen one the rest
+        assert.is_true(st.explored < 40000 * 6 / 16, "explored " .. st.explored)
+        assert.is_true(used.cpu > 0 and used[G] > 0)
+        -- a policy without a break has nothing to re-check
+        local flat = placement.policy { devices = { "cpu", G }, points = { pt(10, { cpu = { 1 }, [G] = { 2 } }) } }
+        local l2 = placement.live.new(flat)
+        assert.same({ "cpu", nil }, { l2:choose(10) })
+        assert.equal(0, #l2:state().zones)
+        -- options are checked
+        assert.has_error(function() placement.live.new(pol, { every = 9, calls = 4 }) end,
+                         "bad live option (every: at least 2 * calls + 2 expected)")
+        assert.has_error(function() placement.live.new(pol, { often = 1 }) end)
+        assert.has_error(function() placement.live.new(pol, { window = 2, min_passes = 3 }) end)
+    end)
+
+    it("re-checks live inside a pipeline: calls timed through pipe:score, the session moved with the break", function()
+        local m = model_and_rows()
+        local pol = line_policy(SIZES)
+        -- sessions that score nothing and advance a clock by what their device costs (the GPU 40 % faster
+        -- than calibrated): the pipeline's own, and one per device to try the other device of a break on
+        local now = 0
+        local moved = 0
+        local function fake(dev)
+            local f = { dev = dev, calls = 0 }
+            function f:set_device(d) self.dev = d; moved = moved + 1; return true end
+            function f:device() return self.dev end
+            function f:last_device() return self.dev end
+            function f:score(b)
+                local rows = b:rows()
+                now = now + (self.dev == "cpu" and 0.001 + 1e-4 * rows or 0.6 * (0.02 + 1e-5 * rows)) * 1e6
+                self.calls = self.calls + 1
+                return true
+            end
+            f.score_table = f.score
+            function f:submit() return true end
+            function f:close() self.closed = true end
+            return f
+        end
+        local main = fake("cpu")
+        local pipe = assert(wisp.pipeline { model = m, placement = pol, live = { clock = function() return now end } })
+        pipe.session:close()
+        pipe.session, pipe.current = main, "cpu"
+        local tries = { cpu = fake("cpu"), [G] = fake(G) }
+        pipe.try_sessions.cpu, pipe.try_sessions[G] = tries.cpu, tries[G]
+        local batches = {}
+        for _, n in ipairs { 100, 130, 150, 178, 190, 205, 220, 237 } do
+            local b = assert(wisp.batch())
+            for _ = 1, n do b:add({ 1 }) end
+            batches[#batches + 1] = b
+        end
+        for i = 1, 6000 do assert(pipe:score(batches[i % #batches + 1])) end
+        local st = pipe:live()
+        assert.is_true(st.moves >= 3, "moves " .. st.moves)
+        assert.is_true(st.crossover[1].rows >= 114 and st.crossover[1].rows <= 120, "at " .. st.crossover[1].rows)
+        assert(pipe:score(batches[3]))                              -- 150 rows
+        assert.equal(G, pipe:device()); assert.equal(G, main.dev)
+        assert.is_true(st.timed > 0 and st.timed < 6000)
+        -- the other device was tried on its own sessions; the pipeline's session moved only with the breaks
+        -- (batches of 100 .. 237 rows straddle the break: at most two moves a round of 8 batches)
+        assert.is_true(tries.cpu.calls > 0 and tries[G].calls > 0)
+        assert.equal(main.calls + tries.cpu.calls + tries[G].calls, 6001)
+        assert.is_true(moved <= 2 * 6001 / 8 + 2, "moved " .. moved)
+        -- submit places by the live breaks and times nothing
+        local timed = st.timed
+        for _ = 1, 200 do assert(pipe:submit(batches[6])) end
+        assert.equal(timed, pipe:live().timed)
+        -- live = false: the calibrated breaks only; a placement that is no policy has no live state
+        local still = assert(wisp.pipeline { model = m, placement = pol, live = false })
+        assert.is_nil(still:live())
+        still.session:close()
+        still.session, still.current = main, main.dev
+        for i = 1, 2000 do assert(still:score(batches[i % #batches + 1])) end
+        assert(still:score(batches[3]))
+        assert.equal("cpu", still:device())
+        pipe:set_placement("cpu")
+        assert.is_nil(pipe:live())
+        pipe:close()
+        assert.is_true(main.closed and tries.cpu.closed and tries[G].closed)
+        assert.has_error(function() wisp.pipeline { model = m, placement = pol, live = { every = 2 } } end)
+        for _, b in ipairs(batches) do b:close() end
+    end)
+
+    it("makes a policy of the auto device's own points, or says why there are none", function()
+        local m = model_and_rows()
+        local s = assert(m:session("auto"))
+        local b = assert(wisp.batch()); b:add({ 1, 2 })
+        assert(s:score(b))
+        local pol, err = placement.auto_policy(s)
+        if pol == nil then
+            -- no GPU here (or still starting): nothing measured
+            assert.is_string(err)
+            assert.matches("auto_policy: ", err, 1, true)
+        else
+            assert.same({ "cpu", "gpus" }, pol.devices)
+            assert.equal(15, #pol.points)
+            assert.equal(39, pol.model.features_per_row)
+            -- its last break to the GPUs, times 39, is the crossover auto routes by (from this thread: the pool's)
+            local ffi = require "ffi"
+            local pool = ffi.new("uint64_t[1]")
+            require("wisp.cdef").wisp_session_auto_state(s._h, nil, pool)
+            local last = pol.crossover[#pol.crossover]
+            if last and last.to == "gpus" then assert.equal(tonumber(pool[0]), last.rows * 39) end
+        end
+        assert.has_error(function() placement.auto_policy(b) end,
+                         "bad argument #1 to 'auto_policy' (an open session expected)")
+        assert.has_error(function() placement.auto_policy(s, "both") end)
+        s:close()
     end)
 
     it("calibrates interleaved on the CPU (devices cpu and auto: no GPU needed), keeps the spread, and its check holds", function()
