@@ -65,7 +65,7 @@ void wisp__pool_run(wisp_pool *p, size_t ntasks, wisp_task_fn fn, void *ctx);
 
 /* ---- backends -------------------------------------------------------------
  * A device backend is a table of functions plus a context pointer, in the
- * ggml style. The CPU backend is built in; the CUDA backend (engine/cuda_*.c)
+ * ggml style. The CPU backend is built in; the CUDA backend (engine/cuda/)
  * is present when the library was built with nvcc. Optional entries say
  * what happens when they are NULL. */
 
@@ -151,7 +151,8 @@ int  wisp__engine_gpu_settled(wisp_engine *eng);
 void wisp__log(wisp_engine *eng, int level, const char *fmt, ...) WISP_PRINTF(3, 4);
 /* Host memory for batch arrays: pinned when the GPU backend is live. */
 void *wisp__host_alloc(wisp_engine *eng, size_t n);
-/* A batch's own arrays: as wisp__host_alloc unless the engine says plain (wisp_engine_set_pinned_batches; why: hostmem.c). */
+/* A batch's own arrays: as wisp__host_alloc unless the engine says plain
+ * (wisp_engine_set_pinned_batches; why: hostmem.c). */
 void *wisp__host_alloc_batch(wisp_engine *eng, size_t n);
 void  wisp__host_free(wisp_engine *eng, void *p);
 

@@ -1,4 +1,5 @@
-/* engine.c — the engine object: thread pool, lazy GPU discovery, logging (host memory for batches: engine/core/hostmem.c). */
+/* engine.c — the engine object: thread pool, lazy GPU discovery, logging
+ * (host memory for batches: engine/core/hostmem.c). */
 #include "core/core.h"
 
 #include <stdio.h>

@@ -1,4 +1,5 @@
-/* hostmem.c — host memory for batch arrays: the internal allocator (wisp__host_alloc/free, pinned while the GPU backend is live) and its public face, wisp_engine_host_alloc/free/pinned. */
+/* hostmem.c — host memory for batch arrays: the internal allocator and its public face.
+ * wisp__host_alloc/free (pinned while the GPU backend is live); wisp_engine_host_alloc/free/pinned. */
 #include "core/core.h"
 
 #include <stdint.h>
@@ -36,8 +37,8 @@ void *wisp__host_alloc(wisp_engine *eng, size_t n) { return host_alloc(eng, n, 1
 /* A batch's own arrays (batch.c): pinned while the GPU backend is live, as wisp__host_alloc,
  * unless the engine was told otherwise (wisp_engine_set_pinned_batches; WISP_BATCH_PINNED=0/1
  * sets the default). Pinned, a GPU session ships a batch in one DMA: on the H200 a 200k-row
- * builder batch went in 0.87 ms pinned against about 2.5 ms staged from plain memory
- * (seed_experiment_h200.json, 3ced413, where batches were briefly plain). But pinning every
+ * builder batch goes in 0.87 ms pinned against about 2.5 ms staged from plain memory
+ * (measured with the seed experiment, scripts/bench/seed_experiment.lua). But pinning every
  * growth of a batch is slow when many threads grow batches at once: the CLI's 16 parsing
  * threads spent 5.0 s of thread time on a 1M-row file against 1.1 s in plain memory, so the
  * CLI turns it off (its scoring is a small part of its time: bench_auto-h200.json). */

@@ -1,4 +1,5 @@
-/* threadpool.c — a persistent pool of worker threads that run a job's tasks alongside the caller; wisp_engine_run, its public door. */
+/* threadpool.c — a persistent pool of worker threads that run a job's tasks alongside the caller;
+ * wisp_engine_run is its public door. */
 #include "core/core.h"
 
 #include <errno.h>

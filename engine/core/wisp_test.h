@@ -1,8 +1,8 @@
 /* wisp_test.h — every test and benchmark hook of the engine, declared once: not part of
  * the public API (wisp.h), exported by libwisp.so only for specs and benchmarks (the
  * Makefile's TEST_HOOKS list). The specs in spec/c include this header; the Lua and Python
- * FFI declarations of the same hooks (engine/bindings/python/wisp/_capi.py reads this header; the spec/lua specs) mirror it:
- * change them together. */
+ * FFI declarations of the same hooks (engine/bindings/python/wisp/_capi.py reads this header;
+ * the spec/lua specs) mirror it: change them together. */
 #ifndef WISP_TEST_H
 #define WISP_TEST_H
 

@@ -430,7 +430,8 @@ static int parse_delimited_line(wisp_raw *r, const char *p, const char *e, const
     if ((st = wisp__raw_reserve_line(r, (size_t)(e - p)))) { wisp__raw_abort(r); return st; }
     if (r->delim == '\t') {
         tsv_ctx *x = ctx;
-        if (x && (x->fi != r->field_input || x->nf != r->nfields)) make_plan(r, x);   /* first line, or after a header */
+        /* the first line, or a line after a header: a new plan */
+        if (x && (x->fi != r->field_input || x->nf != r->nfields)) make_plan(r, x);
         return parse_tab_line(r, x && x->ok ? x : NULL, p, e, bufend);
     }
     size_t f = 0;

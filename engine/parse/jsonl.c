@@ -97,7 +97,8 @@ static int json_scalar(wisp_raw *r, long in, const char **pp, const char *e, con
             if (rc) return wisp__raw_reject(r, "input '%s': %s is not an int64", inp->name, wisp__text_excerpt(p, n, ex));
             return wisp__raw_push_i64(r, (size_t)in, v);
         }
-        if (n > WISP_TEXTNUM_MAX_TOKEN)          /* wisp__textnum_f64 reads at most that much: refuse, never cut the text */
+        /* wisp__textnum_f64 reads at most WISP_TEXTNUM_MAX_TOKEN bytes: refuse, never cut the text */
+        if (n > WISP_TEXTNUM_MAX_TOKEN)
             return wisp__raw_reject(r, "input '%s': a number of %zu characters ('%s'), longer than the %d bytes the readers take",
                                     inp->name, n, wisp__text_excerpt(p, n, ex), WISP_TEXTNUM_MAX_TOKEN);
         return wisp__raw_push_f32(r, (size_t)in, (float)wisp__textnum_f64(p, n));

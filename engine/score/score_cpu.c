@@ -25,7 +25,7 @@
  *   distance 128, t1, two rows              43.3 ms   (Zipf ids: 27.9 ms; 4 KiB pages: 69.7 ms)
  *   distance 256, t1, two rows              43.0 ms
  *   distance 512, t1, two rows              43.4 ms
- * A later lease (another machine of the same kind): this kernel 46.5 ms,
+ * On a second machine of the same kind: this kernel 46.5 ms,
  * naive loop 50.3 ms, scipy 56.8 ms; 2 threads 21.2 ms, 4 threads 11.4 ms.
  * prefetcht1 (into L2) beats prefetcht0 at every distance, most likely
  * because the line does not hold an L1 fill buffer while it waits, so more

@@ -1,4 +1,5 @@
-/* bucketize.h — TensorFlow's bucketized_column lookup (std::upper_bound over float32 boundaries), once, for C11 and CUDA device code. */
+/* bucketize.h — TensorFlow's bucketized_column lookup, once, for C11 and CUDA device code
+ * (std::upper_bound over float32 boundaries). */
 /*
  * The bucket of x is the number of boundaries b with !(x < b): the
  * boundaries increase, so that is std::upper_bound's index, as

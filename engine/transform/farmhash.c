@@ -1,4 +1,5 @@
-/* farmhash.c — TensorFlow's string fingerprints, exported: Fingerprint64 (FarmHash's farmhashna::Hash64) and FingerprintCat64. */
+/* farmhash.c — TensorFlow's string fingerprints, exported: Fingerprint64 and FingerprintCat64
+ * (Fingerprint64 is FarmHash's farmhashna::Hash64). */
 /*
  * The functions themselves are in farmhash.h, shared with the CPU
  * transform's inline short-string path (transform/columns.h) and the CUDA transform

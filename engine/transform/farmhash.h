@@ -1,4 +1,5 @@
-/* farmhash.h — TensorFlow's Fingerprint64 (FarmHash's farmhashna::Hash64) and FingerprintCat64, once, for C11 and CUDA device code. */
+/* farmhash.h — TensorFlow's Fingerprint64 and FingerprintCat64, once, for C11 and CUDA device code
+ * (Fingerprint64 is FarmHash's farmhashna::Hash64). */
 /*
  * TensorFlow hashes strings for categorical_column_with_hash_bucket,
  * vocabulary out-of-vocabulary buckets and crossed_column with
@@ -33,7 +34,8 @@
 
 #ifdef __CUDACC__
 #define WISP_FH_INLINE static __device__ __forceinline__ /* small helpers */
-#define WISP_FH_CALL   static __device__                  /* the per-length hashes: not forced (nvcc decides, as before) */
+/* WISP_FH_CALL: the per-length hashes, not forced inline (nvcc decides) */
+#define WISP_FH_CALL   static __device__
 typedef uint32_t wisp__fh_len;
 #else
 #define WISP_FH_INLINE static inline

@@ -354,7 +354,7 @@ static int transform_row(tctx *t)
 }
 
 /* Append a bad row (no features) with its line and message; on failure
- * the batch is as before. */
+ * the batch is unchanged. */
 static int add_bad_row(wisp_batch *b, uint64_t line, const char *msg)
 {
     int st = wisp_batch_add_row(b, NULL, NULL, 0);

@@ -79,9 +79,9 @@ end
 -- runs at once (lua_close runs them all, in no order) batch_gc only marks an
 -- in-flight handle dead and the session's finalizer frees it after wisp_session_free
 -- has finished it (session_gc). Re-attaching finalizers from a finalizer does not
--- work there: LuaJIT disables the finalizer table at close, so such batches leaked,
--- kept their engine (and its pool threads) alive, and the process crashed when the
--- library was unloaded under those threads.
+-- work there: LuaJIT disables the finalizer table at close, so such a batch would
+-- leak, keep its engine (and its pool threads) alive, and crash the process when the
+-- library is unloaded under those threads.
 local batch_pending, batch_dead = {}, {}
 M.batch_pending = batch_pending
 

@@ -1,4 +1,5 @@
--- batch.lua — wisp's batches (wisp.h section 4): rows of ids and values, built from Lua, parsed from libsvm text, or wrapped over FFI arrays.
+-- batch.lua — wisp's batches (wisp.h section 4): rows of ids and values, built from Lua,
+-- parsed from libsvm text, or wrapped over FFI arrays.
 --
 -- Loaded by `require "wisp"` (init.lua): wisp.batch, wisp.batch_wrap (alias: the
 -- deprecated wisp.batch_from_ffi), wisp.batch_from_rows, the same on an engine, and
@@ -290,7 +291,7 @@ end
 
 -- Copies of the CSR arrays as Lua tables (for inspection and tests):
 -- {indptr={...}, ids={...}, val_ptr={...} or nil, vals={...} or nil}, all 1-based arrays
--- (row_ptr: the same table as indptr under its earlier name, kept through 0.1.x).
+-- (row_ptr: the same table as indptr, an alias kept through 0.1.x).
 function Batch:csr()
     local h = handle(self, Batch, "batch", "csr")
     local rows = tonumber(C.wisp_batch_rows(h))

@@ -1,4 +1,5 @@
--- columns.lua — column descriptions built in Lua, exact to TensorFlow's tf.feature_column, saved inside .wisp files; each gives raw batches (raw.lua).
+-- columns.lua — column descriptions built in Lua, exact to TensorFlow's tf.feature_column,
+-- saved inside .wisp files; each gives raw batches (raw.lua).
 --
 --   local wisp = require "wisp"
 --   local fc = require "wisp.columns"
@@ -94,7 +95,8 @@ local function opts_of(n, fname, opts, level)
     return opts
 end
 
--- fc.numeric(key [, {name=, default=, dtype="float32"|"int64", normalizer={type="standard", mean=, std=} | {type="affine", scale=, shift=}}])
+-- fc.numeric(key [, {name=, default=, dtype="float32"|"int64",
+--                    normalizer={type="standard", mean=, std=} | {type="affine", scale=, shift=}}])
 function M.numeric(key, opts)
     check_name(1, "numeric", key)
     opts = opts_of(2, "numeric", opts)

@@ -1,4 +1,5 @@
--- const.lua — the numeric constants of engine/include/wisp.h as a Lua table (spec/lua/cdef_spec.lua keeps them in sync).
+-- const.lua — the numeric constants of engine/include/wisp.h as a Lua table
+-- (spec/lua/cdef_spec.lua keeps them in sync).
 return {
     -- status codes
     WISP_OK        =   0,

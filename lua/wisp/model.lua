@@ -1,4 +1,5 @@
--- model.lua — wisp's models (wisp.h section 3): loading, facts, weights, conversion, writing and importing .wisp files.
+-- model.lua — wisp's models (wisp.h section 3): loading, facts, weights, conversion, writing and
+-- importing .wisp files.
 --
 -- Loaded by `require "wisp"` (init.lua): wisp.load, wisp.write_model, wisp.import_liblinear,
 -- engine:load, and the Model class.

@@ -1,4 +1,5 @@
--- profile.lua — the per-stage profiler: a record per scoring call (parse, transform, h2d, kernel, d2h, sync, overhead, bytes), a stage table, and Chrome/Perfetto trace JSON.
+-- profile.lua — the per-stage profiler: a record per scoring call, a stage table, and Chrome/Perfetto
+-- trace JSON (stages: parse, transform, h2d, kernel, d2h, sync, overhead; bytes).
 --
 --   local prof = wisp.profile(function() ... pipe:score(b) ... end, { path = "trace.json" })
 --   print(prof:table())                      -- the stage breakdown

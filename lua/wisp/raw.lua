@@ -1,4 +1,5 @@
--- raw.lua — wisp's raw batches (wisp_raw, wisp.h section 6): rows of raw column inputs (Lua tables, TSV/CSV, JSON lines) for the transform stage.
+-- raw.lua — wisp's raw batches (wisp_raw, wisp.h section 6): rows of raw column inputs for the
+-- transform stage (Lua tables, TSV/CSV, JSON lines).
 --
 --   local fc = require "wisp.columns"
 --   local r = assert(description:raw_batch())       -- a column description's raw batch

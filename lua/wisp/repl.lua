@@ -1,4 +1,5 @@
--- repl.lua — the commands of `wisp repl` (lines starting with ':'): devices, the model, placement, the batching policy, a quick benchmark with its stage table, traces.
+-- repl.lua — the commands of `wisp repl` (lines starting with ':'): devices, the model, placement,
+-- the batching policy, a quick benchmark with its stage table, traces.
 --
 -- engine/cli/cli_lua.c hands every line that starts with ':' to M.command(line); the
 -- prompt's globals (model, session, pipeline, batching) are the REPL's state, so plain

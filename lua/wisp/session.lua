@@ -1,4 +1,5 @@
--- session.lua — wisp's sessions (wisp.h section 5): placement on a device, score, submit/wait, transform and score_raw, statistics.
+-- session.lua — wisp's sessions (wisp.h section 5): placement on a device, score, submit/wait,
+-- transform and score_raw, statistics.
 --
 -- Loaded by `require "wisp"` (init.lua): model:session, wisp.session and the Session class.
 

@@ -1,4 +1,5 @@
--- vw.lua — Vowpal Wabbit in wisp (wisp.h section 7, engine/parse/vw.c): hashing options, VW's hashes, batch:parse_vw, wisp.import_vw.
+-- vw.lua — Vowpal Wabbit in wisp (wisp.h section 7, engine/parse/vw.c): hashing options, VW's hashes,
+-- batch:parse_vw, wisp.import_vw.
 --
 -- Loaded by `require "wisp"` (init.lua): wisp.vw, model:vw, wisp.vw_murmur3,
 -- wisp.vw_hashstring, batch:parse_vw, wisp.import_vw and the VW class.
