@@ -62,12 +62,12 @@ rows = {"age": [23.0, 51.5], "income": [1800.0, 5200.0], "city": ["c00042", "c00
         "device": ["ios", "web"], "hour": [9, 22], "tags": [["t1", "t7"], []]}
 print("a dict of columns:     ", " ".join("%.9f" % v for v in cols.score(rows)))
 
-# 5. A bad row does not stop the batch or spoil its neighbours: it scores NaN and Session.last_errors says why
+# 5. A bad row does not stop the batch or spoil its neighbours: it scores NaN and Session.bad_rows says why
 # (errors="raise" raises wisp.BadRowError instead).
 bad = dict(rows, age=[23.0, float("nan")])
 cs = cols.session("auto")
 print("age NaN in row 1:      ", " ".join("%.9f" % v for v in cs.score(bad)))
-print("  last_errors: %r" % (cs.last_errors,))        # [(row, reason)]
+print("  bad_rows: %r" % (cs.bad_rows,))        # [(row, reason)]
 
 # 6. Serve: the OpenResty service loads the same file (examples/openresty/README.md).
 print("serve it: examples/openresty/serve.sh --models ctr=%s --port 8080" % model.path)

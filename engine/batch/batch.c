@@ -11,7 +11,7 @@
  * and values, which sit next to each other, with one copy when the gaps
  * between the used parts are small (the device buffer mirrors the same
  * offsets and the kernel finds each array by its offset), then the ids in
- * chunks (engine/cuda/cuda_score.c). Growth of any region lays the whole arena out
+ * chunks (engine/cuda/cuda_plan.c). Growth of any region lays the whole arena out
  * anew (allocate, copy the used parts, free), geometric (x2) per region, so
  * a failed growth leaves the batch as it was. The val_ptr region exists
  * from the start, but b->val_ptr stays NULL until the first valued row
@@ -51,7 +51,7 @@
  * non-finite value are listed as bad rows, which keep their features in a
  * wrapped batch and are answered NaN by every device, session.c),
  * wisp_batch_from_csr (batch_csr.c: the same test 16 values at a time, on
- * float32 values or the float32 rounding of float64 ones), the text parsers (libsvm.c, vw.c: the decimal itself is checked, so the
+ * float32 values or the float32 rounding of float64 ones), the text parsers (libsvm.c, vw_text.c: the decimal itself is checked, so the
  * message quotes the text), and the Lua layer (init.lua) above them. The
  * feature-column path (raw inputs, csv.c, jsonl.c, textnum.c) reads numbers as
  * TensorFlow does (1e39 -> inf) and applies the rule where a value meets

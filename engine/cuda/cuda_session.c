@@ -197,6 +197,8 @@ static int slot_get(sess *root, int k, sess **out)
         s->graphs = root->graphs;
         s->inline_on = root->inline_on;
         s->zc_rows = root->zc_rows;
+        s->sharding = root->sharding;
+        s->table_max = root->table_max;
         s->nunits = root->nunits;
         for (int i = 0; i < s->nunits; i++) {
             int st = unit_create(s, &s->u[i], root->u[i].dev, &root->u[i]);

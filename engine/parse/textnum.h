@@ -1,5 +1,5 @@
 /* textnum.h — private: decimal text to numbers, the one module every text reader
- * uses (engine/parse/libsvm.c, engine/parse/vw.c, engine/parse/csv.c, engine/parse/jsonl.c; the column
+ * uses (engine/parse/libsvm.c, engine/parse/vw_text.c, engine/parse/csv.c, engine/parse/jsonl.c; the column
  * description's integers in engine/transform/columns.c). Three roundings, one per peer a
  * reader must match bit for bit, all built from the same pieces here:
  *   - wisp__textnum_f32: strtof's single rounding to float32 (TensorFlow's
@@ -8,7 +8,7 @@
  *     float32, as numpy does): the JSON-lines reader; and libsvm's
  *     (float)strtod (LIBLINEAR reads values with strtod), whose inline
  *     token parser uses wisp__textnum_clinger and wisp__textnum_strtod;
- *   - VW's own parseFloat (engine/parse/vw.c), which is not correctly rounded and
+ *   - VW's own parseFloat (engine/parse/vw_text.c), which is not correctly rounded and
  *     must not be: it falls back to wisp__textnum_strtof as VW does.
  * Every slow path is strtod/strtof in the C locale (strtod_l): a host process
  * that set LC_NUMERIC (a Python or nginx embedding) cannot turn "1.5" into 1.

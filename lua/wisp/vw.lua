@@ -1,4 +1,4 @@
--- vw.lua — Vowpal Wabbit in wisp (wisp.h section 7, engine/parse/vw.c): hashing options, VW's hashes,
+-- vw.lua — Vowpal Wabbit in wisp (wisp.h section 7, engine/transform/vw_hash.c, engine/parse/vw_text.c): hashing options, VW's hashes,
 -- batch:parse_vw, wisp.import_vw.
 --
 -- Loaded by `require "wisp"` (init.lua): wisp.vw, model:vw, wisp.vw_murmur3,

@@ -124,7 +124,7 @@ def wrap(w, eng, rows, arrs):
 
 def build_owned(w, eng, bt):
     """The batch built row by row through the builders: an owned batch, its arrays in
-    one pinned arena (engine/batch/batch.c), shipped packed (engine/cuda/cuda_score.c)."""
+    one pinned arena (engine/batch/batch.c), shipped packed (engine/cuda/cuda_launch.c)."""
     b = C.c_void_p()
     w.ok(w.L.wisp_batch_new(eng, C.byref(b)), "wisp_batch_new")
     ids64 = bt.ids.astype(np.uint64)
