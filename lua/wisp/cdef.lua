@@ -47,6 +47,8 @@ size_t wisp_engine_last_log(wisp_engine *eng, char *buf, size_t len);
 int  wisp_engine_host_alloc(wisp_engine *eng, size_t bytes, void **out);
 void wisp_engine_host_free(wisp_engine *eng, void *p);
 int  wisp_engine_host_pinned(const wisp_engine *eng, const void *p);
+int  wisp_file_id_read(const char *path, int64_t out[6]);
+int  wisp_dir_list(const char *path, char *buf, size_t cap, size_t *len);
 
 /* 3. models */
 typedef struct wisp_model wisp_model;

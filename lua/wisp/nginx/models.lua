@@ -123,7 +123,7 @@ local function open_entry(name, path, device, version)
     local e = setmetatable({ name = name, path = path, device_asked = device, model = model, stamp = stamp,
                              file = fileinfo, checksum = checksum, inflight = 0,
                              retired = false, pending = nil }, Entry)
-    e.pin = fileinfo.inode and pin_file(path, fileinfo.inode) or nil
+    e.pin = pin_file(path, fileinfo)
     e.info = model:info()
     e.version = version
     e.version_id = e.checksum and e.checksum:sub(1, 12) or stamp
