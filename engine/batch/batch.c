@@ -258,7 +258,7 @@ static size_t first_nonfinite(const float *v, size_t n)
 }
 
 /* "feature #k (id N): value nan is not a finite float32" (k 1-based, in the row) */
-static void nonfinite_msg(char *buf, size_t cap, size_t k, uint64_t id, float v)
+void wisp__batch_nonfinite_msg(char *buf, size_t cap, size_t k, uint64_t id, float v)
 {
     snprintf(buf, cap, "feature #%zu (id %llu): value %g is not a finite float32", k + 1, (unsigned long long)id,
              (double)v);
@@ -280,7 +280,7 @@ static int add_row(wisp_batch *b, const uint64_t *vids, const float *vals, size_
     if (WISP_UNLIKELY(bad < nv)) {
         /* a bad value is data: the row goes in empty, as a bad row naming it */
         char msg[160];
-        nonfinite_msg(msg, sizeof msg, bad, vids[bad], vals[bad]);
+        wisp__batch_nonfinite_msg(msg, sizeof msg, bad, vids[bad], vals[bad]);
         if ((st = reserve_row(b, 0, 0)) != WISP_OK) return wisp__fail_context(st, "%s: row %zu", fn, b->rows);
         commit_row(b, 0, 0);
         if ((st = push_bad(b, b->rows - 1, 0, msg, fn)) != WISP_OK) {
@@ -383,7 +383,7 @@ int wisp_batch_wrap(wisp_engine *eng, size_t rows, const uint32_t *indptr, const
             const size_t k = first_nonfinite(vals + a, z - a);
             if (WISP_LIKELY(k == z - a)) continue;
             char msg[160];
-            nonfinite_msg(msg, sizeof msg, k, ids[indptr[r] + k], vals[a + k]);
+            wisp__batch_nonfinite_msg(msg, sizeof msg, k, ids[indptr[r] + k], vals[a + k]);
             int st = push_bad(b, r, 0, msg, fn);
             if (st != WISP_OK) {
                 wisp__free(b->bad);
@@ -429,6 +429,13 @@ int wisp__batch_mark_bad(wisp_batch *b, size_t row, uint64_t line, const char *m
         return wisp__fail(WISP_EINVAL, "%s: row %zu has features; a bad row must have none", fn, row);
     if (b->nbad && row <= b->bad[b->nbad - 1].row)
         return wisp__fail(WISP_EINVAL, "%s: row %zu is not after the last bad row %zu", fn, row, b->bad[b->nbad - 1].row);
+    return push_bad(b, row, line, msg, fn);
+}
+
+int wisp__batch_list_bad(wisp_batch *b, size_t row, uint64_t line, const char *msg, const char *fn)
+{
+    if (row >= b->rows || (b->nbad && row <= b->bad[b->nbad - 1].row))
+        return wisp__fail(WISP_EINVAL, "%s: bad row %zu is out of order or out of range (%zu rows)", fn, row, b->rows);
     return push_bad(b, row, line, msg, fn);
 }
 

@@ -46,5 +46,10 @@ int wisp__batch_commit_line(wisp_batch *b, size_t nv, size_t nb);
 
 /* Mark row `row` (already appended, with no features) bad. */
 int wisp__batch_mark_bad(wisp_batch *b, size_t row, uint64_t line, const char *msg);
+/* List row `row` bad whatever it holds (a wrapped batch's rows keep their features: batch_csr.c);
+ * row is after the last bad row. fn names the caller in a failure's message. */
+int wisp__batch_list_bad(wisp_batch *b, size_t row, uint64_t line, const char *msg, const char *fn);
+/* The values rule's message: "feature #k+1 (id N): value nan is not a finite float32". */
+void wisp__batch_nonfinite_msg(char *buf, size_t cap, size_t k, uint64_t id, float v);
 
 #endif /* WISP_BATCH_H */

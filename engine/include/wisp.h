@@ -410,6 +410,56 @@ int    wisp_batch_add_row_mixed(wisp_batch *b, const uint64_t *vids, const float
 int    wisp_batch_wrap(wisp_engine *eng, size_t rows, const uint32_t *indptr, const uint32_t *ids,
                        const uint32_t *val_ptr, const float *vals, wisp_batch **out);
 
+/* CSR arrays as a binding holds them (numpy/scipy, Java arrays and direct buffers, Arrow, a
+ * decoded JSON tensor), checked once, into a batch: the one way in for every binding.
+ *   indptr    rows + 1 entries of indptr_type (WISP_CSR_INT32, _INT64 or _UINT32): row r's
+ *             features are ids[indptr[r] .. indptr[r + 1]); NULL only for 0 rows
+ *   ids       nnz feature ids of id_type (WISP_CSR_INT32, _INT64, _UINT32 or _UINT64); NULL
+ *             only when nnz is 0
+ *   nnz       the length of ids (and of values): nothing past it is read
+ *   values    nnz values of value_type (WISP_CSR_FLOAT32 or _FLOAT64), values[k] for ids[k];
+ *             or NULL: every feature binary (value_type is then not looked at)
+ *   flags     0 or WISP_CSR_STRICT
+ * Arrays need no alignment (an unaligned one is read, and copied).
+ *
+ * Memory: each array that already is the engine's layout (indptr int32/uint32 with
+ * indptr[0] == 0, ids int32/uint32, values float32, naturally aligned) is used in place, no
+ * copy (wisp_batch_indptr/_ids/_vals point into it); the others are converted into memory
+ * the batch holds (indptr rebased to 0, ids to uint32, float64 values rounded to float32).
+ * Either way the caller keeps its arrays alive and unchanged until wisp_batch_free. The batch
+ * is a wrapped one: it cannot grow (wisp_batch_add_row: WISP_ESTATE; wisp_batch_clear: nothing).
+ *
+ * Bad rows (the call returns WISP_OK; the row is listed by wisp_batch_bad_row with one
+ * message and answered NaN by every device; the other rows are untouched):
+ *   a negative id (int32 or int64 ids): "feature #2: a negative feature index (-1)";
+ *   a value that is not a finite float32 (NaN, +-inf, a float64 beyond float32's range):
+ *     wisp_batch_wrap's message, "feature #2 (id 7): value inf is not a finite float32";
+ *   a row with more than WISP_MAX_ROW_FEATURES features: "N features, more than
+ *     WISP_MAX_ROW_FEATURES (1048576)", the row scored empty;
+ *   without WISP_CSR_STRICT, a row whose range is not ordered inside [0, nnz] (indptr
+ *     decreasing there, past the end, negative): "indptr[3] .. indptr[4] = 5 .. 2 is not a
+ *     range inside [0, 9] (the ids' length)", the row scored empty. indptr[0] > 0 is a slice
+ *     (the ids before it are not read); so are ids after indptr[rows].
+ * A row is listed once, with its first bad entry. Ids >= 2^32 (int64/uint64) are out of range
+ * of every model (stored as 0xFFFFFFFF): ignored and counted (WISP_STAT_OUT_OF_RANGE), not bad.
+ * The ids are read in one pass, 16 at a time without a branch, with the values.
+ *
+ * WISP_CSR_STRICT: scipy's rules for indptr, as call failures (WISP_EINVAL, nothing made, *out
+ * NULL, the message naming the arrays): indptr[0] != 0 ("indptr[0] = 1, must be 0"), indptr
+ * decreasing ("indptr decreases at row 1 (indptr[2] = 2 < indptr[1] = 3)"), indptr[rows] !=
+ * nnz ("indptr[-1] = 9 but indices has 3 entries"). The Python and Java packages use it; the
+ * service's v2 tensors do not (client data: one bad row never changes another row's answer).
+ *
+ * Failures (nothing made, *out NULL): WISP_EINVAL for a NULL eng or out, a NULL indptr or
+ * ids where entries are due, an unknown type or flag; WISP_ELIMIT for rows > WISP_MAX_ROWS or
+ * nnz > WISP_MAX_NNZ (or, without STRICT, overlapping rows holding more than WISP_MAX_NNZ
+ * features in all); WISP_ENOMEM. Thread-safe (the caller's arrays are only read). */
+enum { WISP_CSR_INT32 = 1, WISP_CSR_INT64, WISP_CSR_UINT32, WISP_CSR_UINT64, WISP_CSR_FLOAT32, WISP_CSR_FLOAT64 };
+enum { WISP_CSR_STRICT = 1u << 0 };
+int    wisp_batch_from_csr(wisp_engine *eng, size_t rows, const void *indptr, int indptr_type, const void *ids,
+                           int id_type, size_t nnz, const void *values, int value_type, unsigned flags,
+                           wisp_batch **out);
+
 /* Parse libsvm-format text and append its rows: "[label] id:value id:value
  * ... [# comment]", ids decimal, values decimal floats; a bare "id" (no
  * ":value") after the label is a binary feature; the label is ignored;
@@ -769,7 +819,7 @@ int    wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **indptr, cons
                       const uint32_t **str_off);
 
 /* A JSON list of numbers, text[0..len) from its '[' (nested lists flattened in row-major
- * order, as the Open Inference Protocol's JSON tensors allow; engine/batch/oip.c), read into out:
+ * order, as the Open Inference Protocol's JSON tensors allow; engine/parse/json_numbers.c), read into out:
  * up to cap int32/int64 (is_float 0, bits 32 or 64: integer tokens only, in range) or
  * float/double (is_float 1: each number as strtod reads it, rounded to float32 for bits 32).
  * *count: the elements read; *consumed: the bytes up to and including the closing ']'.
@@ -779,8 +829,8 @@ int    wisp_raw_input(const wisp_raw *r, size_t i, const uint32_t **indptr, cons
 int    wisp_json_numbers(const char *text, size_t len, int is_float, int bits, void *out, size_t cap,
                          size_t *count, size_t *consumed);
 
-/* Rows r0..r1-1 of CSR tensors appended to the growable batch b (engine/batch/oip.c: the v2 infer of
- * a model without columns): row r holds ids[indptr[r] .. indptr[r+1]) (int32 or int64 as
+/* Superseded by wisp_batch_from_csr (section 4), kept through 0.1.x and removed in 0.2.
+ * Rows r0..r1-1 of CSR tensors appended to the growable batch b (engine/batch/batch_csr.c): row r holds ids[indptr[r] .. indptr[r+1]) (int32 or int64 as
  * indptr_bits / id_bits say; unaligned pointers allowed) with vals over the same range, or
  * vals NULL (every feature binary), each row added as wisp_batch_add_row adds it. It stops
  * before the first row holding a negative id: *bad_at is that id's index into ids (else -1),

@@ -163,6 +163,9 @@ int    wisp_json_numbers(const char *text, size_t len, int is_float, int bits, v
                          size_t *count, size_t *consumed);
 int    wisp_batch_add_csr(wisp_batch *b, const void *indptr, int indptr_bits, size_t r0, size_t r1,
                           const void *ids, int id_bits, const float *vals, size_t *added, int64_t *bad_at);
+int    wisp_batch_from_csr(wisp_engine *eng, size_t rows, const void *indptr, int indptr_type, const void *ids,
+                           int id_type, size_t nnz, const void *values, int value_type, unsigned flags,
+                           wisp_batch **out);
 int    wisp_transform(const wisp_raw *r, wisp_batch *b);
 int    wisp_session_transform(wisp_session *s, const wisp_raw *r, wisp_batch *b);
 int    wisp_session_score_raw(wisp_session *s, const wisp_raw *r, float *out);

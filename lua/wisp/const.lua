@@ -44,6 +44,15 @@ return {
     -- wisp_model_load_ex flags
     WISP_LOAD_HUGEPAGES = 1,
 
+    -- wisp_batch_from_csr: element types and flags
+    WISP_CSR_INT32   = 1,
+    WISP_CSR_INT64   = 2,
+    WISP_CSR_UINT32  = 3,
+    WISP_CSR_UINT64  = 4,
+    WISP_CSR_FLOAT32 = 5,
+    WISP_CSR_FLOAT64 = 6,
+    WISP_CSR_STRICT  = 1,
+
     -- statistics (wisp_session_stat)
     WISP_STAT_BATCHES      = 0,
     WISP_STAT_ROWS         = 1,

@@ -1,18 +1,20 @@
-/* oip.c — the Open Inference Protocol's tensor data (the service's v2 endpoints,
- * lua/wisp/nginx/tensor.lua): CSR tensors (indptr, indices, values) added to a batch row by row
- * (wisp_batch_add_csr, at the end), and one JSON list of numbers read into a typed array, each number
- * read as the JSON-lines reader reads it (engine/parse/textnum.h: an integer exactly, a float as
- * strtod, then rounded to float32 for a float32 array, as json.loads + numpy do). The Lua
- * layer finds the lists in nginx's body buffer and hands each one here; anything this refuses
- * (a fraction for an integer, an integer out of range, not a number) it reads again itself to
- * say which element is wrong, so this only answers yes or no.
+/* json_numbers.c — one JSON list of numbers read into a typed array (wisp_json_numbers: the service's v2 tensor data). */
+/*
+ * The Open Inference Protocol's JSON tensors (the service's v2 endpoints, lua/wisp/nginx/tensor.lua):
+ * each number read as the JSON-lines reader reads it (engine/parse/textnum.h: an integer exactly, a float
+ * as strtod, then rounded to float32 for a float32 array, as json.loads + numpy do). The Lua layer finds
+ * the lists in nginx's body buffer and hands each one here; anything this refuses (a fraction for an
+ * integer, an integer out of range, not a number) it reads again itself to say which element is wrong, so
+ * this only answers yes or no. CSR tensors then become a batch through wisp_batch_from_csr
+ * (engine/batch/batch_csr.c).
  *
  * Speed (the per-number cost of a v2 JSON request): the reader is one function made four
  * (is_float x bits: no test of them a token), and when the text ends with its ']' (always so
  * for the lists the Lua layer hands over) the digit loops run without a bound check: every
- * digit run stops at a byte that is not a digit, ']' at the latest. (Tried and measured
- * slower here, so not kept: SWAR digit sums a token, ~1.6x the byte loop, and a SSE2 comma
- * mask walk, ~1.3x: the tokens are short, 1 to 7 digits.) */
+ * digit run stops at a byte that is not a digit, ']' at the latest. (SWAR digit sums a token
+ * measured ~1.6x the byte loop here, and a SSE2 comma mask walk ~1.3x: the tokens are short,
+ * 1 to 7 digits.)
+ */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,56 +178,4 @@ int wisp_json_numbers(const char *text, size_t len, int is_float, int bits, void
                           : read_list(text, len, 0, 64, out, cap, count, consumed, 0);
     }
     return read_list(text, len, is_float, bits, out, cap, count, consumed, 1);
-}
-
-/* ---- CSR tensors into a batch (the v2 infer of a model without columns) -------------------- */
-
-static inline int64_t load_int(const void *base, int bits, size_t i)
-{
-    if (bits == 64) { int64_t v; memcpy(&v, (const char *)base + 8 * i, 8); return v; }
-    int32_t v;
-    memcpy(&v, (const char *)base + 4 * i, 4);
-    return v;
-}
-
-int wisp_batch_add_csr(wisp_batch *b, const void *indptr, int indptr_bits, size_t r0, size_t r1, const void *ids,
-                       int id_bits, const float *vals, size_t *added, int64_t *bad_at)
-{
-    if (added) *added = 0;
-    if (bad_at) *bad_at = -1;
-    if (!b || !indptr || !added || r1 < r0 || (indptr_bits != 32 && indptr_bits != 64) || (id_bits != 32 && id_bits != 64))
-        return WISP_EINVAL;
-    uint64_t stackbuf[256], *buf = stackbuf;
-    size_t cap = 256;
-    int rc = WISP_OK;
-    int64_t a = load_int(indptr, indptr_bits, r0);
-    size_t r;
-    for (r = r0; r < r1; r++) {
-        int64_t z = load_int(indptr, indptr_bits, r + 1);
-        if (a < 0 || z < a || (z > a && !ids)) { rc = WISP_EINVAL; break; }
-        size_t len = (size_t)(z - a);
-        if (len > cap) {
-            uint64_t *nb = malloc(len * sizeof *nb);
-            if (!nb) { rc = WISP_ENOMEM; break; }
-            if (buf != stackbuf) free(buf);
-            buf = nb;
-            cap = len;
-        }
-        size_t k;
-        for (k = 0; k < len; k++) {
-            int64_t id = load_int(ids, id_bits, (size_t)a + k);
-            if (id < 0) break;
-            buf[k] = (uint64_t)id;
-        }
-        if (k < len) {                           /* a negative id: the caller makes this row bad */
-            if (bad_at) *bad_at = a + (int64_t)k;
-            break;
-        }
-        rc = wisp_batch_add_row(b, buf, vals ? vals + a : NULL, len);
-        if (rc != WISP_OK) break;
-        a = z;
-    }
-    if (buf != stackbuf) free(buf);
-    *added = r - r0;
-    return rc;
 }
