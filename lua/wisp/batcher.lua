@@ -68,13 +68,6 @@ local type, error, pcall, tonumber, tostring, ipairs, pairs, setmetatable, selec
 
 local M = {}
 
-if not pcall(ffi.typeof, "struct wisp_batcher_timespec") then
-    ffi.cdef [[
-    struct wisp_batcher_timespec { long tv_sec; long tv_nsec; };
-    int wisp_batcher_nanosleep(const struct wisp_batcher_timespec *req, struct wisp_batcher_timespec *rem) __asm__("nanosleep");
-    ]]
-end
-local ts = ffi.new("struct wisp_batcher_timespec")
 
 local function now_us() return tonumber(C.wisp_clock_ns()) / 1e3 end
 M.now_us = now_us
@@ -83,12 +76,7 @@ M.now_us = now_us
 -- spin for the last 100 µs (timer slack would otherwise add ~50 µs to every short wait).
 local function os_sleep_us(us)
     local t_end = now_us() + us
-    if us > 200 then
-        local s = (us - 100) / 1e6
-        ts.tv_sec = floor(s)
-        ts.tv_nsec = floor((s - floor(s)) * 1e9)
-        C.wisp_batcher_nanosleep(ts, nil)
-    end
+    if us > 200 then ffi.C.usleep(floor(us - 100)) end
     while now_us() < t_end do end
 end
 M.os_sleep_us = os_sleep_us

@@ -196,6 +196,16 @@ int  wisp_import_vw(const char *vw_path, const char *out_path, int dtype);
 ]]
 end
 
+-- The C library functions the Lua layer calls through ffi.C (functions, no struct layouts),
+-- each declared unless this Lua state has it already (lua-resty-core declares some):
+-- memchr (the v2 service's JSON scan), usleep (the batcher's sleeps outside nginx).
+for _, decl in ipairs {
+    "void *memchr(const void *s, int c, size_t n);",
+    "int usleep(unsigned int usec);",
+} do
+    pcall(ffi.cdef, decl)
+end
+
 local function exists(path)
     local f = io.open(path, "rb")
     if f then f:close() return true end
