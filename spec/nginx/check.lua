@@ -7,10 +7,12 @@
 --   check.lua field RESP.json PATH [VALUE]         the field at PATH (a.b.1.c) exists [and equals VALUE]
 --   check.lua differ RESP.json CLI.txt             predictions differ from the CLI's (another model)
 --   check.lua has RESP.json PATH TEXT              the field at PATH is a string containing TEXT
+--   check.lua count RESP.json PATH N               the field at PATH is a list of N elements
 --   check.lua invariant RESP...                    every answer with "predictions": each null has its
---                                                  "errors" entry and each entry's row is null (files
---                                                  that are not such answers are skipped); prints
---                                                  the number of answers checked
+--                                                  "errors" entry and each entry's row is null, and
+--                                                  "bad_rows" is there exactly when "errors" is, with
+--                                                  the same content (files that are not such answers
+--                                                  are skipped); prints the number of answers checked
 -- Prints nothing and exits 0 on success; prints why and exits 1 otherwise.
 local cjson = require "cjson"
 local mode, file = arg[1], arg[2]
@@ -24,6 +26,9 @@ if mode == "invariant" then
         local okd, d = pcall(cjson.decode, txt)
         if okd and type(d) == "table" and type(d.predictions) == "table" then
             n = n + 1
+            if (d.errors == nil) ~= (d.bad_rows == nil) or cjson.encode(d.errors) ~= cjson.encode(d.bad_rows) then
+                die(arg[i], ": bad_rows and errors differ: ", cjson.encode(d.bad_rows), " vs ", cjson.encode(d.errors))
+            end
             local listed = {}
             for _, e in ipairs(type(d.errors) == "table" and d.errors or {}) do
                 if type(e.index) ~= "number" or type(e.error) ~= "string" or e.error == "" then
@@ -93,6 +98,16 @@ elseif mode == "field" then
     if v == nil then die("no field ", arg[3], " in ", text:sub(1, 300)) end
     if arg[4] and tostring(v) ~= arg[4] then die(arg[3], " = ", tostring(v), ", expected ", arg[4]) end
     os.exit(0)
+elseif mode == "count" then
+    local v = doc
+    for part in arg[3]:gmatch("[^.]+") do
+        if type(v) ~= "table" then die("no field ", arg[3], " in ", text:sub(1, 300)) end
+        v = v[tonumber(part) or part]
+    end
+    if type(v) ~= "table" or #v ~= tonumber(arg[4]) then
+        die(arg[3], ": a list of ", arg[4], " expected, got ", type(v) == "table" and #v .. " elements" or tostring(v))
+    end
+    os.exit(0)
 elseif mode == "has" then
     local v = doc
     for part in arg[3]:gmatch("[^.]+") do
@@ -104,4 +119,4 @@ elseif mode == "has" then
     end
     os.exit(0)
 end
-die("usage: check.lua preds|field|differ ...")
+die("usage: check.lua preds|field|differ|has|count|invariant ...")

@@ -156,6 +156,10 @@ if [ "$n1" = 24 ]; then ok "24 concurrent single-row requests (coalesced by the 
 # ---- per-row errors: a bad row does not poison the others -------------------------------
 if req e1 200 "${J[@]}" --data-binary @"$d/badrows.json" "$base/v1/models/ctr:predict" && chk preds "$tmp/e1.json" "$d/ctr_v1.txt" 2,5,7; then
     ok "JSON rows 2, 5, 7 bad: null + errors[index], the other 7 rows scored"; else bad "JSON bad rows"; fi
+if chk count "$tmp/e1.json" bad_rows 3 && chk field "$tmp/e1.json" bad_rows.1.index 2 && chk field "$tmp/e1.json" bad_rows.3.index 7 \
+   && chk has "$tmp/e1.json" bad_rows.2.error "" && chk invariant "$tmp/e1.json" >/dev/null; then
+    ok "the same rows in bad_rows (the glossary's name; errors is its 0.1.x alias, with the same entries)"
+else bad "bad_rows of the JSON bad rows"; fi
 if req e2 200 "${J[@]}" --data-binary @"$d/plainbad.json" "$base/v1/models/plain:predict" && chk preds "$tmp/e2.json" "$d/plain.txt" 1,3,4; then
     ok "{ids, vals} rows 1, 3, 4 bad (negative id, vals length, no ids): null + errors"; else bad "plain bad rows"; fi
 { sed -n 1,3p "$d/rows.libsvm"; echo "1 5:x"; sed -n 5,6p "$d/rows.libsvm"; } > "$d/badline.libsvm"
@@ -284,7 +288,7 @@ else bad "JSON values and id types"; fi
 long=$(head -c 520 /dev/zero | tr '\0' '0')
 if req lng 200 "${J[@]}" --data-binary "{\"instances\": [{\"ids\": [1, 7], \"vals\": [0.5, 0.25]}, {\"ids\": [1], \"vals\": [1.${long}e5]}], \"note\": \"${long}\"}" \
        "$base/v1/models/plain:predict" && chk preds "$tmp/lng.json" "$d/types.txt" 1 && chk has "$tmp/lng.json" errors.1.error "longer than the 511 bytes" \
-   && [ "$(grep -o '"index"' "$tmp/lng.json" | wc -l)" = 1 ]; then
+   && chk count "$tmp/lng.json" bad_rows 1 && chk count "$tmp/lng.json" errors 1; then
     ok "{ids, vals}: a number of 523 characters is refused as libsvm refuses it (cjson would read it); a long run elsewhere in the body is not"
 else bad "JSON number over 511 bytes"; fi
 if req cty 200 "${J[@]}" --data-binary '{"instances": [{"age": 30, "city": "Paris"}, {"age": 1e39}, {"age": [1e39, -1e39]}, 5, "x", null]}' \

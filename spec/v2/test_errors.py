@@ -114,16 +114,16 @@ CASES = [
 
 
 @pytest.mark.parametrize("label,model,body,status,words", CASES, ids=[c[0] for c in CASES])
-def test_protocol_error(oip_service, label, model, body, status, words):
+def test_protocol_error(v2_service, label, model, body, status, words):
     headers = {}
     if isinstance(body, tuple):
         data, hl = body
         if hl is not None:
             headers["Inference-Header-Content-Length"] = str(hl)
         headers["Content-Type"] = "application/octet-stream"
-        r = oip_service.post("/v2/models/%s/infer" % model, data=data, headers=headers)
+        r = v2_service.post("/v2/models/%s/infer" % model, data=data, headers=headers)
     else:
-        r = oip_service.post("/v2/models/%s/infer" % model, json=body)
+        r = v2_service.post("/v2/models/%s/infer" % model, json=body)
     if status == 200:                 # (the last case: a dense input given 2 values is a bad row; row 1 scores)
         assert r.status_code == 200, r.text
         assert [o for o in r.json()["outputs"] if o["name"] == "bad_rows"][0]["data"] == [0]
@@ -134,8 +134,8 @@ def test_protocol_error(oip_service, label, model, body, status, words):
     assert words in doc["error"], (label, doc["error"])
 
 
-def test_routes_statuses(oip_service):
-    s = oip_service
+def test_routes_statuses(v2_service):
+    s = v2_service
     r = s.post("/v2/models/nosuch/infer", json=ids_body())
     assert r.status_code == 404 and "unknown model 'nosuch'" in r.json()["error"]
     assert s.get("/v2/models/nosuch").status_code == 404
@@ -167,8 +167,8 @@ def test_routes_statuses(oip_service):
     assert s.alive()
 
 
-def test_health_and_server_metadata(oip_service):
-    s = oip_service
+def test_health_and_server_metadata(v2_service):
+    s = v2_service
     assert s.get("/v2/health/live").json() == {"live": True}
     assert s.get("/v2/health/ready").json() == {"ready": True}
     md = s.get("/v2").json()
@@ -185,9 +185,9 @@ def test_health_and_server_metadata(oip_service):
     assert s.get("/v2/models/plain/versions/1").json()["inputs"] == md["inputs"]
 
 
-def test_not_ready_model_and_server(wisp_service, oip_models, tmp_path):
+def test_not_ready_model_and_server(wisp_service, v2_models, tmp_path):
     missing = tmp_path / "late.wisp"
-    svc = wisp_service(models={"plain": oip_models / "plain.wisp", "late": missing}, wait_ready=False)
+    svc = wisp_service(models={"plain": v2_models / "plain.wisp", "late": missing}, wait_ready=False)
     # not ready: 503 and an "error", as KServe's reference server answers (and v1's /readyz)
     r = svc.get("/v2/health/ready")
     assert r.status_code == 503 and r.json()["ready"] is False and r.json()["error"]
@@ -200,8 +200,8 @@ def test_not_ready_model_and_server(wisp_service, oip_models, tmp_path):
     assert c.is_server_live() and not c.is_server_ready() and not c.is_model_ready("late") and c.is_model_ready("plain")
 
 
-def test_tritonclient_raises_the_servers_message(oip_service):
-    c = th.InferenceServerClient("127.0.0.1:%d" % oip_service.port)
+def test_tritonclient_raises_the_servers_message(v2_service):
+    c = th.InferenceServerClient("127.0.0.1:%d" % v2_service.port)
     a = th.InferInput("indptr", [3], "INT64")
     a.set_data_from_numpy(np.array([0, 2, 1], dtype=np.int64))
     b = th.InferInput("indices", [2], "INT32")
@@ -217,8 +217,8 @@ def test_tritonclient_raises_the_servers_message(oip_service):
     assert c.is_server_live()
 
 
-def test_admin_listener_and_repository_routes(wisp_service, oip_models):
-    svc = wisp_service(models={"plain": oip_models / "plain.wisp"}, admin=True)
+def test_admin_listener_and_repository_routes(wisp_service, v2_models):
+    svc = wisp_service(models={"plain": v2_models / "plain.wisp"}, admin=True)
     r = svc.post("/v2/repository/index", json={})
     assert r.status_code == 403 and "admin listener" in r.json()["error"]
     assert svc.post("/v2/repository/models/plain/load").status_code == 403
@@ -239,7 +239,7 @@ def test_admin_listener_and_repository_routes(wisp_service, oip_models):
     assert r.status_code == 400 and "error" in r.json()
 
 
-def test_no_5xx_and_no_dead_worker_after_garbage(oip_service):
+def test_no_5xx_and_no_dead_worker_after_garbage(v2_service):
     """random mutations of valid requests: never a 5xx, every answer JSON, the workers alive"""
     import random
     rng = random.Random(5)
@@ -260,8 +260,8 @@ def test_no_5xx_and_no_dead_worker_after_garbage(oip_service):
             else:
                 s[k:k] = bytes([rng.randrange(256)])
         headers = {} if i % 2 else {"Inference-Header-Content-Length": str(rng.choice([hl, hl - 1, hl + 1, len(s)]))}
-        r = oip_service.post("/v2/models/%s/infer" % rng.choice(["plain", "ctr", "tiny"]), data=bytes(s), headers=headers)
+        r = v2_service.post("/v2/models/%s/infer" % rng.choice(["plain", "ctr", "tiny"]), data=bytes(s), headers=headers)
         assert r.status_code < 500, (i, r.status_code, r.text, bytes(s))
         if r.status_code != 200 or "Inference-Header-Content-Length" not in r.headers:
             json.loads(r.text)
-    assert oip_service.alive()
+    assert v2_service.alive()

@@ -1,4 +1,4 @@
-"""test_json_numbers.py — wisp_json_numbers (engine/batch/oip.c), the C reader of the v2 JSON tensors' number lists,
+"""test_json_numbers.py — wisp_json_numbers (engine/parse/json_numbers.c), the C reader of the v2 JSON tensors' number lists,
 through ctypes on $WISP_BUILD/libwisp.so: on random lists it reads what json.loads + numpy read (int32, int64
 exactly, float32 as float(strtod) rounded, float64), nested lists flattened; it refuses (EPARSE) what is not a
 list of numbers of that kind, and says ELIMIT past cap."""

@@ -1,4 +1,4 @@
-"""wisp_json_numbers (engine/batch/oip.c) on both of its paths, through ctypes on $WISP_BUILD/libwisp.so:
+"""wisp_json_numbers (engine/parse/json_numbers.c) on both of its paths, through ctypes on $WISP_BUILD/libwisp.so:
 the text ending with the list's ']' (the sentinel path, digit loops without a bound check: what the
 service's Lua layer always hands over) and the text going on after it (the guarded path). On random
 lists (compact, as a client's JSON encoder writes them, and with blanks) and on random token soup,

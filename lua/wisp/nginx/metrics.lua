@@ -153,6 +153,23 @@ local function lbl(model, extra, version)
     end
     return l
 end
+-- count_request(name, endpoint, status) -> status: wisp_requests_total{model, endpoint, code} + 1,
+-- the label memoised by model, endpoint and status (no string made a request)
+local req_labels = {}
+local function count_request(name, endpoint, status)
+    local byn = req_labels[name]
+    if not byn then byn = {}; req_labels[name] = byn end
+    local bye = byn[endpoint]
+    if not bye then bye = {}; byn[endpoint] = bye end
+    local l = bye[status]
+    if not l then
+        l = lbl(name, fmt('endpoint="%s",code="%d"', endpoint, status))
+        bye[status] = l
+    end
+    inc("wisp_requests_total", l)
+    return status
+end
+
 local STAGE_LABEL = {}
 for _, stg in ipairs { "ns_h2d", "ns_kernel", "ns_d2h", "ns_sync", "ns_total" } do STAGE_LABEL[stg] = 'stage="' .. stg:sub(4) .. '"' end
 
@@ -276,6 +293,7 @@ M.hobserve = hobserve
 M.observe = observe
 M.record = record
 M.lbl = lbl
+M.count_request = count_request
 M.set_gauges = set_gauges
 M.drop_version_gauges = drop_version_gauges
 M.drop_model_gauges = drop_model_gauges

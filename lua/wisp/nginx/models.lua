@@ -756,7 +756,6 @@ local function repository_unload(name)
 end
 
 M.Entry = Entry
-M.float_buf = float_buf
 M.open_entry = open_entry
 M.reload_slot = reload_slot
 M.check_all = check_all

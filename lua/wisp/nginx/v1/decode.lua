@@ -4,6 +4,7 @@
 -- scores them raw or transforms them, as its mode needs), with the bad rows each format reports,
 -- said in the body's terms.
 
+local ffi = require "ffi"
 local S = require "wisp.nginx.state"
 local J = require "wisp.nginx.json"
 local I = require "wisp.nginx.v1.instances"
@@ -11,7 +12,8 @@ local RUN = require "wisp.nginx.run"
 
 local type, tostring, ipairs = type, tostring, ipairs
 local fmt, floor, huge = string.format, math.floor, math.huge
-local instances_as_lines, long_number_runs, instance_errors = I.instances_as_lines, I.long_number_runs, I.instance_errors
+local instances_as_lines, long_number_runs = I.instances_as_lines, I.long_number_runs
+local instance_errors = I.instance_errors
 local bad_rows_of = RUN.bad_rows_of
 local is_list, is_object, what = J.is_list, J.is_object, J.what
 
@@ -30,7 +32,7 @@ local function too_many(count, max_rows)
     return nil, 413, fmt("too many rows: %d in one request (limit %d)", count, max_rows), { limit_rows = max_rows }
 end
 
-local f32_box = require("ffi").new("float[1]")
+local f32_box = ffi.new("float[1]")
 
 -- decode(e, b, kind, body, blen, max_rows) -> d | nil, status, message[, extra]
 -- kind: "libsvm", "jsonl" or "json" (the Content-Type's, wisp.nginx.v1.predict); body: a Lua
