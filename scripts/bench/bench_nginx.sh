@@ -192,33 +192,11 @@ if [ "$plan" = 1 ] || [ "$pin" = 1 ]; then
     [ "$plan" = 1 ] && exit 0
 fi
 
-for t in wrk curl "$W"; do command -v "$t" >/dev/null 2>&1 || { echo "bench_nginx.sh: $t not found" >&2; exit 1; }; done
-nginx_bin=$(command -v nginx 2>/dev/null || ls /usr/sbin/nginx /opt/devdeps/usr/sbin/nginx 2>/dev/null | head -n 1)
-[ -z "$nginx_bin" ] && { echo "bench_nginx.sh: nginx not found" >&2; exit 1; }
+bench=bench_nginx
+. scripts/bench/bench_nginx_lib.sh
+bench_setup
 
-tmp=$(mktemp -d /tmp/wisp-bench-nginx.XXXXXX)
-chmod 755 "$tmp"
-prefix="$tmp/prefix"
-cleanup() {
-    if [ -f "$prefix/logs/nginx.pid" ]; then
-        pid=$(cat "$prefix/logs/nginx.pid"); kill -QUIT "$pid" 2>/dev/null
-        for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    fi
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-# ---- model and bodies ----------------------------------------------------------------
-data=$(ls "$build"/demo/data*.libsvm 2>/dev/null | head -n 1)
-if [ -f "$build/demo/model.wisp" ] && [ -n "$data" ]; then
-    model="$build/demo/model.wisp"
-else
-    echo "bench_nginx.sh: making a demo model and 2000 rows in $tmp/demo" >&2
-    "$W" run examples/demo.lua --out "$tmp/demo" --rows 2000 >/dev/null || exit 1
-    model="$tmp/demo/model.wisp"; data=$(ls "$tmp"/demo/data*.libsvm | head -n 1)
-fi
-cp "$model" "$tmp/model.wisp"; model="$tmp/model.wisp"; chmod 644 "$model"
+# ---- bodies ----------------------------------------------------------------------------
 head -n 1 "$data" > "$tmp/one.libsvm"
 head -n 100 "$data" > "$tmp/hundred.libsvm"
 cat > "$tmp/tojson.lua" <<'EOF'
@@ -238,9 +216,6 @@ if [ "$raw_bodies" = 1 ]; then
     chmod 644 "$model"
 fi
 
-. spec/nginx/free_port.sh
-port=$(free_port)
-base="http://127.0.0.1:$port"
 url="$base/v1/models/m:predict"
 
 start() {   # start MODE BATCHING: render, start or reload nginx, wait until it serves that mode
@@ -275,18 +250,7 @@ start() {   # start MODE BATCHING: render, start or reload nginx, wait until it 
 }
 workers_seen=""; pin_mismatch=0
 
-runs="$tmp/runs.jsonl"; : > "$runs"
 val() { echo "$1" | sed -E "s/.*\"$2\": ([0-9.]+).*/\1/"; }
-clk=$(getconf CLK_TCK 2>/dev/null || echo 100)
-workers_cpu() {   # CPU seconds used so far by nginx's worker processes, and their involuntary context switches
-    local m t=0 p cs=0
-    m=$(cat "$prefix/logs/nginx.pid" 2>/dev/null) || { echo "0 0"; return; }
-    for p in $(pgrep -P "$m"); do
-        t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || echo 0)))
-        cs=$((cs + $(awk '/^nonvoluntary_ctxt_switches/ { print $2 }' "/proc/$p/status" 2>/dev/null || echo 0)))
-    done
-    awk -v t="$t" -v k="$clk" -v cs="$cs" 'BEGIN { printf "%.2f %d", t / k, cs }'
-}
 stall_marks() {   # the workers' run delay so far (ms waiting for a CPU, /proc/PID/schedstat) and the event-loop
                   # lag ticks so far (/metrics, wisp_event_loop_lag_seconds): all, over 5 ms, over 20 ms
     local m p rd=0
@@ -297,28 +261,6 @@ stall_marks() {   # the workers' run delay so far (ms waiting for a CPU, /proc/P
         /^wisp_event_loop_lag_seconds_bucket\{le="0.005"\}/ { b5 = $2 }
         /^wisp_event_loop_lag_seconds_bucket\{le="0.02"\}/ { b20 = $2 }
         END { printf "%.3f %d %d %d", rd / 1e6, n, n - b5, n - b20 }'
-}
-wrkrun() {  # wrkrun NAME ROUND CONNS SECONDS BODY CTYPE ROWS [THINK_MS] [MAX_PER_THREAD] [WRK_SCRIPT] -> prints the run's JSON
-    local name=$1 round=$2 c=$3 d=$4 body=$5 ct=$6 rows=$7 think=${8:-0} maxn=${9:-0} script=${10:-spec/nginx/wrk_post.lua}
-    local line cpu0 cpu1 wcpu cs0 cs1
-    read -r cpu0 cs0 <<< "$(workers_cpu)"
-    ( TIMEFORMAT='WRKCPU %U %S'; time $WRK -t"$wrk_threads" -c"$c" -d"${d}s" --timeout 10s -s "$script" "$url" -- "$body" "$ct" "$rows" "$think" "$maxn" ) > "$tmp/wrk.out" 2>&1
-    read -r cpu1 cs1 <<< "$(workers_cpu)"
-    line=$(grep '^WRK ' "$tmp/wrk.out" | sed 's/^WRK //')
-    wcpu=$(awk '/^WRKCPU/ { print $2 + $3 }' "$tmp/wrk.out")
-    [ -z "$line" ] && line='{"error": "wrk printed nothing", "rps": 0, "requests": 0}'
-    # CPU seconds of nginx's workers (all their threads: /proc/PID/stat utime + stime) and of wrk
-    # during the run: rows per worker-CPU-second compares with the peer's rows per CPU-second
-    # whatever share of the machine the run got
-    line=$(echo "$line" | awk -v r="$rows" -v n="$name" -v k="$round" -v c="$c" -v t="$think" -v cw="$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')" -v cwrk="${wcpu:-0}" -v ncs="$((cs1 - cs0))" '{
-        match($0, /"rps": [0-9.]+/); rps = substr($0, RSTART + 7, RLENGTH - 7);
-        match($0, /"requests": [0-9]+/); nreq = substr($0, RSTART + 12, RLENGTH - 12);
-        extra = sprintf("\"worker_cpu_s\": %.2f, \"wrk_cpu_s\": %.2f, \"worker_cpu_us_per_request\": %.1f, \"rows_per_worker_cpu_s\": %.1f, \"worker_preemptions_per_request\": %.3f, ",
-                        cw, cwrk, nreq > 0 ? cw * 1e6 / nreq : 0, cw > 0 ? nreq * r / cw : 0, nreq > 0 ? ncs / nreq : 0);
-        sub(/^\{/, sprintf("{\"name\": \"%s\", \"round\": %d, \"connections\": %d, \"think_ms\": %s, \"rows_per_request\": %d, \"rows_per_s\": %.1f, %s", n, k, c, t, r, rps * r, extra)); print }')
-    echo "$line" >> "$runs"
-    printf '%-34s %s\n' "$name#$round" "$(echo "$line" | sed -E 's/.*"rows_per_s": ([0-9.]+).*"rps": ([0-9.]+).*"p50_us": ([0-9]+).*"p99_us": ([0-9]+).*/rows\/s \1  req\/s \2  p50 \3 us  p99 \4 us/')" >&2
-    echo "$line"
 }
 peer() {    # peer ROUND BODY ROWS: the in-process peer, one process, --duration seconds
     local line

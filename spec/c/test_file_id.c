@@ -11,13 +11,19 @@
 
 static char tmpdir[256];
 
+/* the paths this test makes, each "tmpdir/name": made once by main, read by the cases as P(name) */
+static const char *const NAMES[] = { "a.wisp", "d", "link.wisp", "dlink", "dangling.wisp", "missing.wisp", "a.wisp/x",
+                                     "m.wisp", "m.wisp.new", "repo", "repo/1", "repo/2", "repo/config.json", "empty",
+                                     "nodir" };
+enum { NNAMES = sizeof NAMES / sizeof NAMES[0] };
+static char paths[NNAMES][300];
+
 static const char *P(const char *name)
 {
-    static char bufs[8][512];
-    static int k;
-    char *b = bufs[k++ & 7];
-    snprintf(b, 512, "%s/%s", tmpdir, name);
-    return b;
+    for (int i = 0; i < NNAMES; i++)
+        if (strcmp(NAMES[i], name) == 0) return paths[i];
+    fprintf(stderr, "test_file_id: no path for %s\n", name);
+    exit(2);
 }
 
 static int write_file(const char *path, const char *text, int flags)
@@ -189,6 +195,7 @@ int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/wisp-fileid-XXXXXX");
     if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 2; }
+    for (int i = 0; i < NNAMES; i++) snprintf(paths[i], sizeof paths[i], "%s/%s", tmpdir, NAMES[i]);
     test_file_and_dir();
     test_symlink();
     test_missing_and_args();

@@ -59,6 +59,16 @@ local function cli_lines(path)
     return t
 end
 
+-- the field at PATH (a.b.1.c: 1-based list indices) of the answer, nil when missing
+local function at_path(path)
+    local v = doc
+    for part in path:gmatch("[^.]+") do
+        if type(v) ~= "table" then die("no field ", path, " in ", text:sub(1, 300)) end
+        v = v[tonumber(part) or part]
+    end
+    return v
+end
+
 if mode == "preds" or mode == "differ" then
     local want = cli_lines(arg[3])
     local p = doc.predictions
@@ -90,30 +100,18 @@ if mode == "preds" or mode == "differ" then
     if doc.errors and not next(nulls) then die("unexpected errors: ", cjson.encode(doc.errors)) end
     os.exit(0)
 elseif mode == "field" then
-    local v = doc
-    for part in arg[3]:gmatch("[^.]+") do
-        if type(v) ~= "table" then die("no field ", arg[3], " in ", text:sub(1, 300)) end
-        v = v[tonumber(part) or part]
-    end
+    local v = at_path(arg[3])
     if v == nil then die("no field ", arg[3], " in ", text:sub(1, 300)) end
     if arg[4] and tostring(v) ~= arg[4] then die(arg[3], " = ", tostring(v), ", expected ", arg[4]) end
     os.exit(0)
 elseif mode == "count" then
-    local v = doc
-    for part in arg[3]:gmatch("[^.]+") do
-        if type(v) ~= "table" then die("no field ", arg[3], " in ", text:sub(1, 300)) end
-        v = v[tonumber(part) or part]
-    end
+    local v = at_path(arg[3])
     if type(v) ~= "table" or #v ~= tonumber(arg[4]) then
         die(arg[3], ": a list of ", arg[4], " expected, got ", type(v) == "table" and #v .. " elements" or tostring(v))
     end
     os.exit(0)
 elseif mode == "has" then
-    local v = doc
-    for part in arg[3]:gmatch("[^.]+") do
-        if type(v) ~= "table" then die("no field ", arg[3], " in ", text:sub(1, 300)) end
-        v = v[tonumber(part) or part]
-    end
+    local v = at_path(arg[3])
     if type(v) ~= "string" or not v:find(arg[4], 1, true) then
         die(arg[3], " = ", tostring(v), ", expected a text containing ", arg[4])
     end

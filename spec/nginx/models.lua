@@ -44,23 +44,8 @@ local f = assert(io.open(dir .. "/rows.json", "wb"))
 f:write(cjson.encode { instances = rows }, "\n")
 f:close()
 
-local function libsvm_of(batch)
-    local csr = batch:csr()
-    local lines = {}
-    for r = 1, #csr.indptr - 1 do
-        local parts = { "0" }
-        local a, z = csr.indptr[r], csr.indptr[r + 1]
-        local va, vz = 0, 0
-        if csr.val_ptr then va, vz = csr.val_ptr[r], csr.val_ptr[r + 1] end
-        for k = a, z - 1 do
-            local vi = va + (k - a)
-            if vi < vz then parts[#parts + 1] = string.format("%d:%.9g", csr.ids[k + 1], csr.vals[vi + 1])
-            else parts[#parts + 1] = string.format("%d:1", csr.ids[k + 1]) end
-        end
-        lines[#lines + 1] = table.concat(parts, " ")
-    end
-    return table.concat(lines, "\n") .. "\n"
-end
+local csr_lines = dofile("spec/nginx/csr_lines.lua")
+local function libsvm_of(batch) return table.concat(csr_lines(batch, "%d:1"), "\n") .. "\n" end
 
 local tr = assert(spec:transformer())
 assert(tr:add_rows(rows))

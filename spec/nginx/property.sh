@@ -15,37 +15,12 @@
 [ -z "$BASH_VERSION" ] && exec bash "$0" "$@"
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-root=$(pwd)
-build=${WISP_BUILD:-build}
-case "$build" in /*) ;; *) build="$root/$build";; esac
-W="$build/wisp"
+SUITE=property
+. spec/nginx/harness.sh
 seed=${WISP_SEED:-1}
 configs=${WISP_PROPERTY_CONFIGS:-inline:off thread:off async:off auto:off inline:on auto:on}
-device=${WISP_NGINX_DEVICE:-cpu}
-[ "${WISP_TEST_GPU:-0}" = 1 ] && [ -z "${WISP_NGINX_DEVICE:-}" ] && device=gpu
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-finish() {
-    [ "$fail" -ne 0 ] && echo "replay: WISP_SEED=$seed WISP_BUILD=$build sh spec/nginx/property.sh"
-    echo "property: $pass passed, $fail failed"
-}
-
-tmp=$(mktemp -d /tmp/wisp-property.XXXXXX)
-chmod 755 "$tmp"
-prefix="$tmp/prefix"
-d="$tmp/m"; mkdir -p "$d"; chmod 755 "$d"
-nginx_bin=""
-. "$root/spec/nginx/stop_nginx.sh"
-cleanup() { stop_nginx; [ -n "${WISP_KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-for t in curl "$W"; do
-    if ! command -v "$t" >/dev/null 2>&1; then bad "missing $t"; finish; exit 1; fi
-done
-nginx_bin=$(command -v nginx 2>/dev/null || ls /usr/sbin/nginx /opt/devdeps/usr/sbin/nginx 2>/dev/null | head -n 1)
-if [ -z "$nginx_bin" ]; then bad "nginx not installed (make deps-test installs it)"; finish; exit 1; fi
+replay_cmd="replay: WISP_SEED=$seed WISP_BUILD=$build sh spec/nginx/property.sh"
+need curl "$W"
 echo "property: seed $seed (WISP_SEED replays), device $device, configurations: $configs"
 
 # ---- rows, requests, references ----------------------------------------------------------
@@ -71,7 +46,6 @@ if [ "${1:-}" = nan ] || { [ "${1:-}" = "${2:-}" ] && [ "${1:-}" != "${3:-}" ]; 
     ok "wisp score --format jsonl: a 523-character 1e5 is refused or read as 1e5 ($long)"
 else bad "wisp score --format jsonl: the 523-character number 1.000...e5 scores as 1 does, not as 1e5 (got '$long' for it, 1e5, 1: the number's text cut at 511 bytes)"; fi
 
-. "$root/spec/nginx/free_port.sh"
 models="plain=$d/plain.wisp,plain8=$d/plain8.wisp,cols=$d/cols.wisp"
 start_nginx() {   # start_nginx MODE BATCHING
     started=""

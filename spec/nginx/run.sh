@@ -10,41 +10,18 @@
 [ -z "$BASH_VERSION" ] && exec bash "$0" "$@"
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-root=$(pwd)
-build=${WISP_BUILD:-build}
-case "$build" in /*) ;; *) build="$root/$build";; esac
-W="$build/wisp"
-pass=0; fail=0
-device=${WISP_NGINX_DEVICE:-cpu}
-[ "${WISP_TEST_GPU:-0}" = 1 ] && [ -z "${WISP_NGINX_DEVICE:-}" ] && device=gpu
+SUITE=nginx
+. spec/nginx/harness.sh
 want_dev=cpu; [ "$device" != cpu ] && want_dev=gpu:0
 want_mode=inline; [ "$want_dev" != cpu ] && want_mode=auto     # serve.sh's default: mode = device
-ok()  { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-finish() { echo "nginx: $pass passed, $fail failed"; }
-
-tmp=$(mktemp -d /tmp/wisp-nginx.XXXXXX)
-chmod 755 "$tmp"     # nginx workers run as an unprivileged user when started by root: they read the models here
-prefix="$tmp/prefix"
-nginx_bin=""
-. "$root/spec/nginx/stop_nginx.sh"
-cleanup() {
+on_exit() {
     [ -n "${wrk_pid:-}" ] && kill "$wrk_pid" 2>/dev/null
-    stop_nginx
     if [ "$fail" -ne 0 ] && [ -f "$prefix/logs/error.log" ]; then
         echo "--- error.log (last 30 lines)"; tail -n 30 "$prefix/logs/error.log"
     fi
-    rm -rf "$tmp"
 }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-for t in curl "$W"; do
-    if ! command -v "$t" >/dev/null 2>&1; then bad "missing $t"; finish; exit 1; fi
-done
+need curl "$W"
 if [ ! -f "$build/libwisp.so" ]; then bad "missing $build/libwisp.so"; finish; exit 1; fi
-nginx_bin=$(command -v nginx 2>/dev/null || ls /usr/sbin/nginx /opt/devdeps/usr/sbin/nginx 2>/dev/null | head -n 1)
-if [ -z "$nginx_bin" ]; then bad "nginx not installed (make deps-test installs it)"; finish; exit 1; fi
 
 # ---- models, rows and the CLI's answers ------------------------------------------
 d="$tmp/m"; mkdir -p "$d"
@@ -56,10 +33,20 @@ cp "$d/ctr.wisp" "$d/ctr_v1.wisp"
 "$W" score -m "$d/ctr.wisp" -d cpu --format jsonl "$d/rows.ndjson" > "$d/ctr_v1_jsonl.txt"
 "$W" score -m "$d/ctr.wisp" -d cpu --format jsonl "$d/tricky.ndjson" > "$d/tricky.txt"
 chk() { "$W" run spec/nginx/check.lua "$@"; }
+# n_equal N NAME WANT [curl options...]: N predictions of ctr, each answer saved as $tmp/NAME_i.json; prints how
+# many answered 200 with the predictions of WANT (a CLI's lines); the body is rows.json unless the options say
+n_equal() {
+    local n=$1 name=$2 want=$3 k=0 code i; shift 3
+    [ $# -eq 0 ] && set -- "${J[@]}" --data-binary @"$d/rows.json"
+    for i in $(seq 1 "$n"); do
+        code=$(curl -s -o "$tmp/${name}_$i.json" -w '%{http_code}' "$@" "$base/v1/models/ctr:predict")
+        [ "$code" = 200 ] && chk preds "$tmp/${name}_$i.json" "$want" >/dev/null && k=$((k + 1))
+    done
+    echo "$k"
+}
 
 # a free loopback port: probe, then retry the start on another port when the bind still
 # fails (a port can be taken between the probe and the start, or be in use without a listener)
-. "$root/spec/nginx/free_port.sh"
 pick_port() {
     port=$(free_port)
     base="http://127.0.0.1:$port"
@@ -368,21 +355,13 @@ else
     if [ "$nbad" = 0 ]; then ok "hot reload under load (8 curl loops): 0 failures"; else bad "hot reload under load: $nbad failures"; fi
 fi
 sleep 1.2
-nv2=0
-for i in $(seq 1 10); do
-    curl -s -o "$tmp/v2_$i.json" "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict"
-    chk preds "$tmp/v2_$i.json" "$d/ctr_v2.txt" >/dev/null && nv2=$((nv2 + 1))
-done
+nv2=$(n_equal 10 v2 "$d/ctr_v2.txt")
 if [ "$nv2" = 10 ]; then ok "after the rename every worker answers with the new model (10/10 equal its CLI)"; else bad "new model: $nv2/10"; fi
 
 # ---- a broken file renamed in: the old model keeps serving ---------------------------------
 head -c 9000 "$d/ctr_v1.wisp" > "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
 sleep 1.3
-nkeep=0
-for i in $(seq 1 6); do
-    code=$(curl -s -o "$tmp/keep_$i.json" -w '%{http_code}' "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict")
-    [ "$code" = 200 ] && chk preds "$tmp/keep_$i.json" "$d/ctr_v2.txt" >/dev/null && nkeep=$((nkeep + 1))
-done
+nkeep=$(n_equal 6 keep "$d/ctr_v2.txt")
 if [ "$nkeep" = 6 ]; then ok "truncated model file: the loaded version keeps serving (6/6)"; else bad "broken file: $nkeep/6 served by the old model"; fi
 if req brk 200 "$base/v1/models/ctr" && chk field "$tmp/brk.json" reload.error && chk field "$tmp/brk.json" ready true; then
     ok "the failure is reported in /v1/models/ctr (reload.error), still ready"; else bad "reload error in metadata"; fi
@@ -396,11 +375,7 @@ expect_error "POST :reload with a broken file -> 500, old model kept" rl1 500 -X
 cp "$d/ctr_v1.wisp" "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
 if req rl2 200 -X POST "$base/v1/models/ctr:reload" && chk field "$tmp/rl2.json" reloaded true; then ok "POST :reload -> 200"; else bad "POST :reload"; fi
 sleep 1.2
-nv1=0
-for i in $(seq 1 8); do
-    curl -s -o "$tmp/v1_$i.json" "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict"
-    chk preds "$tmp/v1_$i.json" "$d/ctr_v1.txt" >/dev/null && nv1=$((nv1 + 1))
-done
+nv1=$(n_equal 8 v1 "$d/ctr_v1.txt")
 if [ "$nv1" = 8 ]; then ok "after :reload every worker serves the restored file (8/8)"; else bad "after :reload: $nv1/8"; fi
 
 # ---- issue 14, class 3: a body still arriving while a new version is renamed in ---------------
@@ -446,11 +421,7 @@ if chk preds "$tmp/ipv.json" "$d/ctr_v1.txt" && req rlu 200 -X POST "$base/v1/mo
 else bad "debounced :reload"; fi
 inplace_check() {   # inplace_check LABEL
     sleep 1.3
-    nin=0
-    for i in $(seq 1 8); do
-        code=$(curl -s -o "$tmp/inp_$i.json" -w '%{http_code}' "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict")
-        [ "$code" = 200 ] && chk preds "$tmp/inp_$i.json" "$d/ctr_v1.txt" >/dev/null && nin=$((nin + 1))
-    done
+    nin=$(n_equal 8 inp "$d/ctr_v1.txt")
     if [ "$nin" = 8 ] && req ipm 200 "$base/v1/models/ctr" && chk has "$tmp/ipm.json" file.state "changed in place, refused" \
        && chk field "$tmp/ipm.json" file.serving "$v1id" && req ipr 200 "$base/readyz" && chk has "$tmp/ipr.json" models.ctr.warning "changed in place" \
        && chk field "$tmp/ipr.json" models.ctr.serving "$v1id"; then
@@ -471,11 +442,7 @@ if req rlx 500 -X POST "$base/v1/models/ctr:reload" && chk has "$tmp/rlx.json" e
 else bad ":reload of a file changed in place"; fi
 cp "$d/ctr_v2.wisp" "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
 sleep 1.3
-nv2=0
-for i in $(seq 1 8); do
-    curl -s -o "$tmp/ipn_$i.json" "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict"
-    chk preds "$tmp/ipn_$i.json" "$d/ctr_v2.txt" >/dev/null && nv2=$((nv2 + 1))
-done
+nv2=$(n_equal 8 ipn "$d/ctr_v2.txt")
 if [ "$nv2" = 8 ] && req ipm2 200 "$base/v1/models/ctr" && chk field "$tmp/ipm2.json" file.state serving \
    && req ipr2 200 "$base/readyz" && ! chk field "$tmp/ipr2.json" models.ctr.warning >/dev/null; then
     ok "then a good file renamed in: served (8/8 v2), the warning gone"
@@ -515,11 +482,7 @@ for mode in thread async auto; do
         # it (nor any file but the version the request holds): answers stay the loaded version's
         head -c 9000 "$d/ctr_v1.wisp" > "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
         sleep 1.3
-        nk=0
-        for i in $(seq 1 6); do
-            code=$(curl -s -o "$tmp/tk_${mode}_$i.json" -w '%{http_code}' "${L[@]}" --data-binary @"$d/big60.libsvm" "$base/v1/models/ctr:predict")
-            [ "$code" = 200 ] && chk preds "$tmp/tk_${mode}_$i.json" "$d/ctr_v1.txt" >/dev/null && nk=$((nk + 1))
-        done
+        nk=$(n_equal 6 "tk_$mode" "$d/ctr_v1.txt" "${L[@]}" --data-binary @"$d/big60.libsvm")
         if [ "$nk" = 6 ] && req "tkm_$mode" 200 "$base/v1/models/ctr" && chk field "$tmp/tkm_$mode.json" mode "$mode" \
            && ! grep -q 'needs `thread_pool' "$prefix/logs/error.log"; then
             ok "mode=$mode: a broken file renamed in, 19 KB bodies (the thread pool): 6/6 answers 200 from the loaded version, scored inline this once (the mode stays $mode)"

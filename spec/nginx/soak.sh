@@ -16,32 +16,13 @@
 [ -z "$BASH_VERSION" ] && exec bash "$0" "$@"
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-root=$(pwd)
-build=${WISP_BUILD:-build}
-case "$build" in /*) ;; *) build="$root/$build";; esac
-W="$build/wisp"; S="$build/test-tools/soak"
-secs=${WISP_SOAK_SECONDS:-18}; modes=${WISP_SOAK_MODES:-inline thread auto:on}; seed=${WISP_SEED:-1}; conns=${WISP_SOAK_CONNS:-6}
-device=${WISP_NGINX_DEVICE:-cpu}
-[ "${WISP_TEST_GPU:-0}" = 1 ] && [ -z "${WISP_NGINX_DEVICE:-}" ] && device=gpu
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-finish() {
-    [ "$fail" -ne 0 ] && echo "replay: WISP_SEED=$seed WISP_SOAK_SECONDS=$secs WISP_SOAK_MODES='$modes' WISP_BUILD=$build sh spec/nginx/soak.sh"
-    echo "soak: $pass passed, $fail failed"
-}
-tmp=$(mktemp -d /tmp/wisp-soak.XXXXXX); chmod 755 "$tmp"
-prefix="$tmp/prefix"; d="$tmp/m"; mkdir -p "$d"; chmod 755 "$d"
-nginx_bin=""
-. "$root/spec/nginx/stop_nginx.sh"
-cleanup() { stop_nginx; [ -n "${WISP_KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-for t in curl "$W" "$S"; do
-    if ! command -v "$t" >/dev/null 2>&1; then bad "missing $t (make test-tools BUILD=...)"; finish; exit 1; fi
-done
-nginx_bin=$(command -v nginx 2>/dev/null || ls /usr/sbin/nginx /opt/devdeps/usr/sbin/nginx 2>/dev/null | head -n 1)
-if [ -z "$nginx_bin" ]; then bad "nginx not installed (make deps-test installs it)"; finish; exit 1; fi
+SUITE=soak
+. spec/nginx/harness.sh
+S="$build/test-tools/soak"
+secs=${WISP_SOAK_SECONDS:-18}; modes=${WISP_SOAK_MODES:-inline thread auto:on}; seed=${WISP_SEED:-1}
+conns=${WISP_SOAK_CONNS:-6}
+replay_cmd="replay: WISP_SEED=$seed WISP_SOAK_SECONDS=$secs WISP_SOAK_MODES='$modes' WISP_BUILD=$build sh spec/nginx/soak.sh"
+need curl "$W" "$S"
 
 # ---- three versions, two broken files, the rows and every version's answers ------------------
 "$W" run spec/nginx/models.lua "$d" 2>/dev/null || { bad "spec/nginx/models.lua"; finish; exit 1; }
@@ -57,7 +38,6 @@ for f in trunc badsum; do
 done
 mkdir -p "$build/reliability"; rm -f "$build/reliability"/soak.*.json     # this run's figures only
 
-. "$root/spec/nginx/free_port.sh"
 workers() { pgrep -P "$(cat "$prefix/logs/nginx.pid")" 2>/dev/null | sort | tr '\n' ' '; }
 for mb in $modes; do
     mode=${mb%%:*}; batching=off

@@ -14,34 +14,17 @@
 [ -z "$BASH_VERSION" ] && exec bash "$0" "$@"
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-root=$(pwd)
-build=${WISP_BUILD:-build}
-case "$build" in /*) ;; *) build="$root/$build";; esac
-W="$build/wisp"; F="$build/test-tools/svcfuzz"
-secs=${WISP_SVCFUZZ_SECONDS:-30}; seed=${WISP_SEED:-1}; modes=${WISP_SVCFUZZ_MODES:-inline thread}; conns=${WISP_SVCFUZZ_CONNS:-2}
+SUITE=svcfuzz
+. spec/nginx/harness.sh
+F="$build/test-tools/svcfuzz"
+secs=${WISP_SVCFUZZ_SECONDS:-30}; seed=${WISP_SEED:-1}; modes=${WISP_SVCFUZZ_MODES:-inline thread}
+conns=${WISP_SVCFUZZ_CONNS:-2}
 replay=""; [ "${1:-}" = --replay ] && replay=${2:-}
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-finish() {
-    [ "$fail" -ne 0 ] && [ -z "$replay" ] && echo "replay the run: WISP_SEED=$seed WISP_SVCFUZZ_SECONDS=$secs WISP_SVCFUZZ_MODES='$modes' WISP_BUILD=$build sh spec/nginx/svcfuzz.sh (a saved request: sh spec/nginx/svcfuzz.sh --replay FILE)"
-    echo "svcfuzz: $pass passed, $fail failed"
-}
-tmp=$(mktemp -d /tmp/wisp-svcfuzz.XXXXXX); chmod 755 "$tmp"
-prefix="$tmp/prefix"; d="$tmp/m"; mkdir -p "$d"; chmod 755 "$d"
-nginx_bin=""
-. "$root/spec/nginx/stop_nginx.sh"
-cleanup() { stop_nginx; [ -n "${WISP_KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-for t in "$W" "$F" curl; do
-    if ! command -v "$t" >/dev/null 2>&1; then bad "missing $t (make test-tools BUILD=...)"; finish; exit 1; fi
-done
-nginx_bin=$(command -v nginx 2>/dev/null || ls /usr/sbin/nginx /opt/devdeps/usr/sbin/nginx 2>/dev/null | head -n 1)
-if [ -z "$nginx_bin" ]; then bad "nginx not installed (make deps-test installs it)"; finish; exit 1; fi
+[ -z "$replay" ] && replay_cmd="replay the run: WISP_SEED=$seed WISP_SVCFUZZ_SECONDS=$secs WISP_SVCFUZZ_MODES='$modes' \
+WISP_BUILD=$build sh spec/nginx/svcfuzz.sh (a saved request: sh spec/nginx/svcfuzz.sh --replay FILE)"
+need "$W" "$F" curl
 
 "$W" run spec/nginx/models.lua "$d" 2>/dev/null || { bad "spec/nginx/models.lua"; finish; exit 1; }
-. "$root/spec/nginx/free_port.sh"
 stop_nginx2() { stop_nginx; rm -f "$prefix/logs/nginx.pid"; }
 start_nginx() {   # start_nginx MODE -> $port, nginx ready
     started=""

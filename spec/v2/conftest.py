@@ -43,6 +43,7 @@ v2_service  one service for a test module (module scope), 2 workers: the models 
              of v2_models (version "1" each); stopped after the module.
 A failed start raises RuntimeError with the error log's tail.
 """
+import ctypes
 import math
 import os
 import pathlib
@@ -247,6 +248,19 @@ class Service:
                 pass
         if (os.environ.get("WISP_V2_KEEP") or os.environ.get("WISP_OIP_KEEP")) != "1":
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def lib():
+    """$WISP_BUILD/libwisp.so through ctypes, wisp_json_numbers and wisp_err_name declared (test_json_numbers*.py)"""
+    L = ctypes.CDLL(str(BUILD / "libwisp.so"))
+    f = L.wisp_json_numbers
+    f.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
+                  ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+    f.restype = ctypes.c_int
+    L.wisp_err_name.restype = ctypes.c_char_p
+    L.wisp_err_name.argtypes = [ctypes.c_int]
+    return L
 
 
 @pytest.fixture(scope="session")

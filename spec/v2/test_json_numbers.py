@@ -9,23 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from conftest import BUILD
-
 WISP_OK, WISP_EPARSE, WISP_ELIMIT = 0, None, None
-
-
-@pytest.fixture(scope="module")
-def lib():
-    L = ctypes.CDLL(str(BUILD / "libwisp.so"))
-    f = L.wisp_json_numbers
-    f.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
-                  ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
-    f.restype = ctypes.c_int
-    L.wisp_err_name.restype = ctypes.c_char_p
-    L.wisp_err_name.argtypes = [ctypes.c_int]
-    return L
-
-
 NP = {(0, 32): np.int32, (0, 64): np.int64, (1, 32): np.float32, (1, 64): np.float64}
 
 

@@ -66,6 +66,17 @@ local function method_not_allowed(allow)
     return fail(405, "method " .. ngx.req.get_method() .. " not allowed here (use " .. allow .. ")")
 end
 
+-- A request body sent compressed (Content-Encoding other than identity) refused with 415: -> the
+-- status sent, or nil when the body is plain
+function M.refuse_encoding(inc)
+    local enc = ngx.var.http_content_encoding
+    if enc and enc ~= "" and enc:lower() ~= "identity" then
+        inc("wisp_errors_total", 'kind="unsupported_media_type"')
+        return fail(415, "Content-Encoding " .. enc .. " is not supported (send the body uncompressed)")
+    end
+    return nil
+end
+
 M.send = send
 M.send_json = send_json
 M.fail = fail

@@ -25,7 +25,7 @@ local S = require "wisp.nginx.state"
 local H = require "wisp.nginx.http"
 local MT = require "wisp.nginx.metrics"
 
-local type, tostring, tonumber, pairs, ipairs, assert = type, tostring, tonumber, pairs, ipairs, assert
+local type, tostring, tonumber, pairs, ipairs, assert, pcall = type, tostring, tonumber, pairs, ipairs, assert, pcall
 local inc, lbl, observe, record, series = MT.inc, MT.lbl, MT.observe, MT.record, MT.series
 local STAGES, STAGE_LABEL, stage_index = MT.STAGES, MT.STAGE_LABEL, MT.stage_index
 local log = S.log
@@ -352,9 +352,9 @@ local function in_thread(P, e, body, blen, arg)
     return nil
 end
 
--- request(P, e, body, blen, arg) -> the status sent: the request on the entry e its caller holds
--- (e.inflight), decoded, run and answered where the configured mode puts it.
-function M.request(P, e, body, blen, arg)
+-- request(P, e, body, blen, arg) -> the status sent: the request on the entry e, decoded, run and
+-- answered where the configured mode puts it
+local function request(P, e, body, blen, arg)
     local cfg = S.cfg
     local mode = cfg.mode
     if (mode == "thread" or (mode == "auto" and blen >= cfg.thread_min_bytes)) and type(arg) ~= "table" then
@@ -364,6 +364,20 @@ function M.request(P, e, body, blen, arg)
     end
     return (serve(P, worker_sink, e, body, blen, arg, mode == "async" and "async" or "inline",
                   cfg.max_rows_per_request, true))
+end
+
+-- held(P, e, body, blen, arg) -> the status sent: request() with the entry held (inflight) until the
+-- answer is made, whatever the mode waits for, and released on every path (a retired version
+-- closes after its last request); an error raised on the way is answered 500
+function M.held(P, e, body, blen, arg)
+    e.inflight = e.inflight + 1
+    local ok, status = pcall(request, P, e, body, blen, arg)
+    e:release()
+    if not ok then
+        inc("wisp_errors_total", 'kind="internal"')
+        return H.fail(500, "internal error: " .. tostring(status))
+    end
+    return status
 end
 
 M.get_batch = get_batch

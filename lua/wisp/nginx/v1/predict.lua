@@ -10,7 +10,6 @@ local RUN = require "wisp.nginx.run"
 local D = require "wisp.nginx.v1.decode"
 local E = require "wisp.nginx.v1.encode"
 
-local tostring, pcall = tostring, pcall
 local fail, method_not_allowed = H.fail, H.method_not_allowed
 local inc = MT.inc
 
@@ -57,11 +56,8 @@ function M.predict(slot, name, method)
         inc("wisp_errors_total", 'kind="unsupported_media_type"')
         return fail(415, "unsupported Content-Type '" .. ctype .. "' (use application/json, application/x-ndjson, application/jsonl, text/plain or text/x-libsvm)")
     end
-    local enc = ngx.var.http_content_encoding
-    if enc and enc ~= "" and enc:lower() ~= "identity" then
-        inc("wisp_errors_total", 'kind="unsupported_media_type"')
-        return fail(415, "Content-Encoding " .. enc .. " is not supported (send the body uncompressed)")
-    end
+    local refused = H.refuse_encoding(inc)
+    if refused then return refused end
     if not slot.cur then return not_loaded(slot, name) end
     -- libsvm and JSON lines go to the C parsers straight from nginx's body buffer (no Lua
     -- string: no copy, no interning, no garbage); JSON, the thread pool and a body in a
@@ -72,18 +68,10 @@ function M.predict(slot, name, method)
         return fail(400, "empty request body")
     end
     -- the version that answers: the entry serving now that the body is here (reading it
-    -- yields: a reload may have swapped the entry meanwhile), held (inflight) until the
-    -- answer is made, whatever the mode waits for, and released on every path
+    -- yields: a reload may have swapped the entry meanwhile)
     local e = slot.cur
     if not e then return not_loaded(slot, name) end
-    e.inflight = e.inflight + 1
-    local ok, status = pcall(RUN.request, P, e, body, blen, kind)
-    e:release()
-    if not ok then
-        inc("wisp_errors_total", 'kind="internal"')
-        return fail(500, "internal error: " .. tostring(status))
-    end
-    return status
+    return RUN.held(P, e, body, blen, kind)
 end
 
 return M

@@ -9,7 +9,6 @@ local RUN = require "wisp.nginx.run"
 local D = require "wisp.nginx.v2.decode"
 local E = require "wisp.nginx.v2.encode"
 
-local tostring, pcall = tostring, pcall
 local fail, method_not_allowed = H.fail, H.method_not_allowed
 local inc = MT.inc
 local resolve = MD.resolve
@@ -23,11 +22,8 @@ local P = M.protocol
 -- infer(name, version or nil, method) -> the status sent
 function M.infer(name, version, method)
     if method ~= "POST" then return method_not_allowed("POST") end
-    local enc = ngx.var.http_content_encoding
-    if enc and enc ~= "" and enc:lower() ~= "identity" then
-        inc("wisp_errors_total", 'kind="unsupported_media_type"')
-        return fail(415, "Content-Encoding " .. enc .. " is not supported (send the body uncompressed)")
-    end
+    local refused = H.refuse_encoding(inc)
+    if refused then return refused end
     local e, st, msg = resolve(name, version)
     if not e then return fail(st, msg) end
     local body, blen = H.read_body(true)
@@ -35,18 +31,10 @@ function M.infer(name, version, method)
         inc("wisp_errors_total", 'kind="empty_body"')
         return fail(400, "empty request body (an inference request {\"inputs\": [...]} expected)")
     end
-    -- the version that answers: resolved again now that the body is here (reading it yields),
-    -- held until the answer is made
+    -- the version that answers: resolved again now that the body is here (reading it yields)
     e, st, msg = resolve(name, version)
     if not e then return fail(st, msg) end
-    e.inflight = e.inflight + 1
-    local ok, status = pcall(RUN.request, P, e, body, blen, ngx.var.http_inference_header_content_length)
-    e:release()
-    if not ok then
-        inc("wisp_errors_total", 'kind="internal"')
-        return fail(500, "internal error: " .. tostring(status))
-    end
-    return status
+    return RUN.held(P, e, body, blen, ngx.var.http_inference_header_content_length)
 end
 
 return M

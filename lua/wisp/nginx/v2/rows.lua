@@ -235,16 +235,10 @@ function M.build_raw(req, e, max_rows)
                         if not ok then break end
                     end
                 end
-            elseif pl.int then
-                local ptr, list = t.ptr, t.list
-                for k = a, a + len - 1 do
-                    ok, err = tr:add_int(idx, ptr and ptr[k] or list[k + 1])
-                    if not ok then break end
-                end
             else
-                local ptr, list = t.ptr, t.list
+                local ptr, list, add = t.ptr, t.list, pl.int and tr.add_int or tr.add_float
                 for k = a, a + len - 1 do
-                    ok, err = tr:add_float(idx, ptr and ptr[k] or list[k + 1])
+                    ok, err = add(tr, idx, ptr and ptr[k] or list[k + 1])
                     if not ok then break end
                 end
             end
