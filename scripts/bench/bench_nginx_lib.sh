@@ -73,9 +73,11 @@ wrkrun() {
         match($0, /"requests": [0-9]+/); nreq = substr($0, RSTART + 12, RLENGTH - 12);
         extra = sprintf("\"worker_cpu_s\": %.2f, \"wrk_cpu_s\": %.2f, \"worker_cpu_us_per_request\": %.1f, " \
                         "\"rows_per_worker_cpu_s\": %.1f, \"worker_preemptions_per_request\": %.3f, ",
-                        cw, cwrk, nreq > 0 ? cw * 1e6 / nreq : 0, cw > 0 ? nreq * r / cw : 0, nreq > 0 ? ncs / nreq : 0);
+                        cw, cwrk, nreq > 0 ? cw * 1e6 / nreq : 0, cw > 0 ? nreq * r / cw : 0,
+                        nreq > 0 ? ncs / nreq : 0);
         sub(/^\{/, sprintf("{\"name\": \"%s\", \"round\": %d, \"connections\": %d, \"think_ms\": %s, " \
-                           "\"rows_per_request\": %d, \"rows_per_s\": %.1f, %s", n, k, c, t, r, rps * r, extra)); print }')
+                           "\"rows_per_request\": %d, \"rows_per_s\": %.1f, %s", n, k, c, t, r, rps * r,
+                           extra)); print }')
     echo "$line" >> "$runs"
     local f='s/.*"rows_per_s": ([0-9.]+).*"rps": ([0-9.]+).*"p50_us": ([0-9]+).*"p99_us": ([0-9]+).*/'
     printf '%-34s %s\n' "$name#$round" "$(echo "$line" | sed -E "${f}rows\/s \1  req\/s \2  p50 \3 us  p99 \4 us/")" >&2

@@ -1,5 +1,6 @@
 #!/bin/bash
-# bench_nginx_v2.sh — worker CPU per request of the Open Inference Protocol (v2) infer path against today's v1 libsvm body, same 100 rows, side by side.
+# bench_nginx_v2.sh — worker CPU per request of the Open Inference Protocol (v2) infer path against today's v1 libsvm
+# body, same 100 rows, side by side.
 #
 #   scripts/bench/bench_nginx_v2.sh [--label NAME] [--duration S] [--rounds N] [--workers N] [--connections C]
 #                                   [--device cpu|gpu] [--record]
@@ -56,7 +57,8 @@ user_opt=""; [ "$(id -u)" = 0 ] && user_opt="--user root"
 examples/openresty/serve.sh --render-only --prefix "$prefix" --port "$port" --models "m=$model" --workers "$workers" \
     --device "$device" --max-rows 10000 --build "$build" $user_opt >/dev/null || exit 1
 "$nginx_bin" -p "$prefix" -c conf/nginx.conf || exit 1
-for _ in $(seq 1 100); do curl -s -o /dev/null -w '%{http_code}' "$base/readyz" 2>/dev/null | grep -q 200 && break; sleep 0.1; done
+for _ in $(seq 1 100); do curl -s -o /dev/null -w '%{http_code}' "$base/readyz" 2>/dev/null | grep -q 200 \
+    && break; sleep 0.1; done
 
 v1url="$base/v1/models/m:predict"; v2url="$base/v2/models/m/infer"
 # kind: name url body content-type header-length
@@ -70,7 +72,8 @@ while read -r name url body ct hl; do
     hdr=(); [ "$hl" != 0 ] && hdr=(-H "Inference-Header-Content-Length: $hl")
     curl -s -D "$tmp/$name.hdr" -o "$tmp/$name.out" -H "Content-Type: $ct" "${hdr[@]}" --data-binary @"$body" "$url"
 done <<< "$kinds"
-python3 - "$tmp" <<'PYEOF' || { echo "bench_nginx_v2.sh: an answer differs from wisp score: not measuring" >&2; exit 1; }
+python3 - "$tmp" <<'PYEOF' \
+    || { echo "bench_nginx_v2.sh: an answer differs from wisp score: not measuring" >&2; exit 1; }
 import json, struct, sys
 d = sys.argv[1]
 cli = [float(x) for x in open(d + "/cli.txt").read().split()]
@@ -111,14 +114,16 @@ done
 
 # the in-process peer (bench_nginx.sh's): the same 100-row libsvm body parsed and scored in one
 # process on the same device, --duration seconds: rows/s of each body over the peer's
-peer_line=$("$W" run scripts/bench/bench_nginx_peer.lua "$model" "$tmp/hundred.libsvm" "$device" "$duration" | sed -n 's/^PEER //p')
+peer_line=$("$W" run scripts/bench/bench_nginx_peer.lua "$model" "$tmp/hundred.libsvm" "$device" "$duration" \
+    | sed -n 's/^PEER //p')
 [ -z "$peer_line" ] && peer_line='{"error": "the peer printed nothing"}'
 echo "{\"name\": \"peer_100row_1proc\", \"round\": 1, ${peer_line#\{}" >> "$runs"
 echo "  peer (in-process, 1 process): $peer_line" >&2
 
 out_dir=$(record_dir)
 out="$out_dir/bench_nginx_v2-$label.json"
-python3 - "$runs" "$tmp/doc.json" "$cmdline" "$label" "$workers" "$conns" "$duration" "$rounds" "$device" <<'PYEOF' || exit 1
+python3 - "$runs" "$tmp/doc.json" "$cmdline" "$label" "$workers" "$conns" "$duration" "$rounds" "$device" <<'PYEOF' \
+    || exit 1
 import json, statistics, sys
 runs_path, doc_path, cmd, label, workers, conns, duration, rounds, device = sys.argv[1:]
 runs = [json.loads(l) for l in open(runs_path)]

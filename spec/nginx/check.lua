@@ -35,12 +35,14 @@ if mode == "invariant" then
                     die(arg[i], ": an errors entry without index or message: ", cjson.encode(e))
                 end
                 if d.predictions[e.index + 1] ~= cjson.null then
-                    die(arg[i], ": errors lists row ", e.index, " but its prediction is ", tostring(d.predictions[e.index + 1]))
+                    die(arg[i], ": errors lists row ", e.index, " but its prediction is ",
+                        tostring(d.predictions[e.index + 1]))
                 end
                 listed[e.index] = true
             end
             for k, v in ipairs(d.predictions) do
-                if v == cjson.null and not listed[k - 1] then die(arg[i], ": row ", k - 1, " is null with no errors entry") end
+                if v == cjson.null and not listed[k - 1] then die(arg[i], ": row ", k - 1,
+                    " is null with no errors entry") end
             end
         end
     end
@@ -85,7 +87,8 @@ if mode == "preds" or mode == "differ" then
             if v ~= cjson.null then die("row ", i - 1, ": null expected, got ", tostring(v)) end
             if not errs[i - 1] then die("row ", i - 1, ": not listed in errors") end
         else
-            if v == cjson.null or type(v) ~= "number" then die("row ", i - 1, ": a number expected, got ", tostring(v)) end
+            if v == cjson.null or type(v) ~= "number" then die("row ", i - 1, ": a number expected, got ",
+                tostring(v)) end
             if w == nil then die("row ", i - 1, ": more predictions than CLI lines") end
             local d = math.abs(v - w)
             if d > maxd then maxd = d end

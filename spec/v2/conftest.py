@@ -62,7 +62,11 @@ ROOT = pathlib.Path(os.environ.get("WISP_ROOT") or pathlib.Path(__file__).resolv
 BUILD = pathlib.Path(os.environ.get("WISP_BUILD", "build"))
 # the device the services score on: cpu, or gpu with WISP_V2_DEVICE=gpu or WISP_TEST_GPU=1 (the answers
 # must still equal the CLI's CPU answers to 1e-6)
-DEVICE = os.environ.get("WISP_V2_DEVICE") or os.environ.get("WISP_OIP_DEVICE") or ("gpu" if os.environ.get("WISP_TEST_GPU") == "1" else "cpu")
+DEVICE = (
+    os.environ.get("WISP_V2_DEVICE")
+    or os.environ.get("WISP_OIP_DEVICE")
+    or ("gpu" if os.environ.get("WISP_TEST_GPU") == "1" else "cpu")
+)
 if not BUILD.is_absolute():
     BUILD = ROOT / BUILD
 
@@ -230,7 +234,9 @@ class Service:
             os.kill(m, 0)
         except OSError:
             return False
-        return all(os.path.exists("/proc/%d" % w) for w in self._workers0) and set(self._workers0) <= set(self.worker_pids())
+        return all(os.path.exists("/proc/%d" % w) for w in self._workers0) and set(self._workers0) <= set(
+            self.worker_pids()
+        )
 
     def stop(self):
         if self._stopped:

@@ -10,9 +10,13 @@ import shutil
 import time
 
 # the device the services of these specs score on, as conftest.py's: cpu, or gpu with
-# WISP_V2_DEVICE=gpu (or its 0.1.x name WISP_OIP_DEVICE) or WISP_TEST_GPU=1 (the warm-up then runs on the GPU; probabilities must
-# still equal the CLI's CPU ones to 1e-6)
-DEVICE = os.environ.get("WISP_V2_DEVICE") or os.environ.get("WISP_OIP_DEVICE") or ("gpu" if os.environ.get("WISP_TEST_GPU") == "1" else "cpu")
+# WISP_V2_DEVICE=gpu (or its 0.1.x name WISP_OIP_DEVICE) or WISP_TEST_GPU=1 (the warm-up then runs on the GPU;
+# probabilities must still equal the CLI's CPU ones to 1e-6)
+DEVICE = (
+    os.environ.get("WISP_V2_DEVICE")
+    or os.environ.get("WISP_OIP_DEVICE")
+    or ("gpu" if os.environ.get("WISP_TEST_GPU") == "1" else "cpu")
+)
 WANT_DEV = "cpu" if DEVICE == "cpu" else "gpu:0"
 
 # libsvm rows for the id models (plain.wisp: 5000 features): empty rows, duplicate ids, the
@@ -80,7 +84,9 @@ def metrics_text(svc):
 def served_versions(text, model):
     """The versions /metrics says are served (wisp_model_version_ready ... 1) for model."""
     out = set()
-    for m in re.finditer(r'^wisp_model_version_ready\{model="%s",version="([^"]+)"\} 1$' % re.escape(model), text, re.M):
+    for m in re.finditer(
+        r'^wisp_model_version_ready\{model="%s",version="([^"]+)"\} 1$' % re.escape(model), text, re.M
+    ):
         out.add(m.group(1))
     return out
 

@@ -1,10 +1,10 @@
 #!/bin/sh
-# spec/v2/run.sh — the v2 specs (the Open Inference Protocol of KServe and Triton): pytest on spec/v2 against a real nginx.
+# spec/v2/run.sh — the v2 specs (the Open Inference Protocol of KServe and Triton) against a real nginx.
 #
 #   WISP_BUILD=build sh spec/v2/run.sh [pytest args: spec/v2/test_infer.py, -k binary, ...]
 #
-# - The virtual environment is $WISP_BUILD/v2-venv (WISP_V2_VENV overrides; WISP_OIP_VENV is its 0.1.x name), created when
-#   missing and reused after; tritonclient[http], pytest, numpy, requests and schemathesis are
+# - The virtual environment is $WISP_BUILD/v2-venv (WISP_V2_VENV overrides; WISP_OIP_VENV is its 0.1.x name),
+#   created when missing and reused after; tritonclient[http], pytest, numpy, requests and schemathesis are
 #   installed into it, and kserve + scikit-learn (KServe's reference server, the protocol's
 #   reference for the shapes of metadata and error answers): when kserve does not install,
 #   this says so and the specs that need it skip with that message.
@@ -26,7 +26,8 @@ SUITE=v2
 [ -f "$BUILD/libwisp.so" ] || pyvenv_fail "$BUILD/libwisp.so is missing: build it first (make BUILD=$BUILD NVCC=)"
 pyvenv_make
 : >"$LOG"
-pyvenv_need "import tritonclient.http, pytest, numpy, requests, schemathesis" "tritonclient[http]" pytest numpy requests schemathesis
+pyvenv_need "import tritonclient.http, pytest, numpy, requests, schemathesis" \
+    "tritonclient[http]" pytest numpy requests schemathesis
 # KServe's reference server: optional (a failed install is reported; its specs skip)
 if ! "$VPY" -c "import kserve, sklearn" 2>/dev/null; then
     if ! "$VPY" -m pip install -q --disable-pip-version-check kserve scikit-learn >>"$LOG" 2>&1; then

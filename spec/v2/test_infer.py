@@ -35,7 +35,9 @@ def rand_id_rows(rng, n, nf=PLAIN_F, valued=True):
         ids = []
         for _ in range(k):
             r = rng.random()
-            ids.append(0 if r < 0.05 else nf - 1 if r < 0.1 else nf + rng.randint(0, 3) if r < 0.13 else rng.randrange(nf))
+            ids.append(
+                0 if r < 0.05 else nf - 1 if r < 0.1 else nf + rng.randint(0, 3) if r < 0.13 else rng.randrange(nf)
+            )
         if ids and rng.random() < 0.2:
             ids.append(ids[0])                       # a duplicate id
         vals = [round(rng.uniform(-3, 3), 4) for _ in ids] if valued and rng.random() < 0.7 else None
@@ -113,7 +115,9 @@ def test_id_model_every_form_equals_cli(v2_service, v2_models, wisp_score, clien
     indptr, indices, values = csr(rows, all_valued)
     # raw JSON, INT64/INT32 and INT32/INT64
     for ip_dt, ix_dt in (("INT64", "INT32"), ("INT32", "INT64")):
-        r = v2_service.post("/v2/models/plain/infer", json=v2_json_body(indptr, indices, values, ip_dt, ix_dt, id="q%d" % seed))
+        r = v2_service.post(
+            "/v2/models/plain/infer", json=v2_json_body(indptr, indices, values, ip_dt, ix_dt, id="q%d" % seed)
+        )
         assert r.status_code == 200, r.text
         a = r.json()
         assert a["model_name"] == "plain" and a["model_version"] == "1" and a["id"] == "q%d" % seed
@@ -127,7 +131,10 @@ def test_id_model_every_form_equals_cli(v2_service, v2_models, wisp_score, clien
     # tritonclient: binary inputs and outputs (its default), JSON inputs and outputs, mixed
     for bin_in, bin_out in ((True, True), (False, False), (True, False), (False, True)):
         for ip_dt, ix_dt in (("INT64", "INT32"), ("INT32", "INT64")):
-            outs = [th.InferRequestedOutput("probability", binary_data=bin_out), th.InferRequestedOutput("bad_rows", binary_data=bin_out)]
+            outs = [
+                th.InferRequestedOutput("probability", binary_data=bin_out),
+                th.InferRequestedOutput("bad_rows", binary_data=bin_out),
+            ]
             res = client.infer("plain", triton_inputs(indptr, indices, values, bin_in, ip_dt, ix_dt), outputs=outs,
                                request_id="t%d" % seed, model_version="1" if seed % 3 == 0 else "")
             got = res.as_numpy("probability")
@@ -142,7 +149,14 @@ def test_id_model_every_form_equals_cli(v2_service, v2_models, wisp_score, clien
 
 
 def test_ids_at_and_beyond_the_table_edge(v2_service, v2_models, wisp_score, client):
-    rows = [([0], [1.0]), ([9], [2.5]), ([10], [1.0]), ([11, 10 ** 6], [1.0, 1.0]), ([], None), ([9, 9, 0], [1.0, -1.0, 0.5])]
+    rows = [
+        ([0], [1.0]),
+        ([9], [2.5]),
+        ([10], [1.0]),
+        ([11, 10**6], [1.0, 1.0]),
+        ([], None),
+        ([9, 9, 0], [1.0, -1.0, 0.5]),
+    ]
     want = wisp_score(v2_models / "tiny.wisp", libsvm(rows))
     indptr, indices, values = csr(rows, True)
     res = client.infer("tiny", triton_inputs(indptr, indices, values, True, "INT64", "INT64"))
@@ -197,7 +211,9 @@ def test_only_bad_rows_requested_and_every_row_bad(v2_service):
     assert r.status_code == 400 and "no row could be scored" in r.json()["error"], r.text
     assert "row 0" in r.json()["error"] and "row 1" in r.json()["error"]
     # only bad_rows asked for, none bad (an empty row is a good row: the bias)
-    r = v2_service.post("/v2/models/plain/infer", json=v2_json_body([0, 1, 1], [1], None, outputs=[{"name": "bad_rows"}]))
+    r = v2_service.post(
+        "/v2/models/plain/infer", json=v2_json_body([0, 1, 1], [1], None, outputs=[{"name": "bad_rows"}])
+    )
     assert r.status_code == 200, r.text
     a = r.json()
     assert [o["name"] for o in a["outputs"]] == ["bad_rows"] and a["outputs"][0]["data"] == []
@@ -229,8 +245,11 @@ def rand_raw_rows(rng, n, big_ints):
         if rng.random() < 0.8:
             row["color"] = rng.choice(COLORS)
         if rng.random() < 0.9:
-            row["uid"] = rng.choice([0, 1, -5, 2 ** 40 + 7, 2 ** 53 + 1, 2 ** 63 - 1, -2 ** 63]) if big_ints and rng.random() < 0.5 \
-                else rng.randint(-1000, 10 ** 6)
+            row["uid"] = (
+                rng.choice([0, 1, -5, 2**40 + 7, 2**53 + 1, 2**63 - 1, -(2**63)])
+                if big_ints and rng.random() < 0.5
+                else rng.randint(-1000, 10**6)
+            )
         k = rng.choice([0, 0, 1, 2, 3])
         if k or rng.random() < 0.5:
             row["tags"] = [rng.choice(TAGS) for _ in range(k)]
@@ -331,7 +350,9 @@ def test_column_model_int64_beyond_2_53_binary_and_fixed_width_forms(v2_service,
     # FP64 for the float input, INT32 for the int64 input (small values): the same rows
     small = [dict(r, uid=r["uid"] % 100000) for r in rows]
     want2 = wisp_score(v2_models / "ctr.wisp", jsonl(small), "jsonl")
-    body = json_column_body(small, [("age", "FP64"), ("city", "BYTES"), ("color", "BYTES"), ("uid", "INT32"), ("tags", "BYTES")])
+    body = json_column_body(
+        small, [("age", "FP64"), ("city", "BYTES"), ("color", "BYTES"), ("uid", "INT32"), ("tags", "BYTES")]
+    )
     r = v2_service.post("/v2/models/ctr/infer", json=body)
     assert r.status_code == 200, r.text
     close(probs_of(r.json())[0], want2)
@@ -349,9 +370,14 @@ def test_column_model_int64_beyond_2_53_binary_and_fixed_width_forms(v2_service,
     assert r.status_code == 200, r.text
     close(probs_of(r.json())[0], want)
     # one such int written with an exponent cannot be read exactly: refused, not rounded
-    body = json.dumps(json_column_body(rows[:2])).replace('"uid", "datatype": "INT64", "shape": [2], "data": [',
-                                                         '"uid", "datatype": "INT64", "shape": [2], "data": [9.007199254740993e15, ')
-    body = body.replace('"data": [9.007199254740993e15, %d, %d]' % (rows[0]["uid"], rows[1]["uid"]), '"data": [9.007199254740993e15, %d]' % rows[1]["uid"])
+    body = json.dumps(json_column_body(rows[:2])).replace(
+        '"uid", "datatype": "INT64", "shape": [2], "data": [',
+        '"uid", "datatype": "INT64", "shape": [2], "data": [9.007199254740993e15, ',
+    )
+    body = body.replace(
+        '"data": [9.007199254740993e15, %d, %d]' % (rows[0]["uid"], rows[1]["uid"]),
+        '"data": [9.007199254740993e15, %d]' % rows[1]["uid"],
+    )
     r = v2_service.post("/v2/models/ctr/infer", data=body)
     assert r.status_code == 400 and "2^53" in r.json()["error"], r.text
 
@@ -388,7 +414,11 @@ def test_metadata_inputs_drive_a_request(v2_service, v2_models, wisp_score, clie
     assert md["platform"] == "wisp" and "1" in md["versions"]
     names = {i["name"]: i for i in md["inputs"]}
     assert set(names) == {"age", "city", "color", "uid", "tags"}
-    assert names["age"]["datatype"] == "FP32" and names["city"]["datatype"] == "BYTES" and names["uid"]["datatype"] == "INT64"
+    assert (
+        names["age"]["datatype"] == "FP32"
+        and names["city"]["datatype"] == "BYTES"
+        and names["uid"]["datatype"] == "INT64"
+    )
     assert names["tags"]["shape"] == [-1, -1] and names["age"]["shape"] == [-1]
     row = {"age": 41.5, "city": "Berlin", "color": "blue", "uid": 12, "tags": ["news"]}
     ins = []
@@ -396,7 +426,9 @@ def test_metadata_inputs_drive_a_request(v2_service, v2_models, wisp_score, clie
         v = row[name] if isinstance(row[name], list) else [row[name]]
         shape = [1, len(v)] if meta["shape"] == [-1, -1] else [1]
         t = th.InferInput(name, shape, meta["datatype"])
-        t.set_data_from_numpy(np.array([x.encode() if isinstance(x, str) else x for x in v], dtype=NP[meta["datatype"]]).reshape(shape))
+        t.set_data_from_numpy(
+            np.array([x.encode() if isinstance(x, str) else x for x in v], dtype=NP[meta["datatype"]]).reshape(shape)
+        )
         ins.append(t)
     res = client.infer("ctr", ins)
     close([float(x) for x in res.as_numpy("probability")], wisp_score(v2_models / "ctr.wisp", jsonl([row]), "jsonl"))
@@ -479,7 +511,9 @@ def test_every_mode_places_v2_as_v1(wisp_service, v2_models, wisp_score, mode):
     assert reason["index"] == k and "a negative feature index (-3)" in reason["error"]   # wisp_batch_from_csr's
     small.append(5)
     # a refused request: the error answered from wherever it was decoded
-    r = svc.post("/v2/models/plain/infer", json={"inputs": [{"name": "nope", "datatype": "INT64", "shape": [1], "data": [0]}]})
+    r = svc.post(
+        "/v2/models/plain/infer", json={"inputs": [{"name": "nope", "datatype": "INT64", "shape": [1], "data": [0]}]}
+    )
     assert r.status_code == 400 and "unknown input 'nope'" in r.json()["error"], r.text
 
     raw = rand_raw_rows(rng, 20, big_ints=True)

@@ -16,7 +16,9 @@ NP = {(0, 32): np.int32, (0, 64): np.int64, (1, 32): np.float32, (1, 64): np.flo
 def read(lib, raw, is_float, bits, cap=10000):
     out = np.zeros(max(cap, 1), dtype=NP[(is_float, bits)])
     cnt, used = ctypes.c_size_t(), ctypes.c_size_t()
-    rc = lib.wisp_json_numbers(raw, len(raw), is_float, bits, out.ctypes.data, cap, ctypes.byref(cnt), ctypes.byref(used))
+    rc = lib.wisp_json_numbers(
+        raw, len(raw), is_float, bits, out.ctypes.data, cap, ctypes.byref(cnt), ctypes.byref(used)
+    )
     return lib.wisp_err_name(rc).decode(), out[:cnt.value].copy(), used.value
 
 

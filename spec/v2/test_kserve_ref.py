@@ -56,7 +56,15 @@ def kserve_url():
 
 
 def jtype(v):
-    return {dict: "object", list: "array", str: "string", bool: "bool", int: "number", float: "number", type(None): "null"}[type(v)]
+    return {
+        dict: "object",
+        list: "array",
+        str: "string",
+        bool: "bool",
+        int: "number",
+        float: "number",
+        type(None): "null",
+    }[type(v)]
 
 
 def same_shape(ref, got, where="$"):
@@ -79,7 +87,9 @@ def test_server_metadata_and_health(kserve_url, v2_service):
         ref, got = requests.get(kserve_url + path, timeout=10), v2_service.get(path)
         assert ref.status_code == got.status_code == 200, path
         same_shape(ref.json(), got.json(), path)
-    assert set(requests.get(kserve_url + "/v2/health/live", timeout=10).json()) == set(v2_service.get("/v2/health/live").json())
+    assert set(requests.get(kserve_url + "/v2/health/live", timeout=10).json()) == set(
+        v2_service.get("/v2/health/live").json()
+    )
 
 
 def test_model_metadata_and_ready(kserve_url, v2_service):
@@ -99,8 +109,14 @@ def test_model_metadata_and_ready(kserve_url, v2_service):
 
 
 def test_infer_answer(kserve_url, v2_service):
-    ref = requests.post(kserve_url + "/v2/models/sk/infer", timeout=10, json={
-        "id": "r1", "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [2, 4], "data": [1, 2, 3, 4, 5, 6, 7, 8]}]})
+    ref = requests.post(
+        kserve_url + "/v2/models/sk/infer",
+        timeout=10,
+        json={
+            "id": "r1",
+            "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [2, 4], "data": [1, 2, 3, 4, 5, 6, 7, 8]}],
+        },
+    )
     got = v2_service.post("/v2/models/plain/infer", json={
         "id": "r1", "inputs": [{"name": "indptr", "datatype": "INT64", "shape": [3], "data": [0, 1, 3]},
                                {"name": "indices", "datatype": "INT32", "shape": [3], "data": [1, 2, 3]}]})
@@ -116,16 +132,24 @@ def test_error_answers(kserve_url, v2_service, what):
     if what == "unknown model metadata":
         ref, got = requests.get(kserve_url + "/v2/models/nosuch", timeout=10), v2_service.get("/v2/models/nosuch")
     elif what == "unknown model ready":
-        ref, got = requests.get(kserve_url + "/v2/models/nosuch/ready", timeout=10), v2_service.get("/v2/models/nosuch/ready")
+        ref, got = requests.get(kserve_url + "/v2/models/nosuch/ready", timeout=10), v2_service.get(
+            "/v2/models/nosuch/ready"
+        )
     elif what == "unknown model infer":
         ref = requests.post(kserve_url + "/v2/models/nosuch/infer", json={"inputs": []}, timeout=10)
         got = v2_service.post("/v2/models/nosuch/infer", json={"inputs": []})
     else:    # a tensor of the wrong shape for the model
         ref = requests.post(kserve_url + "/v2/models/sk/infer", timeout=10,
                             json={"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [3], "data": [1, 2, 3]}]})
-        got = v2_service.post("/v2/models/plain/infer",
-                               json={"inputs": [{"name": "indptr", "datatype": "INT64", "shape": [2], "data": [0, 1]},
-                                                {"name": "indices", "datatype": "INT32", "shape": [2, 1], "data": [[1], [2]]}]})
+        got = v2_service.post(
+            "/v2/models/plain/infer",
+            json={
+                "inputs": [
+                    {"name": "indptr", "datatype": "INT64", "shape": [2], "data": [0, 1]},
+                    {"name": "indices", "datatype": "INT32", "shape": [2, 1], "data": [[1], [2]]},
+                ]
+            },
+        )
     assert ref.status_code == got.status_code, (what, ref.status_code, ref.text, got.status_code, got.text)
     assert set(ref.json()) == set(got.json()) == {"error"}, (ref.text, got.text)
     same_shape(ref.json(), got.json())

@@ -28,8 +28,12 @@ def start(wisp_service, v2_models, tmp_path, admin=False):
     p1, p2 = v2_models / "plain.wisp", v2_models / "plain_v2.wisp"
     repo = make_repo(tmp_path / "models", {"a": {1: p1, 2: p2}, "b": {1: p1, 2: p2}})
     write_config(repo, "b", '{"version_policy": {"specific": {"versions": [1]}}}')
-    svc = wisp_service(models="s=%s" % p2, extra=["--model-repository", str(repo), "--workers", "2", "--device", DEVICE],
-                       configure=FAST, admin=admin)
+    svc = wisp_service(
+        models="s=%s" % p2,
+        extra=["--model-repository", str(repo), "--workers", "2", "--device", DEVICE],
+        configure=FAST,
+        admin=admin,
+    )
     return svc, repo
 
 
@@ -37,8 +41,13 @@ def test_index_rows_and_states(wisp_service, v2_models, tmp_path):
     svc, repo = start(wisp_service, v2_models, tmp_path)
     ix = index(svc)
     assert set(ix) == {("a", "1"), ("a", "2"), ("b", "1"), ("b", "2"), ("s", "1")}, ix
-    assert {k: m["state"] for k, m in ix.items()} == {("a", "1"): "UNAVAILABLE", ("a", "2"): "READY", ("b", "1"): "READY",
-                                                      ("b", "2"): "UNAVAILABLE", ("s", "1"): "READY"}
+    assert {k: m["state"] for k, m in ix.items()} == {
+        ("a", "1"): "UNAVAILABLE",
+        ("a", "2"): "READY",
+        ("b", "1"): "READY",
+        ("b", "2"): "UNAVAILABLE",
+        ("s", "1"): "READY",
+    }
     assert "not in the version policy (latest 1)" in ix[("a", "1")]["reason"]
     assert "not in the version policy (specific 1)" in ix[("b", "2")]["reason"]
     assert set(index(svc, ready=True)) == {("a", "2"), ("b", "1"), ("s", "1")}

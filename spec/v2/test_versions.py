@@ -143,7 +143,11 @@ class LoadLoop:
                     body = {"inputs": [{"name": "indptr", "datatype": "INT64", "shape": [3], "data": [0, 2, 2]},
                                        {"name": "indices", "datatype": "INT32", "shape": [2], "data": [7, 4999]}]}
                     r = s.post(self.svc.url("/v2/models/%s/infer" % self.model), json=body, timeout=30)
-                    preds = [o for o in r.json()["outputs"] if o["name"] == "probability"][0]["data"] if r.status_code == 200 else None
+                    preds = (
+                        [o for o in r.json()["outputs"] if o["name"] == "probability"][0]["data"]
+                        if r.status_code == 200
+                        else None
+                    )
                     said = r.json().get("model_version") if r.status_code == 200 else None
                     answers = self.answers_v2
                 else:
@@ -215,8 +219,11 @@ def test_rollover_under_load_zero_failed_requests(wisp_service, v2_models, wisp_
         assert wait_for(lambda: loop.count(2) >= n2 + 100, timeout=20)
     finally:
         loop.stop()
-    assert loop.failures == [], "%d failed requests of %d, first: %s" % (len(loop.failures), loop.ok + len(loop.failures),
-                                                                         loop.failures[:3])
+    assert loop.failures == [], "%d failed requests of %d, first: %s" % (
+        len(loop.failures),
+        loop.ok + len(loop.failures),
+        loop.failures[:3],
+    )
     assert loop.count(2) > 0 and loop.count(3) > 0
     print("rollover (mode %s, v2 API too: %s): %d requests, 0 failed; answered by v2 %d, v3 %d"
           % (mode, use_v2, loop.ok, loop.count(2), loop.count(3)))
@@ -268,8 +275,11 @@ def test_warmup_time_and_metrics_by_version(wisp_service, v2_models, tmp_path):
     assert re.search(r'^wisp_model_requests_total\{model="m",version="2"\} 3$', m, re.M), m
     assert re.search(r'^wisp_model_version_id_info\{model="m",version="1",id="[0-9a-f]{12}"\} 1$', m, re.M), m
     # the log says each version's warm-up
-    assert re.search(r"model 'cols' loaded \(start\): \S+/cols/2/model.wisp version 2 \([0-9a-f]+\) on %s in [0-9.]+ ms "
-                     r"\(warm-up [0-9.]+ ms\)" % re.escape(WANT_DEV), svc.error_log())
+    assert re.search(
+        r"model 'cols' loaded \(start\): \S+/cols/2/model.wisp version 2 \([0-9a-f]+\) on %s in [0-9.]+ ms "
+        r"\(warm-up [0-9.]+ ms\)" % re.escape(WANT_DEV),
+        svc.error_log(),
+    )
     meta = svc.get("/v2/models/m/versions/1").json()
     assert meta["parameters"]["version"] == "1" and meta["parameters"]["warmup_ms"] > 0, meta
     assert meta["parameters"]["device"] == WANT_DEV, meta
@@ -284,4 +294,6 @@ def test_versions_logic_without_nginx(wisp_cli, tmp_path):
     r = subprocess.run([str(wisp_cli), "run", str(root / "spec/nginx/versions_check.lua"), str(tmp_path)],
                        capture_output=True, text=True, cwd=str(root), timeout=120)
     last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
-    assert r.returncode == 0 and last.endswith(" 0 failed") and not last.startswith("versions: 0 passed"), r.stdout + r.stderr
+    assert r.returncode == 0 and last.endswith(" 0 failed") and not last.startswith("versions: 0 passed"), (
+        r.stdout + r.stderr
+    )

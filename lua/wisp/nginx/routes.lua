@@ -38,9 +38,10 @@ local function admin_only(what)
         .. "the server block whose handler is handle(true), serve.sh --admin-port)")
 end
 
-local ENDPOINTS = { "POST /v1/models/NAME:predict", "GET /v1/models/NAME", "POST /v1/models/NAME:reload", "GET /healthz",
-                    "GET /readyz", "GET /metrics", "GET /v2", "GET /v2/health/live", "GET /v2/health/ready",
-                    "GET /v2/models/NAME[/versions/V][/ready]", "POST /v2/models/NAME[/versions/V]/infer" }
+local ENDPOINTS = { "POST /v1/models/NAME:predict", "GET /v1/models/NAME", "POST /v1/models/NAME:reload",
+                    "GET /healthz", "GET /readyz", "GET /metrics", "GET /v2", "GET /v2/health/live",
+                    "GET /v2/health/ready", "GET /v2/models/NAME[/versions/V][/ready]",
+                    "POST /v2/models/NAME[/versions/V]/infer" }
 
 -- content_by_lua: the whole service. admin: this listener serves the admin endpoints (:reload,
 -- /metrics, the v2 repository extension) also when configure{admin = "separate"}.
@@ -65,7 +66,8 @@ function M.handle(admin)
     local status = V1.handle(uri, method, closed, admin_only)
     if status then return status end
     inc("wisp_errors_total", 'kind="not_found"')
-    return fail(404, "no such endpoint: " .. (#uri > 200 and uri:sub(1, 200) .. "..." or uri), { endpoints = ENDPOINTS })
+    return fail(404, "no such endpoint: " .. (#uri > 200 and uri:sub(1, 200) .. "..." or uri),
+        { endpoints = ENDPOINTS })
 end
 
 -- error_page 413 target (nginx refused a body over client_max_body_size): a JSON answer.

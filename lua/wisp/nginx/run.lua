@@ -229,7 +229,8 @@ local function model_series(name)
     return ps
 end
 
-local DECODE_KIND = { [400] = 'kind="bad_request"', [413] = 'kind="too_many_rows"', [415] = 'kind="unsupported_media_type"' }
+local DECODE_KIND = { [400] = 'kind="bad_request"', [413] = 'kind="too_many_rows"',
+    [415] = 'kind="unsupported_media_type"' }
 
 -- ---- decode -> run -> encode ---------------------------------------------------------------------------
 

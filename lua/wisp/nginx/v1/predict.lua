@@ -45,7 +45,8 @@ end
 
 local function not_loaded(slot, name)
     inc("wisp_errors_total", 'kind="not_ready"')
-    return fail(503, "model '" .. name .. "' is not loaded", { reload_error = slot.reload_error and slot.reload_error.error })
+    return fail(503, "model '" .. name .. "' is not loaded",
+        { reload_error = slot.reload_error and slot.reload_error.error })
 end
 
 -- predict(slot, name, method) -> the status sent
@@ -54,7 +55,9 @@ function M.predict(slot, name, method)
     local kind, ctype = body_kind(ngx.var.content_type or "")
     if not kind then
         inc("wisp_errors_total", 'kind="unsupported_media_type"')
-        return fail(415, "unsupported Content-Type '" .. ctype .. "' (use application/json, application/x-ndjson, application/jsonl, text/plain or text/x-libsvm)")
+        return fail(415,
+            "unsupported Content-Type '" .. ctype
+            .. "' (use application/json, application/x-ndjson, application/jsonl, text/plain or text/x-libsvm)")
     end
     local refused = H.refuse_encoding(inc)
     if refused then return refused end

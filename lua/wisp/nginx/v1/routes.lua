@@ -39,7 +39,8 @@ local function model_meta(slot)
         t.device.gpu_status = S.engine:gpu_status()
         t.batching = e.batcher and e.batcher:policy() or false
         if e.spec then
-            t.input = "json rows or JSON lines (application/x-ndjson) of raw features (the columns' inputs), or libsvm lines of feature ids"
+            t.input = "json rows or JSON lines (application/x-ndjson) of raw features (the columns' inputs), or "
+                .. "libsvm lines of feature ids"
             t.inputs = e.inputs
             t.columns = e.slices
         else

@@ -27,7 +27,8 @@ function M.header_length(hlen_text, blen)
     if type(hlen_text) == "table" then return false, "Inference-Header-Content-Length given more than once" end
     local hlen = tonumber(hlen_text)
     if not hlen or hlen ~= floor(hlen) or hlen <= 0 or not hlen_text:match("^%s*%d+%s*$") then
-        return false, "Inference-Header-Content-Length: a positive integer expected, got '" .. hlen_text:sub(1, 40) .. "'"
+        return false, "Inference-Header-Content-Length: a positive integer expected, got '"
+            .. hlen_text:sub(1, 40) .. "'"
     end
     if hlen > blen then
         return false, fmt("Inference-Header-Content-Length %d is longer than the body (%d bytes)", hlen, blen)
@@ -42,19 +43,22 @@ local function bytes_elements(name, base, off, size, count)
     local p, z = off, off + size
     for i = 1, count do
         if p + 4 > z then
-            return nil, fmt("input '%s' (BYTES): binary data of %d bytes ends inside element %d's length (shape holds %d elements)",
+            return nil, fmt("input '%s' (BYTES): binary data of %d bytes ends inside element %d's length "
+                            .. "(shape holds %d elements)",
                             name, size, i - 1, count)
         end
         local len = base[p] + base[p + 1] * 256 + base[p + 2] * 65536 + base[p + 3] * 16777216
         p = p + 4
         if p + len > z then
-            return nil, fmt("input '%s' (BYTES): element %d's length %d runs past the tensor's %d bytes", name, i - 1, len, size)
+            return nil, fmt("input '%s' (BYTES): element %d's length %d runs past the tensor's %d bytes", name, i - 1,
+                            len, size)
         end
         offs[i], lens[i] = p, len
         p = p + len
     end
     if p ~= z then
-        return nil, fmt("input '%s' (BYTES): %d elements take %d bytes, binary_data_size says %d", name, count, p - off, size)
+        return nil, fmt("input '%s' (BYTES): %d elements take %d bytes, binary_data_size says %d", name, count,
+                        p - off, size)
     end
     return offs, lens
 end

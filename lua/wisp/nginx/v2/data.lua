@@ -203,7 +203,8 @@ local function scan_json(sc, p, len)
             if depth == 3 and kind[2] == 2 and key[1] == "inputs" then ordinal = ordinal + 1 end
             i = i + 1
         elseif c == 91 then                                         -- [
-            if depth == 3 and key[3] == "data" and kind[3] == 1 and kind[2] == 2 and key[1] == "inputs" and kind[1] == 1 then
+            if depth == 3 and key[3] == "data" and kind[3] == 1 and kind[2] == 2 and key[1] == "inputs"
+               and kind[1] == 1 then
                 local slot = ordinal + 1
                 local close = memchr(p + i, 93, len - i)
                 local z = close ~= nil and tonumber(ffi.cast(u8p, close) - p) or -1
@@ -313,7 +314,8 @@ local function span_data(sc, name, dt, sp)
             local v = vals[k]
             if not bigk[k] and (v ~= floor(v) or v >= TWO53 or v <= -TWO53) then
                 if v == floor(v) then
-                    return nil, fmt("input '%s' (%s): data[%d] = %s: a number beyond 2^53 written with a fraction or an exponent is not read exactly; write it as an integer",
+                    return nil, fmt("input '%s' (%s): data[%d] = %s: a number beyond 2^53 written with a fraction "
+                                    .. "or an exponent is not read exactly; write it as an integer",
                                     name, dt, k, fmt("%.17g", v))
                 end
                 return nil, fmt("input '%s' (%s): data[%d] is %s, an integer expected", name, dt, k, fmt("%.17g", v))
@@ -330,7 +332,8 @@ local function span_data(sc, name, dt, sp)
         for k = 0, n - 1 do
             local v = vals[k]
             if v < I32_MIN or v > I32_MAX then
-                return nil, fmt("input '%s' (INT32): data[%d] = %s is out of the range of INT32", name, k, fmt("%.17g", v))
+                return nil, fmt("input '%s' (INT32): data[%d] = %s is out of the range of INT32", name, k,
+                                fmt("%.17g", v))
             end
             a[k] = v
         end

@@ -60,8 +60,10 @@ local function check_json_data(name, dt, list)
                 return nil, fmt("input '%s' (INT32): data[%d] = %s is out of the range of INT32", name, i - 1, what(v))
             end
             if dt == "INT64" and (v >= I53 or v <= -I53) then
-                return nil, fmt("input '%s' (INT64): data[%d] = %s: a JSON integer at or beyond 2^53 is not read exactly "
-                    .. "here (JSON numbers are doubles); send this tensor in the binary tensor data extension", name, i - 1, what(v))
+                return nil,
+                    fmt("input '%s' (INT64): data[%d] = %s: a JSON integer at or beyond 2^53 is not read exactly "
+                    .. "here (JSON numbers are doubles); send this tensor in the binary tensor data extension", name,
+                        i - 1, what(v))
             end
         end
     end
@@ -88,7 +90,8 @@ local function decode_request(sc, body, blen, hlen_text)
         if doc ~= nil and spans then
             read_flat_spans(sc, spans, doc)
             for _, sp in pairs(spans) do
-                if sp.invalid then spans = nil; break end            -- [1, null]: cjson reads it all, and says what is wrong
+                -- [1, null]: cjson reads it all, and says what is wrong
+                if sp.invalid then spans = nil; break end
             end
             if not spans then doc = nil end
         end
@@ -100,7 +103,8 @@ local function decode_request(sc, body, blen, hlen_text)
     end
     if doc == nil then
         return nil, 400, "bad JSON" .. (hlen and " in the inference header" or "") .. ": " .. tostring(jerr)
-            .. (hlen == nil and blen > 0 and text:find("%z") and " (binary data without Inference-Header-Content-Length?)" or "")
+            .. (hlen == nil and blen > 0 and text:find("%z")
+                and " (binary data without Inference-Header-Content-Length?)" or "")
     end
     if not is_object(doc) or next(doc) == nil then
         return nil, 400, 'an inference request object {"inputs": [...]} expected, got ' .. what(doc)
@@ -133,15 +137,18 @@ local function decode_request(sc, body, blen, hlen_text)
             local bin
             local op = o.parameters
             if op ~= nil then
-                if not is_object(op) then return nil, 400, fmt("output '%s': \"parameters\": an object expected", o.name) end
+                if not is_object(op) then return nil, 400, fmt("output '%s': \"parameters\": an object expected",
+                    o.name) end
                 if op.binary_data ~= nil then
                     if type(op.binary_data) ~= "boolean" then
-                        return nil, 400, fmt("output '%s': \"binary_data\": true or false expected, got %s", o.name, what(op.binary_data))
+                        return nil, 400, fmt("output '%s': \"binary_data\": true or false expected, got %s", o.name,
+                            what(op.binary_data))
                     end
                     bin = op.binary_data
                 end
                 if op.class_count ~= nil and op.class_count ~= 0 then
-                    return nil, 400, fmt("output '%s': class_count: the classification extension is not supported", o.name)
+                    return nil, 400, fmt("output '%s': class_count: the classification extension is not supported",
+                        o.name)
                 end
             end
             list[i] = { name = o.name, binary = bin }
@@ -154,43 +161,55 @@ local function decode_request(sc, body, blen, hlen_text)
     end
     local off = hlen or blen
     for i, t in ipairs(ins) do
-        if not is_object(t) then return nil, 400, fmt('"inputs"[%d]: a tensor object expected, got %s', i - 1, what(t)) end
+        if not is_object(t) then return nil, 400, fmt('"inputs"[%d]: a tensor object expected, got %s', i - 1,
+            what(t)) end
         local name = t.name
         if type(name) ~= "string" or name == "" then
             return nil, 400, fmt('"inputs"[%d]: "name": a non-empty string expected, got %s', i - 1, what(name))
         end
         if req.inputs[name] then return nil, 400, fmt("input '%s' given twice", name) end
         local dt = t.datatype
-        if type(dt) ~= "string" then return nil, 400, fmt("input '%s': \"datatype\": a string expected, got %s", name, what(dt)) end
+        if type(dt) ~= "string" then return nil, 400, fmt("input '%s': \"datatype\": a string expected, got %s", name,
+            what(dt)) end
         if not KNOWN[dt] then return nil, 400, fmt("input '%s': unknown datatype '%s'", name, dt:sub(1, 40)) end
         if not (ESIZE[dt] or dt == "BYTES") then
-            return nil, 400, fmt("input '%s': datatype %s is not one wisp reads (INT32, INT64, FP32, FP64, BYTES)", name, dt)
+            return nil, 400, fmt("input '%s': datatype %s is not one wisp reads (INT32, INT64, FP32, FP64, BYTES)",
+                name, dt)
         end
         local shape = t.shape
-        if not is_list(shape) then return nil, 400, fmt("input '%s': \"shape\": a list of dimensions expected, got %s", name, what(shape)) end
+        if not is_list(shape) then return nil, 400, fmt("input '%s': \"shape\": a list of dimensions expected, got %s",
+            name, what(shape)) end
         local count = 1
         for k = 1, #shape do
             local d = shape[k]
             if type(d) ~= "number" or d ~= floor(d) or d < 0 or d > 2147483647 then
-                return nil, 400, fmt("input '%s': shape[%d] is %s, a non-negative integer expected", name, k - 1, what(d))
+                return nil, 400, fmt("input '%s': shape[%d] is %s, a non-negative integer expected", name, k - 1,
+                    what(d))
             end
             count = count * d
         end
-        if count > 2 ^ 40 then return nil, 400, fmt("input '%s': shape %s holds too many elements", name, shape_text(shape)) end
+        if count > 2 ^ 40 then return nil, 400, fmt("input '%s': shape %s holds too many elements", name,
+            shape_text(shape)) end
         local tp = t.parameters
-        if tp ~= nil and not is_object(tp) then return nil, 400, fmt("input '%s': \"parameters\": an object expected", name) end
+        if tp ~= nil and not is_object(tp) then return nil, 400, fmt("input '%s': \"parameters\": an object expected",
+            name) end
         local tensor = { name = name, datatype = dt, shape = shape, count = count, parameters = tp }
         local bsize = tp and tp.binary_data_size
         if bsize ~= nil then
             if type(bsize) ~= "number" or bsize ~= floor(bsize) or bsize < 0 then
-                return nil, 400, fmt("input '%s': binary_data_size: a non-negative integer expected, got %s", name, what(bsize))
+                return nil, 400, fmt("input '%s': binary_data_size: a non-negative integer expected, got %s", name,
+                    what(bsize))
             end
             if not hlen then
-                return nil, 400, fmt("input '%s' has binary_data_size but the request has no Inference-Header-Content-Length header", name)
+                return nil, 400,
+                    fmt("input '%s' has binary_data_size but the request has no Inference-Header-Content-Length header",
+                    name)
             end
             if t.data ~= nil then return nil, 400, fmt("input '%s': both \"data\" and binary_data_size", name) end
             if off + bsize > blen then
-                return nil, 400, fmt("input '%s': binary_data_size %d runs past the body (%d bytes of binary data left)", name, bsize, blen - off)
+                return nil, 400,
+                    fmt("input '%s': binary_data_size %d runs past the body (%d bytes of binary data left)", name,
+                    bsize, blen - off)
             end
             local ok, berr = read_input(tensor, base, off, bsize)
             if not ok then return nil, 400, berr end
@@ -199,7 +218,8 @@ local function decode_request(sc, body, blen, hlen_text)
             -- the numbers scan_json read in place
             local sp = spans[i - 1]
             if sp.count ~= count then
-                return nil, 400, fmt("input '%s': shape %s holds %d elements, \"data\" has %d", name, shape_text(shape), count, sp.count)
+                return nil, 400, fmt("input '%s': shape %s holds %d elements, \"data\" has %d", name, shape_text(shape),
+                    count, sp.count)
             end
             local ptr, err, list = span_data(sc, name, dt, sp)
             if list then tensor.list = list
@@ -208,14 +228,16 @@ local function decode_request(sc, body, blen, hlen_text)
         else
             local data = t.data
             if data == nil then return nil, 400, fmt("input '%s': no \"data\" (and no binary_data_size)", name) end
-            if not is_list(data) then return nil, 400, fmt("input '%s': \"data\": a list expected, got %s", name, what(data)) end
+            if not is_list(data) then return nil, 400, fmt("input '%s': \"data\": a list expected, got %s", name,
+                what(data)) end
             local flat = data
             if type(data[1]) == "table" then
                 flat = flatten(data, {}, 0)
                 if not flat then return nil, 400, fmt("input '%s': \"data\": nested lists of values expected", name) end
             end
             if #flat ~= count then
-                return nil, 400, fmt("input '%s': shape %s holds %d elements, \"data\" has %d", name, shape_text(shape), count, #flat)
+                return nil, 400, fmt("input '%s': shape %s holds %d elements, \"data\" has %d", name, shape_text(shape),
+                    count, #flat)
             end
             local ok, err = check_json_data(name, dt, flat)
             if not ok then return nil, 400, err end
@@ -225,7 +247,9 @@ local function decode_request(sc, body, blen, hlen_text)
         req.names[#req.names + 1] = name
     end
     if hlen and off ~= blen then
-        return nil, 400, fmt("the body has %d bytes of binary data after the %d-byte header; the inputs' binary_data_size add up to %d",
+        return nil, 400,
+            fmt("the body has %d bytes of binary data after the %d-byte header; the inputs' binary_data_size add "
+            .. "up to %d",
                              blen - hlen, hlen, off - hlen)
     end
     return req
@@ -242,7 +266,8 @@ function M.decode(e, b, body, blen, hlen_text, max_rows)
     if req and req.outputs then
         for _, o in ipairs(req.outputs) do
             if o.name ~= "probability" and o.name ~= "bad_rows" then
-                req, st, msg = nil, 400, fmt("unknown output '%s' (model '%s' has the outputs probability and bad_rows)",
+                req, st, msg = nil, 400,
+                    fmt("unknown output '%s' (model '%s' has the outputs probability and bad_rows)",
                                              o.name, e.name)
                 break
             end

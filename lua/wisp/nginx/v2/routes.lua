@@ -21,7 +21,8 @@ local IN = require "wisp.nginx.v2.infer"
 
 local type, tostring, pairs, ipairs = type, tostring, pairs, ipairs
 local fmt = string.format
-local send, send_json, fail, method_not_allowed, read_body = H.send, H.send_json, H.fail, H.method_not_allowed, H.read_body
+local send, send_json, fail, method_not_allowed, read_body = H.send, H.send_json, H.fail, H.method_not_allowed,
+    H.read_body
 local inc, count = MT.inc, MT.count_request
 local resolve, versions, infer = MD.resolve, MD.versions, IN.infer
 local is_object, clean_strings = J.is_object, J.clean_strings
@@ -36,7 +37,8 @@ local function tensors_meta(e)
     local outputs = {
         { name = "probability", datatype = "FP32", shape = { -1 } },
         { name = "bad_rows", datatype = "INT64", shape = { -1 },
-          parameters = { description = "0-based indices of the rows that could not be scored (their probability is NaN)" } },
+          parameters = { description = "0-based indices of the rows that could not be scored (their probability is "
+              .. "NaN)" } },
     }
     if e.tr then
         inputs = {}
@@ -54,11 +56,14 @@ local function tensors_meta(e)
     else
         inputs = {
             { name = "indptr", datatype = "INT64", shape = { -1 },
-              parameters = { accepts = "INT64 (or INT32)", description = "[rows + 1] row offsets into indices, from 0 to nnz" } },
+              parameters = { accepts = "INT64 (or INT32)",
+                  description = "[rows + 1] row offsets into indices, from 0 to nnz" } },
             { name = "indices", datatype = "INT32", shape = { -1 },
-              parameters = { accepts = "INT32 (or INT64)", description = "[nnz] 0-based feature ids; ids at or beyond the model's features are ignored" } },
+              parameters = { accepts = "INT32 (or INT64)",
+                  description = "[nnz] 0-based feature ids; ids at or beyond the model's features are ignored" } },
             { name = "values", datatype = "FP32", shape = { -1 },
-              parameters = { optional = true, description = "[nnz] one value per index; left out, every feature is binary (1)" } },
+              parameters = { optional = true,
+                  description = "[nnz] one value per index; left out, every feature is binary (1)" } },
         }
         params = { input_encoding = "CSR rows: indptr [rows + 1], indices [nnz], values [nnz] (optional)" }
     end
@@ -107,14 +112,16 @@ local function repository(uri, method, closed, admin_only)
             if text:find("%S") then
                 local doc = S.cjson.decode(text)
                 if not is_object(doc) then return fail(400, 'a JSON object {"ready": true|false} expected') end
-                if doc.ready ~= nil and type(doc.ready) ~= "boolean" then return fail(400, '"ready": true or false expected') end
+                if doc.ready ~= nil and type(doc.ready) ~= "boolean" then return fail(400,
+                    '"ready": true or false expected') end
                 ready_only = doc.ready == true
             end
         end
         local list = MD.repository_index(ready_only)
         local out = {}
         for i, m in ipairs(list or {}) do
-            out[i] = { name = m.name, version = m.version and tostring(m.version) or nil, state = m.state, reason = m.reason }
+            out[i] = { name = m.name, version = m.version and tostring(m.version) or nil, state = m.state,
+                reason = m.reason }
         end
         return send(200, (#out == 0 and "[]" or S.cjson.encode(clean_strings(out, 0))) .. "\n")
     end

@@ -50,13 +50,15 @@ local function offsets(t, nnz, what_nnz)
     for r = 1, n1 - 1 do
         local v = at(ptr, list, r)
         if v < prev then
-            return nil, 400, fmt("input '%s': %s[%d] = %s is below %s[%d] = %s (offsets must not decrease)", name, name, r,
+            return nil, 400, fmt("input '%s': %s[%d] = %s is below %s[%d] = %s (offsets must not decrease)",
+                                 name, name, r,
                                  tostring(v), name, r - 1, tostring(prev))
         end
         prev = v
     end
     if prev ~= nnz then
-        return nil, 400, fmt("input '%s': %s[%d] = %s, but %s has %d elements", name, name, n1 - 1, tostring(prev), what_nnz, nnz)
+        return nil, 400, fmt("input '%s': %s[%d] = %s, but %s has %d elements", name, name, n1 - 1, tostring(prev),
+            what_nnz, nnz)
     end
     return n1 - 1, ptr, list
 end
@@ -75,24 +77,30 @@ function M.build_ids(sc, req, e, max_rows)
     local ins = req.inputs
     for _, name in ipairs(req.names) do
         if name ~= "indptr" and name ~= "indices" and name ~= "values" then
-            return nil, 400, fmt("unknown input '%s': model '%s' takes indptr, indices and (optional) values", name, e.name)
+            return nil, 400, fmt("unknown input '%s': model '%s' takes indptr, indices and (optional) values", name,
+                e.name)
         end
     end
     local tp, ti, tv = ins.indptr, ins.indices, ins.values
     if not tp or not ti then
-        return nil, 400, fmt("model '%s' needs the inputs indptr (INT64 [rows + 1]) and indices (INT32 [nnz]); missing: %s",
+        return nil, 400,
+            fmt("model '%s' needs the inputs indptr (INT64 [rows + 1]) and indices (INT32 [nnz]); missing: %s",
                              e.name, not tp and "indptr" or "indices")
     end
     if ti.datatype ~= "INT32" and ti.datatype ~= "INT64" then
         return nil, 400, fmt("input 'indices': datatype INT32 or INT64 expected, got %s", ti.datatype)
     end
-    if #ti.shape ~= 1 then return nil, 400, fmt("input 'indices': a 1-D tensor [nnz] expected, got shape %s", shape_text(ti.shape)) end
+    if #ti.shape ~= 1 then return nil, 400, fmt("input 'indices': a 1-D tensor [nnz] expected, got shape %s",
+        shape_text(ti.shape)) end
     local nnz = ti.count
     if tv then
-        if tv.datatype ~= "FP32" then return nil, 400, fmt("input 'values': datatype FP32 expected, got %s", tv.datatype) end
-        if #tv.shape ~= 1 then return nil, 400, fmt("input 'values': a 1-D tensor [nnz] expected, got shape %s", shape_text(tv.shape)) end
+        if tv.datatype ~= "FP32" then return nil, 400, fmt("input 'values': datatype FP32 expected, got %s",
+            tv.datatype) end
+        if #tv.shape ~= 1 then return nil, 400, fmt("input 'values': a 1-D tensor [nnz] expected, got shape %s",
+            shape_text(tv.shape)) end
         if tv.count ~= nnz then
-            return nil, 400, fmt("input 'values' has %d elements, 'indices' %d: one value per index expected", tv.count, nnz)
+            return nil, 400, fmt("input 'values' has %d elements, 'indices' %d: one value per index expected", tv.count,
+                nnz)
         end
     end
     local n, ipp, ipl = offsets(tp, nnz, "indices")
@@ -117,7 +125,8 @@ function M.build_ids(sc, req, e, max_rows)
         for k = 0, nnz - 1 do a[k] = list[k + 1] end
         vptr = a
     end
-    local b, err = S.engine:batch_from_csr(n, ipp, ip_type, iptr, id_type, nnz, vptr, vptr and K.WISP_CSR_FLOAT32 or 0, 0)
+    local vtype = vptr and K.WISP_CSR_FLOAT32 or 0
+    local b, err = S.engine:batch_from_csr(n, ipp, ip_type, iptr, id_type, nnz, vptr, vtype, 0)
     if not b then return nil, tostring(err):find("out of memory", 1, true) and 500 or 400, tostring(err) end
     local errs, bad = bad_rows_of(b, false)
     return n, b, errs, bad
@@ -128,13 +137,15 @@ local function input_table(e)
     local t = e.v2_inputs
     if t then return t end
     t = {}
-    for i, inp in ipairs(e.inputs) do t[inp.name] = { index = i - 1, dtype = inp.dtype, sparse = inp.sparse, name = inp.name } end
+    for i, inp in ipairs(e.inputs) do t[inp.name] = { index = i - 1, dtype = inp.dtype, sparse = inp.sparse,
+        name = inp.name } end
     e.v2_inputs = t
     return t
 end
 M.input_table = input_table
 
-local DT_OK = { float32 = { FP32 = true, FP64 = true }, int64 = { INT64 = true, INT32 = true }, string = { BYTES = true } }
+local DT_OK = { float32 = { FP32 = true, FP64 = true }, int64 = { INT64 = true, INT32 = true },
+    string = { BYTES = true } }
 local DT_WANT = { float32 = "FP32 (or FP64)", int64 = "INT64 (or INT32)", string = "BYTES" }
 M.DT_WANT = DT_WANT
 
@@ -159,7 +170,8 @@ function M.build_raw(req, e, max_rows)
             else
                 local list = {}
                 for _, x in ipairs(e.inputs) do list[#list + 1] = x.name end
-                return nil, 400, fmt("unknown input '%s': model '%s' takes %s (each optional; NAME_indptr makes NAME ragged)",
+                return nil, 400,
+                    fmt("unknown input '%s': model '%s' takes %s (each optional; NAME_indptr makes NAME ragged)",
                                      name, e.name, concat(list, ", "))
             end
         end
@@ -172,14 +184,16 @@ function M.build_raw(req, e, max_rows)
         if inp then
             local t = req.inputs[name]
             if not DT_OK[inp.dtype][t.datatype] then
-                return nil, 400, fmt("input '%s' is %s: datatype %s expected, got %s", name, inp.dtype, DT_WANT[inp.dtype], t.datatype)
+                return nil, 400, fmt("input '%s' is %s: datatype %s expected, got %s", name, inp.dtype,
+                    DT_WANT[inp.dtype], t.datatype)
             end
             -- each row's range in the values: ragged (offsets ipp/ipl), else k values a row
             local rows, ipp, ipl, k
             local rt = ragged[name]
             if rt then
                 if #t.shape ~= 1 then
-                    return nil, 400, fmt("input '%s' is ragged (%s_indptr): its values are a 1-D tensor, got shape %s", name, name, shape_text(t.shape))
+                    return nil, 400, fmt("input '%s' is ragged (%s_indptr): its values are a 1-D tensor, got shape %s",
+                        name, name, shape_text(t.shape))
                 end
                 rows, ipp, ipl = offsets(rt, t.count, "'" .. name .. "'")
                 if not rows then return nil, ipp, ipl end
@@ -190,15 +204,18 @@ function M.build_raw(req, e, max_rows)
                 rows = t.shape[1]
                 k = t.shape[2]
                 if not inp.sparse and k ~= 1 then
-                    return nil, 400, fmt("input '%s' is dense (one value a row): shape [rows] or [rows, 1] expected, got %s "
+                    return nil, 400,
+                        fmt("input '%s' is dense (one value a row): shape [rows] or [rows, 1] expected, got %s "
                         .. "(or ragged through %s_indptr)", name, shape_text(t.shape), name)
                 end
             else
-                return nil, 400, fmt("input '%s': shape [rows], [rows, k] or ragged (%s_indptr) expected, got %s", name, name, shape_text(t.shape))
+                return nil, 400, fmt("input '%s': shape [rows], [rows, k] or ragged (%s_indptr) expected, got %s", name,
+                    name, shape_text(t.shape))
             end
             if n == nil then n = rows
             elseif rows ~= n then
-                return nil, 400, fmt("the inputs disagree on the number of rows: '%s' has %d, '%s' has %d", plan[1].name, n, name, rows)
+                return nil, 400, fmt("the inputs disagree on the number of rows: '%s' has %d, '%s' has %d",
+                    plan[1].name, n, name, rows)
             end
             plan[#plan + 1] = { name = name, index = inp.index, t = t, k = k, ipp = ipp, ipl = ipl,
                                 str = inp.dtype == "string", int = inp.dtype == "int64" }
