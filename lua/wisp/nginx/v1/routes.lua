@@ -52,6 +52,9 @@ local function model_meta(slot)
 end
 M.model_meta = model_meta
 
+-- a verb's endpoint label (wisp_requests_total), made once; an unknown verb is counted without its ":"
+local ENDPOINT = { [""] = "meta", [":predict"] = "predict", [":reload"] = "reload" }
+
 -- uri -> {name, verb} of /v1/models/NAME[:VERB], memoised (bounded: a client sends a few)
 local route_memo, route_memo_n = {}, 0
 
@@ -105,7 +108,7 @@ function M.handle(uri, method, closed, admin_only)
         inc("wisp_errors_total", 'kind="not_found"')
         status = fail(404, "unknown verb '" .. verb .. "' (use :predict or :reload)")
     end
-    return count_request(name, verb == "" and "meta" or verb:sub(2), status or 0)
+    return count_request(name, ENDPOINT[verb] or verb:sub(2), status or 0)
 end
 
 return M
