@@ -225,6 +225,27 @@ void wisp_engine_host_free(wisp_engine *eng, void *p);
  * plain memory (or p or eng is NULL). */
 int  wisp_engine_host_pinned(const wisp_engine *eng, const void *p);
 
+/* The identity of the file at `path` now (stat(2), following symbolic links),
+ * the fields wisp_model_file_changed compares with the load's: out[0] the
+ * device, out[1] the inode (both their unsigned bits), out[2] the size in
+ * bytes, out[3] the mtime and out[4] the ctime in nanoseconds since the
+ * epoch, out[5] 1 for a directory and 0 otherwise. Six integers rather than
+ * a struct so that callers which declare no struct layouts (the Lua layer)
+ * read them. Thread-safe; one stat() call. Fails with WISP_EINVAL (path or
+ * out NULL) or WISP_EIO (missing, a dangling link, no permission: "PATH:
+ * cannot stat: No such file or directory" in wisp_errmsg()); out is then
+ * unchanged. */
+int  wisp_file_id_read(const char *path, int64_t out[6]);
+
+/* The names in directory `path`, without "." and "..", in readdir(3)'s
+ * order, each followed by a NUL byte, written into buf while whole names
+ * fit in its cap bytes; *len receives the bytes all of them take. *len >
+ * cap: buf holds only the names that fit; call again with *len bytes (or
+ * more: the directory may have grown). Thread-safe. Fails with WISP_EINVAL
+ * (path or len NULL, or buf NULL with cap > 0) or WISP_EIO (the directory
+ * cannot be opened or read, wisp_errmsg() saying why), *len then 0. */
+int  wisp_dir_list(const char *path, char *buf, size_t cap, size_t *len);
+
 /* ---------------------------------------------------------------------------
  * 3. Models: .wisp files
  *

@@ -386,6 +386,24 @@ end
 Engine.batch_wrap = engine_wrap_fn("batch_wrap")
 Engine.batch_from_ffi = engine_wrap_fn("batch_from_ffi")
 
+-- engine:batch_from_csr(rows, indptr, indptr_type, ids, id_type, nnz[, values, value_type[, flags]])
+-- (wisp_batch_from_csr): a batch over CSR arrays as FFI pointers of the WISP_CSR_* types (values
+-- nil: every feature binary), checked once in C: a negative id, a value that is not a finite
+-- float32, an unordered row range (without WISP_CSR_STRICT) make bad rows with one message each.
+-- The batch keeps references to the arrays; they must stay unchanged while it is used. -> the
+-- batch (wrapped: it cannot grow) | nil, err
+function Engine:batch_from_csr(rows, indptr, indptr_type, ids, id_type, nnz, values, value_type, flags)
+    local h = handle(self, Engine, "engine", "batch_from_csr")
+    local rc = C.wisp_batch_from_csr(h, rows, indptr, indptr_type, ids, id_type, nnz, values, value_type or 0,
+                                     flags or 0, batch_box)
+    if rc ~= 0 then return nil, last_error(rc, "batch_from_csr") end
+    local bh = ffi_gc(batch_box[0], base.batch_gc)
+    batch_box[0] = nil
+    local b = new_batch_object(bh, self, true)
+    b._refs = { indptr = indptr, ids = ids, values = values }
+    return b
+end
+
 local function from_rows(fname, e, rows)
     if type(rows) ~= "table" then expected(2, 1, fname, "table", rows) end
     local b, err = new_batch(e)

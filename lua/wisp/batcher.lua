@@ -1,4 +1,6 @@
--- batcher.lua — collects rows from many callers into batches (max rows, max delay, preferred sizes, a bounded queue); each caller gets its own probability. Runs on coroutines in plain LuaJIT or on OpenResty light threads.
+-- batcher.lua — collects rows from many callers into batches; each caller gets its own probability.
+-- Batches go by max rows, max delay, preferred sizes; a bounded queue. Runs on coroutines in plain LuaJIT or on
+-- OpenResty light threads.
 --
 --   local batcher = require "wisp.batcher"
 --   local sched = batcher.scheduler()                       -- plain LuaJIT: coroutines + a loop
@@ -68,13 +70,6 @@ local type, error, pcall, tonumber, tostring, ipairs, pairs, setmetatable, selec
 
 local M = {}
 
-if not pcall(ffi.typeof, "struct wisp_batcher_timespec") then
-    ffi.cdef [[
-    struct wisp_batcher_timespec { long tv_sec; long tv_nsec; };
-    int wisp_batcher_nanosleep(const struct wisp_batcher_timespec *req, struct wisp_batcher_timespec *rem) __asm__("nanosleep");
-    ]]
-end
-local ts = ffi.new("struct wisp_batcher_timespec")
 
 local function now_us() return tonumber(C.wisp_clock_ns()) / 1e3 end
 M.now_us = now_us
@@ -83,12 +78,7 @@ M.now_us = now_us
 -- spin for the last 100 µs (timer slack would otherwise add ~50 µs to every short wait).
 local function os_sleep_us(us)
     local t_end = now_us() + us
-    if us > 200 then
-        local s = (us - 100) / 1e6
-        ts.tv_sec = floor(s)
-        ts.tv_nsec = floor((s - floor(s)) * 1e9)
-        C.wisp_batcher_nanosleep(ts, nil)
-    end
+    if us > 200 then ffi.C.usleep(floor(us - 100)) end
     while now_us() < t_end do end
 end
 M.os_sleep_us = os_sleep_us
@@ -246,7 +236,8 @@ function Scheduler:run()
                 if r ~= nil then                 -- finished (DONE) or failed; a wait yields nothing
                     self.live = self.live - 1
                     if r ~= DONE then
-                        self.errors[#self.errors + 1] = ok and fmt("scheduler: a coroutine yielded a value (%s)", tostring(r))
+                        self.errors[#self.errors + 1] = ok and fmt("scheduler: a coroutine yielded a value (%s)",
+                            tostring(r))
                             or debug.traceback(co, tostring(r))
                     end
                 end
@@ -279,7 +270,8 @@ function Scheduler:run()
             end
             if self.nnxt == 0 and self.nh > 0 then self.os_sleep_us(self.h_at[1] - now) end
         elseif self.nnxt == 0 and self.nticks == 0 and self.live > 0 then
-            self.errors[#self.errors + 1] = fmt("scheduler: %d coroutine(s) wait for an event nobody will post", self.live)
+            self.errors[#self.errors + 1] = fmt("scheduler: %d coroutine(s) wait for an event nobody will post",
+                self.live)
             break
         end
     end
@@ -343,14 +335,17 @@ local function check_opts(o, depth)
     end
     uint("max_rows", o.max_rows, 1)
     uint("max_queue", o.max_queue, 1)
-    if o.max_delay_us ~= nil and (type(o.max_delay_us) ~= "number" or o.max_delay_us < 0 or o.max_delay_us ~= o.max_delay_us) then
+    if o.max_delay_us ~= nil
+       and (type(o.max_delay_us) ~= "number" or o.max_delay_us < 0 or o.max_delay_us ~= o.max_delay_us) then
         error("bad option max_delay_us (microseconds >= 0 expected, got " .. tostring(o.max_delay_us) .. ")", depth + 1)
     end
     if o.preferred ~= nil then
-        if type(o.preferred) ~= "table" then error("bad option preferred (a list of batch sizes expected)", depth + 1) end
+        if type(o.preferred) ~= "table" then error("bad option preferred (a list of batch sizes expected)",
+            depth + 1) end
         for i, p in ipairs(o.preferred) do
             if type(p) ~= "number" or p < 1 or p ~= floor(p) then
-                error(fmt("bad option preferred (entry %d: a batch size >= 1 expected, got %s)", i, tostring(p)), depth + 1)
+                error(fmt("bad option preferred (entry %d: a batch size >= 1 expected, got %s)", i, tostring(p)),
+                    depth + 1)
             end
         end
     end
@@ -367,7 +362,8 @@ function M.new(opts)
     end
     check_opts(opts, 1)
     local rt = opts.runtime
-    if type(rt) ~= "table" or type(rt.wait) ~= "function" or type(rt.wake) ~= "function" or type(rt.now_us) ~= "function" then
+    if type(rt) ~= "table" or type(rt.wait) ~= "function" or type(rt.wake) ~= "function"
+       or type(rt.now_us) ~= "function" then
         error("bad argument #1 to 'new' (runtime expected: batcher.scheduler().runtime or batcher.ngx_runtime())", 2)
     end
     local eng = target.model and target.model.engine or nil
@@ -701,7 +697,8 @@ end
 -- of a mixed row. Suspends the calling coroutine / light thread until the row's batch
 -- is scored. The tables must not change until the call returns.
 function Batcher:score(ids, vals, bids)
-    if type(ids) ~= "table" then error("bad argument #1 to 'score' (table of ids expected, got " .. type(ids) .. ")", 2) end
+    if type(ids) ~= "table" then error("bad argument #1 to 'score' (table of ids expected, got " .. type(ids) .. ")",
+        2) end
     local S = self.sched
     if S and not S.current then
         error("batcher: score must run in a coroutine of the batcher's scheduler (sched:spawn)", 2)
@@ -757,7 +754,8 @@ end
 
 -- batcher:score_row{ids=, vals=, bids=}
 function Batcher:score_row(row)
-    if type(row) ~= "table" then error("bad argument #1 to 'score_row' (table expected, got " .. type(row) .. ")", 2) end
+    if type(row) ~= "table" then error("bad argument #1 to 'score_row' (table expected, got " .. type(row) .. ")",
+        2) end
     return self:score(row.ids or row, row.vals, row.bids)
 end
 

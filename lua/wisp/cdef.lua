@@ -47,6 +47,8 @@ size_t wisp_engine_last_log(wisp_engine *eng, char *buf, size_t len);
 int  wisp_engine_host_alloc(wisp_engine *eng, size_t bytes, void **out);
 void wisp_engine_host_free(wisp_engine *eng, void *p);
 int  wisp_engine_host_pinned(const wisp_engine *eng, const void *p);
+int  wisp_file_id_read(const char *path, int64_t out[6]);
+int  wisp_dir_list(const char *path, char *buf, size_t cap, size_t *len);
 
 /* 3. models */
 typedef struct wisp_model wisp_model;
@@ -199,6 +201,16 @@ int  wisp_batch_parse_vw(wisp_batch *b, const wisp_vw *v, const char *text, size
                          size_t max_rows, uint64_t *line_no, size_t *consumed);
 int  wisp_import_vw(const char *vw_path, const char *out_path, int dtype);
 ]]
+end
+
+-- The C library functions the Lua layer calls through ffi.C (functions, no struct layouts),
+-- each declared unless this Lua state has it already (lua-resty-core declares some):
+-- memchr (the v2 service's JSON scan), usleep (the batcher's sleeps outside nginx).
+for _, decl in ipairs {
+    "void *memchr(const void *s, int c, size_t n);",
+    "int usleep(unsigned int usec);",
+} do
+    pcall(ffi.cdef, decl)
 end
 
 local function exists(path)

@@ -161,6 +161,37 @@ function RawBatch:parse_jsonl_buf(text, len, max_rows, final, line)
     return tonumber(size_box[0]), tonumber(u64_box[0])
 end
 
+-- A row from typed values, :add's hot-path form (the service's v2 tensors): r:row_begin([line]),
+-- then for each value r:add_float(input, v), r:add_int(input, v) or r:add_string(input, s, len)
+-- (input: the 0-based index of the description's input; s a Lua string or a pointer to len
+-- bytes), then r:row_end(). A value the row refuses makes it a bad row, not a failure. Each
+-- returns true, or nil, err on a runtime failure.
+function RawBatch:row_begin(line)
+    local rc = C.wisp_raw_row_begin(handle(self, RawBatch, "raw batch", "row_begin"), line or 0)
+    if rc ~= 0 then return nil, last_error(rc, "row_begin") end
+    return true
+end
+function RawBatch:add_float(input, v)
+    local rc = C.wisp_raw_add_float(handle(self, RawBatch, "raw batch", "add_float"), input, v)
+    if rc ~= 0 then return nil, last_error(rc, "add_float") end
+    return true
+end
+function RawBatch:add_int(input, v)
+    local rc = C.wisp_raw_add_int(handle(self, RawBatch, "raw batch", "add_int"), input, v)
+    if rc ~= 0 then return nil, last_error(rc, "add_int") end
+    return true
+end
+function RawBatch:add_string(input, s, len)
+    local rc = C.wisp_raw_add_string(handle(self, RawBatch, "raw batch", "add_string"), input, s, len)
+    if rc ~= 0 then return nil, last_error(rc, "add_string") end
+    return true
+end
+function RawBatch:row_end()
+    local rc = C.wisp_raw_row_end(handle(self, RawBatch, "raw batch", "row_end"))
+    if rc ~= 0 then return nil, last_error(rc, "row_end") end
+    return true
+end
+
 function RawBatch:bad_count() return tonumber(C.wisp_raw_bad_count(handle(self, RawBatch, "raw batch", "bad_count"))) end
 
 function RawBatch:rows() return tonumber(C.wisp_raw_rows(handle(self, RawBatch, "raw batch", "rows"))) end

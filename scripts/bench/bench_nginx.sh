@@ -1,5 +1,6 @@
 #!/bin/bash
-# bench_nginx.sh — load benchmark of the nginx service (wrk on loopback, 2 workers): 1-row and 100-row requests, modes, the in-process peer, optionally 1M requests.
+# bench_nginx.sh — load benchmark of the nginx service (wrk on loopback, 2 workers): 1-row and 100-row requests, modes,
+# the in-process peer, optionally 1M requests.
 #
 #   scripts/bench/bench_nginx.sh [--label NAME] [--device cpu|gpu] [--duration S] [--quick] [--million] [--workers N]
 #                          [--modes inline,async,thread,auto,batching] [--rounds N] [--serve-opts "..."]
@@ -8,8 +9,10 @@
 #   -> build/results/bench_nginx-<label>.json (scripts/results/ with --record or WISP_RECORD=1)
 #
 # On the GPU machine (16 cores), each about 3 minutes (all five mode groups, 3 rounds of 5 s: ~5-6):
-#   source .devdeps/env.sh && scripts/bench/bench_nginx.sh --device cpu --pin --modes inline --rounds 3 --label h200-cpu-pin
-#   source .devdeps/env.sh && scripts/bench/bench_nginx.sh --device gpu --workers 1 --modes inline,thread,auto --rounds 2 --label h200-gpu
+# source .devdeps/env.sh && scripts/bench/bench_nginx.sh --device cpu --pin --modes inline --rounds 3 --label
+# h200-cpu-pin
+# source .devdeps/env.sh && scripts/bench/bench_nginx.sh --device gpu --workers 1 --modes inline,thread,auto --rounds 2
+# --label h200-gpu
 # (the GPU run unpinned: mode thread's pool threads would share the one pinned worker's core;
 # add --pin to measure it on one core, against a peer on that core.)
 #
@@ -52,7 +55,8 @@
 #   inline mode (the default), batching off (the default): 1-row, 100-row
 #   libsvm (bracketed by the W-process peer: run just before and just after it), 100-row JSON
 #   at peak, the 1-process peer; the same 1-row and 100-row requests at ~80% of their peak
-#   rate (below); 1-row requests with batching on (16 and 64 connections); mode=thread (ngx.run_worker_thread): 1-row and 100-row; mode=async
+# rate (below); 1-row requests with batching on (16 and 64 connections); mode=thread (ngx.run_worker_thread): 1-row and
+# 100-row; mode=async
 #   (submit + ngx.sleep(0) + wait): 1-row and 100-row; mode=auto (thread above 16 KB): 100-row;
 #   the in-process peer in the same run: scripts/bench/bench_nginx_peer.lua parses and scores the
 #   same 100-row body in a loop (one process, one thread, --duration s; and W processes at
@@ -91,8 +95,8 @@
 # C1..C26 of 2^18, 6.8M fp32 weights, 39 features a row, like the demo's) and 100 raw rows,
 # sent four ways in inline mode, interleaved round by round: {"instances": [...]} of raw
 # inputs (application/json; raw_100row_json_cjson: the same with one more key, for which the service
-# (lua/wisp/nginx/request.lua) also decodes the whole body with cjson to check that it is JSON; the C
-# parser still reads the instances, lua/wisp/nginx/instances.lua), the same rows as JSON lines
+# (lua/wisp/nginx/v1/decode.lua) also decodes the whole body with cjson to check that it is JSON; the C
+# parser still reads the instances, lua/wisp/nginx/v1/instances.lua), the same rows as JSON lines
 # (application/x-ndjson), and the transformed rows as libsvm lines (text/x-libsvm); nothing
 # else is measured.
 # On the GPU machine: `source .devdeps/env.sh` first (nginx, wrk and lua-resty-core from
@@ -109,7 +113,8 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --label) label=$2; shift 2;; --device) device=$2; shift 2;; --duration) duration=$2; shift 2;;
         --quick) quick=1; duration=2; shift;; --million) million=1; shift;; --workers) workers=$2; shift 2;;
-        --modes) modes=$2; shift 2;; --rounds) rounds=$2; rounds_given=1; shift 2;; --serve-opts) serve_opts=$2; shift 2;;
+        --modes) modes=$2; shift 2;; --rounds) rounds=$2; rounds_given=1; shift 2;; --serve-opts) serve_opts=$2; shift \
+            2;;
         --raw-bodies) raw_bodies=1; shift;; --pin) pin=1; shift;; --plan) plan=1; shift;;
         --wrk-threads) wrk_threads=$2; shift 2;; --wrk-batch) wrk_batch=1; shift;; --no-at80) at80=0; shift;;
         --peer-seconds) peer_secs=$2; shift 2;; --at80-modes) at80_modes=$2; shift 2;;
@@ -120,7 +125,8 @@ while [ $# -gt 0 ]; do
 done
 if [ -z "$at80_modes" ]; then case "$device" in gpu*) at80_modes=inline,auto;; *) at80_modes=inline;; esac; fi
 for m in $(echo "$at80_modes" | tr ',' ' '); do
-    case "$m" in inline|thread|async|auto) ;; *) echo "bench_nginx.sh: --at80-modes: inline, thread, async or auto expected, got '$m'" >&2; exit 2;; esac
+    case "$m" in inline|thread|async|auto) ;; *) echo \
+        "bench_nginx.sh: --at80-modes: inline, thread, async or auto expected, got '$m'" >&2; exit 2;; esac
 done
 build=${WISP_BUILD:-build}
 case "$build" in /*) ;; *) build="$root/$build";; esac
@@ -162,13 +168,17 @@ if [ "$pin" = 1 ]; then
             affinity=$(echo $affinity)
         fi
     fi
-    [ "$pinned" = 0 ] && echo "bench_nginx.sh: --pin: not pinning ($pin_why); wrk shares the cores with the workers, as without --pin" >&2
+    [ "$pinned" = 0 ] \
+        && echo \
+        "bench_nginx.sh: --pin: not pinning ($pin_why); wrk shares the cores with the workers, as without --pin" >&2
 fi
-[ -z "$wrk_threads" ] && { wrk_threads=2; [ "$pinned" = 1 ] && { wrk_threads=$(echo "$wrk_cores" | wc -w); [ "$wrk_threads" -gt 4 ] && wrk_threads=4; }; }
+[ -z "$wrk_threads" ] && { wrk_threads=2; [ "$pinned" = 1 ] && { wrk_threads=$(echo "$wrk_cores" \
+    | wc -w); [ "$wrk_threads" -gt 4 ] && wrk_threads=4; }; }
 csv() { echo "$1" | tr ' ' ','; }
 if [ "$pinned" = 1 ]; then
     WRK="taskset -c $(csv "$wrk_cores") wrk"
-    if [ "$device" = gpu ]; then echo "bench_nginx.sh: --pin on a GPU: the workers' CUDA helper threads share their cores" >&2; fi
+    if [ "$device" = gpu ]; then echo \
+        "bench_nginx.sh: --pin on a GPU: the workers' CUDA helper threads share their cores" >&2; fi
 else
     WRK=wrk
 fi
@@ -181,44 +191,26 @@ peer_core() {   # peer_core K (1-based): the taskset prefix of the K-th peer pro
     echo "taskset -c $(echo "$worker_cores" | cut -d' ' -f"$1")"
 }
 if [ "$plan" = 1 ] || [ "$pin" = 1 ]; then
-    echo "bench_nginx.sh: plan: nproc $(nproc), allowed CPUs: $allowed; workers $workers; pinned: $([ "$pinned" = 1 ] && echo yes || echo "no${pin_why:+ ($pin_why)}")" >&2
+    echo "bench_nginx.sh: plan: nproc $(nproc), allowed CPUs: $allowed; workers $workers; pinned: $([ "$pinned" = 1 ] \
+        && echo yes || echo "no${pin_why:+ ($pin_why)}")" >&2
     if [ "$pinned" = 1 ]; then
-        echo "  nginx: worker_cpu_affinity $affinity;   (serve.sh --cpu-affinity '$affinity': workers on CPUs $(csv "$worker_cores"))" >&2
+        echo "  nginx: worker_cpu_affinity $affinity;   (serve.sh --cpu-affinity '$affinity': workers on CPUs $(csv \
+            "$worker_cores"))" >&2
         echo "  wrk:   $WRK -t$wrk_threads ...   (CPUs $(csv "$wrk_cores"))" >&2
-        for k in $(seq 1 "$workers"); do echo "  peer $k: $(peer_core "$k") build/wisp run scripts/bench/bench_nginx_peer.lua ...   (with the other $((workers - 1)) at once, before and after each round's inline_100row)" >&2; done
+        for k in $(seq 1 "$workers"); do echo "  peer $k: $(peer_core \
+            "$k") build/wisp run scripts/bench/bench_nginx_peer.lua ...   (with the other $((workers - \
+            1)) at once, before and after each round's inline_100row)" >&2; done
     else
         echo "  nginx: no worker_cpu_affinity; wrk: wrk -t$wrk_threads ... ; peers: unpinned" >&2
     fi
     [ "$plan" = 1 ] && exit 0
 fi
 
-for t in wrk curl "$W"; do command -v "$t" >/dev/null 2>&1 || { echo "bench_nginx.sh: $t not found" >&2; exit 1; }; done
-nginx_bin=$(command -v nginx 2>/dev/null || ls /usr/sbin/nginx /opt/devdeps/usr/sbin/nginx 2>/dev/null | head -n 1)
-[ -z "$nginx_bin" ] && { echo "bench_nginx.sh: nginx not found" >&2; exit 1; }
+bench=bench_nginx
+. scripts/bench/bench_nginx_lib.sh
+bench_setup
 
-tmp=$(mktemp -d /tmp/wisp-bench-nginx.XXXXXX)
-chmod 755 "$tmp"
-prefix="$tmp/prefix"
-cleanup() {
-    if [ -f "$prefix/logs/nginx.pid" ]; then
-        pid=$(cat "$prefix/logs/nginx.pid"); kill -QUIT "$pid" 2>/dev/null
-        for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    fi
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-# ---- model and bodies ----------------------------------------------------------------
-data=$(ls "$build"/demo/data*.libsvm 2>/dev/null | head -n 1)
-if [ -f "$build/demo/model.wisp" ] && [ -n "$data" ]; then
-    model="$build/demo/model.wisp"
-else
-    echo "bench_nginx.sh: making a demo model and 2000 rows in $tmp/demo" >&2
-    "$W" run examples/demo.lua --out "$tmp/demo" --rows 2000 >/dev/null || exit 1
-    model="$tmp/demo/model.wisp"; data=$(ls "$tmp"/demo/data*.libsvm | head -n 1)
-fi
-cp "$model" "$tmp/model.wisp"; model="$tmp/model.wisp"; chmod 644 "$model"
+# ---- bodies ----------------------------------------------------------------------------
 head -n 1 "$data" > "$tmp/one.libsvm"
 head -n 100 "$data" > "$tmp/hundred.libsvm"
 cat > "$tmp/tojson.lua" <<'EOF'
@@ -238,13 +230,11 @@ if [ "$raw_bodies" = 1 ]; then
     chmod 644 "$model"
 fi
 
-. spec/nginx/free_port.sh
-port=$(free_port)
-base="http://127.0.0.1:$port"
 url="$base/v1/models/m:predict"
 
 start() {   # start MODE BATCHING: render, start or reload nginx, wait until it serves that mode
-    examples/openresty/serve.sh --render-only --prefix "$prefix" --port "$port" --models "m=$model" --workers "$workers" \
+    examples/openresty/serve.sh --render-only --prefix "$prefix" --port "$port" --models "m=$model" --workers \
+        "$workers" \
         --device "$device" --mode "$1" --batching "$2" --max-rows 10000 --build "$build" \
         ${affinity:+--cpu-affinity "$affinity"} $serve_opts >/dev/null || exit 1
     if [ -f "$prefix/logs/nginx.pid" ] && kill -0 "$(cat "$prefix/logs/nginx.pid")" 2>/dev/null; then
@@ -253,7 +243,8 @@ start() {   # start MODE BATCHING: render, start or reload nginx, wait until it 
         "$nginx_bin" -p "$prefix" -c conf/nginx.conf || exit 1
     fi
     for _ in $(seq 1 100); do
-        curl -s "$base/v1/models/m" 2>/dev/null | grep -q "\"mode\":\"$1\"" && curl -s -o /dev/null -w '%{http_code}' "$base/readyz" | grep -q 200 && break
+        curl -s "$base/v1/models/m" 2>/dev/null | grep -q "\"mode\":\"$1\"" \
+            && curl -s -o /dev/null -w '%{http_code}' "$base/readyz" | grep -q 200 && break
         sleep 0.1
     done
     sleep 1     # old workers drain after a reload
@@ -268,25 +259,15 @@ start() {   # start MODE BATCHING: render, start or reload nginx, wait until it 
         seen="$seen $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$p/status" 2>/dev/null)"
     done
     workers_seen=$(echo $seen)
-    if [ "$pinned" = 1 ] && [ "$(echo "$workers_seen" | tr ' ' '\n' | sort -n | tr '\n' ' ' | sed 's/ $//')" != "$(echo "$worker_cores" | tr ' ' '\n' | sort -n | tr '\n' ' ' | sed 's/ $//')" ]; then
+    if [ "$pinned" = 1 ] && [ "$(echo "$workers_seen" | tr ' ' '\n' | sort -n | tr '\n' ' ' \
+        | sed 's/ $//')" != "$(echo "$worker_cores" | tr ' ' '\n' | sort -n | tr '\n' ' ' | sed 's/ $//')" ]; then
         echo "bench_nginx.sh: warning: workers' Cpus_allowed_list '$workers_seen', expected one of '$worker_cores' each" >&2
         pin_mismatch=1
     fi
 }
 workers_seen=""; pin_mismatch=0
 
-runs="$tmp/runs.jsonl"; : > "$runs"
 val() { echo "$1" | sed -E "s/.*\"$2\": ([0-9.]+).*/\1/"; }
-clk=$(getconf CLK_TCK 2>/dev/null || echo 100)
-workers_cpu() {   # CPU seconds used so far by nginx's worker processes, and their involuntary context switches
-    local m t=0 p cs=0
-    m=$(cat "$prefix/logs/nginx.pid" 2>/dev/null) || { echo "0 0"; return; }
-    for p in $(pgrep -P "$m"); do
-        t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || echo 0)))
-        cs=$((cs + $(awk '/^nonvoluntary_ctxt_switches/ { print $2 }' "/proc/$p/status" 2>/dev/null || echo 0)))
-    done
-    awk -v t="$t" -v k="$clk" -v cs="$cs" 'BEGIN { printf "%.2f %d", t / k, cs }'
-}
 stall_marks() {   # the workers' run delay so far (ms waiting for a CPU, /proc/PID/schedstat) and the event-loop
                   # lag ticks so far (/metrics, wisp_event_loop_lag_seconds): all, over 5 ms, over 20 ms
     local m p rd=0
@@ -298,32 +279,12 @@ stall_marks() {   # the workers' run delay so far (ms waiting for a CPU, /proc/P
         /^wisp_event_loop_lag_seconds_bucket\{le="0.02"\}/ { b20 = $2 }
         END { printf "%.3f %d %d %d", rd / 1e6, n, n - b5, n - b20 }'
 }
-wrkrun() {  # wrkrun NAME ROUND CONNS SECONDS BODY CTYPE ROWS [THINK_MS] [MAX_PER_THREAD] [WRK_SCRIPT] -> prints the run's JSON
-    local name=$1 round=$2 c=$3 d=$4 body=$5 ct=$6 rows=$7 think=${8:-0} maxn=${9:-0} script=${10:-spec/nginx/wrk_post.lua}
-    local line cpu0 cpu1 wcpu cs0 cs1
-    read -r cpu0 cs0 <<< "$(workers_cpu)"
-    ( TIMEFORMAT='WRKCPU %U %S'; time $WRK -t"$wrk_threads" -c"$c" -d"${d}s" --timeout 10s -s "$script" "$url" -- "$body" "$ct" "$rows" "$think" "$maxn" ) > "$tmp/wrk.out" 2>&1
-    read -r cpu1 cs1 <<< "$(workers_cpu)"
-    line=$(grep '^WRK ' "$tmp/wrk.out" | sed 's/^WRK //')
-    wcpu=$(awk '/^WRKCPU/ { print $2 + $3 }' "$tmp/wrk.out")
-    [ -z "$line" ] && line='{"error": "wrk printed nothing", "rps": 0, "requests": 0}'
-    # CPU seconds of nginx's workers (all their threads: /proc/PID/stat utime + stime) and of wrk
-    # during the run: rows per worker-CPU-second compares with the peer's rows per CPU-second
-    # whatever share of the machine the run got
-    line=$(echo "$line" | awk -v r="$rows" -v n="$name" -v k="$round" -v c="$c" -v t="$think" -v cw="$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')" -v cwrk="${wcpu:-0}" -v ncs="$((cs1 - cs0))" '{
-        match($0, /"rps": [0-9.]+/); rps = substr($0, RSTART + 7, RLENGTH - 7);
-        match($0, /"requests": [0-9]+/); nreq = substr($0, RSTART + 12, RLENGTH - 12);
-        extra = sprintf("\"worker_cpu_s\": %.2f, \"wrk_cpu_s\": %.2f, \"worker_cpu_us_per_request\": %.1f, \"rows_per_worker_cpu_s\": %.1f, \"worker_preemptions_per_request\": %.3f, ",
-                        cw, cwrk, nreq > 0 ? cw * 1e6 / nreq : 0, cw > 0 ? nreq * r / cw : 0, nreq > 0 ? ncs / nreq : 0);
-        sub(/^\{/, sprintf("{\"name\": \"%s\", \"round\": %d, \"connections\": %d, \"think_ms\": %s, \"rows_per_request\": %d, \"rows_per_s\": %.1f, %s", n, k, c, t, r, rps * r, extra)); print }')
-    echo "$line" >> "$runs"
-    printf '%-34s %s\n' "$name#$round" "$(echo "$line" | sed -E 's/.*"rows_per_s": ([0-9.]+).*"rps": ([0-9.]+).*"p50_us": ([0-9]+).*"p99_us": ([0-9]+).*/rows\/s \1  req\/s \2  p50 \3 us  p99 \4 us/')" >&2
-    echo "$line"
-}
 peer() {    # peer ROUND BODY ROWS: the in-process peer, one process, --duration seconds
     local line
-    line=$($(peer_core 1) "$W" run scripts/bench/bench_nginx_peer.lua "$model" "$2" "$pdev" "$duration" | sed -n 's/^PEER //p')
-    echo "{\"name\": \"peer_${3}row_1proc\", \"round\": $1, \"cpu\": \"$(peer_core 1 | sed 's/.* //')\", ${line#\{}" >> "$runs"
+    line=$($(peer_core 1) "$W" run scripts/bench/bench_nginx_peer.lua "$model" "$2" "$pdev" "$duration" \
+        | sed -n 's/^PEER //p')
+    echo "{\"name\": \"peer_${3}row_1proc\", \"round\": $1, \"cpu\": \"$(peer_core 1 \
+        | sed 's/.* //')\", ${line#\{}" >> "$runs"
     printf '%-34s %s\n' "peer_${3}row_1proc#$1" "$line" >&2
 }
 peer_wproc() {   # peer_wproc ROUND BODY ROWS BRACKET(before|after): W peer processes at once, --peer-seconds
@@ -331,7 +292,8 @@ peer_wproc() {   # peer_wproc ROUND BODY ROWS BRACKET(before|after): W peer proc
     # and immediately after the round's inline_100row (the report takes the mean of the two)
     local k pids="" line
     for k in $(seq 1 "$workers"); do
-        $(peer_core "$k") "$W" run scripts/bench/bench_nginx_peer.lua "$model" "$2" "$pdev" "$peer_secs" > "$tmp/peer_$k.txt" &
+        $(peer_core "$k") "$W" run scripts/bench/bench_nginx_peer.lua "$model" "$2" "$pdev" "$peer_secs" > \
+            "$tmp/peer_$k.txt" &
         pids="$pids $!"
     done
     wait $pids
@@ -340,7 +302,9 @@ peer_wproc() {   # peer_wproc ROUND BODY ROWS BRACKET(before|after): W peer proc
         [ -z "$line" ] && line='{"error": "the peer printed nothing"}'
         echo "{\"name\": \"peer_${3}row_wproc\", \"round\": $1, \"bracket\": \"$4\", \"seconds\": $peer_secs, \"proc\": $k, \"procs\": $workers, \"cpu\": \"$(peer_core "$k" | sed 's/.* //')\", ${line#\{}" >> "$runs"
     done
-    printf '%-34s %s\n' "peer_${3}row_${workers}proc#$1 $4" "$(grep "\"peer_${3}row_wproc\", \"round\": $1, \"bracket\": \"$4\"," "$runs" | sed -E 's/.*"parse_score_rows_per_s": ([0-9.]+).*/\1/; t; s/.*/error/' | tr '\n' ' ')rows/s" >&2
+    printf '%-34s %s\n' "peer_${3}row_${workers}proc#$1 $4" "$(grep \
+        "\"peer_${3}row_wproc\", \"round\": $1, \"bracket\": \"$4\"," "$runs" \
+        | sed -E 's/.*"parse_score_rows_per_s": ([0-9.]+).*/\1/; t; s/.*/error/' | tr '\n' ' ')rows/s" >&2
     if [ "$4" = after ]; then   # the bracket at a glance (the report warns where it is unsteady)
         grep "\"peer_${3}row_wproc\", \"round\": $1, \"bracket\": " "$runs" | awk -v r="$1" -v w="$workers" '
             /"bracket": "before"/ && match($0, /"parse_score_rows_per_s": [0-9.]+/) { b += substr($0, RSTART + 25, RLENGTH - 25) }
@@ -378,7 +342,8 @@ paced() {   # paced NAME PEAK_RPS BODY CTYPE ROWS ARRIVALS(poisson|paced): ~80% 
         got=$(val "$line" rps)
         frac=$(awk -v g="$got" -v p="$peak" 'BEGIN { printf "%.3f", g / p }')
         # the think time that gives the target: c / rate = think + latency, latency from this run
-        think=$(awk -v th="$think" -v c="$c" -v t="$target" -v g="$got" 'BEGIN { if (g <= 0) g = t / 2; x = th + (c / t - c / g) * 1000; if (x < 0.5) x = 0.5; printf "%.3f", x }')
+        think=$(awk -v th="$think" -v c="$c" -v t="$target" -v g="$got" \
+            'BEGIN { if (g <= 0) g = t / 2; x = th + (c / t - c / g) * 1000; if (x < 0.5) x = 0.5; printf "%.3f", x }')
         awk -v f="$frac" 'BEGIN { exit !(f >= 0.76 && f <= 0.84) }' && break
     done
     wrkrun "$name" 1 "$c" "$duration" "$body" "$ct" "$rows" "$think" 0 "$script" >/dev/null
@@ -396,7 +361,9 @@ build_loadgen() {
 }
 open_at80() {   # open_at80 NAME PEAK_RPS BODY CTYPE ROWS ARRIVALS(const|poisson)
     local name=$1 peak=$2 body=$3 ct=$4 rows=$5 arr=$6 target c line cpu0 cs0 cpu1 cs1 lgt=1 pre="" s0 s1
-    build_loadgen || { echo "bench_nginx.sh: scripts/load/loadgen.c does not build: $(head -c 300 "$tmp/loadgen.err")" >&2; return 0; }
+    build_loadgen \
+        || { echo "bench_nginx.sh: scripts/load/loadgen.c does not build: $(head -c 300 "$tmp/loadgen.err")" >&2; \
+        return 0; }
     target=$(awk -v p="$peak" 'BEGIN { printf "%.1f", 0.8 * p }')
     # connections for ~5 ms of answers in flight (a request waiting for one counts the wait)
     c=$(awk -v t="$target" 'BEGIN { c = int(t * 0.005 + 0.999); if (c < 16) c = 16; if (c > 512) c = 512; print c }')
@@ -410,7 +377,8 @@ open_at80() {   # open_at80 NAME PEAK_RPS BODY CTYPE ROWS ARRIVALS(const|poisson
            --duration "$duration" --warmup 1 --connections "$c" --threads "$lgt" --arrivals "$arr")
     read -r cpu1 cs1 <<< "$(workers_cpu)"
     s1=$(stall_marks)
-    [ -z "$line" ] && line='{"error": "loadgen printed nothing", "achieved_rps": 0, "measured": 0, "p50_us": 0, "p99_us": 0}'
+    [ -z "$line" ] \
+        && line='{"error": "loadgen printed nothing", "achieved_rps": 0, "measured": 0, "p50_us": 0, "p99_us": 0}'
     line=$(echo "$line" | awk -v n="$name" -v r="$rows" -v cw="$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')" \
                               -v s0="$s0" -v s1="$s1" '{
         match($0, /"achieved_rps":[0-9.]+/); rps = substr($0, RSTART + 15, RLENGTH - 15);
@@ -420,7 +388,9 @@ open_at80() {   # open_at80 NAME PEAK_RPS BODY CTYPE ROWS ARRIVALS(const|poisson
                            n, r, rps, rps * r, nreq > 0 ? cw * 1e6 / nreq : 0, b[1] - a[1], b[2] - a[2], b[3] - a[3], b[4] - a[4])); print }')
     echo "$line" >> "$runs"
     echo "{\"name\": \"${name}_target\", \"round\": 1, \"peak_rps\": $peak, \"target_rps\": $target, \"arrivals\": \"open_$arr\", \"calibration_runs\": 0}" >> "$runs"
-    printf '%-34s %s\n' "$name" "$(echo "$line" | sed -E 's/.*"rps": ([0-9.]+).*"worker_run_delay_ms": ([0-9.-]+), "loop_lag_ticks": ([0-9-]+), "loop_lag_over_5ms": ([0-9-]+), "loop_lag_over_20ms": ([0-9-]+).*"p50_us":([0-9.]+),"p90_us":[0-9.]+,"p99_us":([0-9.]+).*/req\/s \1  p50 \6 us  p99 \7 us  workers waited for a CPU \2 ms; event-loop lag over 5 ms in \4 and over 20 ms in \5 of \3 ticks/')" >&2
+    printf '%-34s %s\n' "$name" "$(echo "$line" \
+        | sed -E \
+        's/.*"rps": ([0-9.]+).*"worker_run_delay_ms": ([0-9.-]+), "loop_lag_ticks": ([0-9-]+), "loop_lag_over_5ms": ([0-9-]+), "loop_lag_over_20ms": ([0-9-]+).*"p50_us":([0-9.]+),"p90_us":[0-9.]+,"p99_us":([0-9.]+).*/req\/s \1  p50 \6 us  p99 \7 us  workers waited for a CPU \2 ms; event-loop lag over 5 ms in \4 and over 20 ms in \5 of \3 ticks/')" >&2
     ideal_queue "$name" "$arr" "$peak" "$rows" "$line"
 }
 
@@ -436,12 +406,16 @@ qmodel() {  # qmodel ARGS...: queue_model.lua's JSON line, or {}
     out=$("$W" run scripts/load/queue_model.lua --servers "$workers" --n 1000000 --seed 1 --json "$@" 2>/dev/null)
     case "$out" in "{"*) echo "$out";; *) echo "{}";; esac
 }
-qpick() { echo "$1" | sed -E 's/.*"p50": ([0-9.e+-]+).*"p99": ([0-9.e+-]+).*"p99_over_p50": ([0-9.e+-]+).*/{"p50": \1, "p99": \2, "p99_over_p50": \3}/; t; s/.*/null/'; }
+qpick() { echo "$1" \
+    | sed -E \
+    's/.*"p50": ([0-9.e+-]+).*"p99": ([0-9.e+-]+).*"p99_over_p50": ([0-9.e+-]+).*/{"p50": \1, "p99": \2, "p99_over_p50": \3}/; t; s/.*/null/'; }
 ideal_queue() {   # ideal_queue NAME ARRIVALS(const|poisson) PEAK_RPS ROWS LOADGEN_LINE -> a line of $tmp/ideal.jsonl
     local name=$1 arr=$2 peak=$3 rows=$4 line=$5 rho p50 p99 s q="$tmp/quant_${4}row.txt" emp="null" mq d k out
     rho=$(echo "$line" | sed -nE 's/.*"achieved_rps":([0-9.]+).*/\1/p')
-    rho=$(awk -v a="${rho:-0}" -v p="$peak" 'BEGIN { r = p > 0 ? a / p : 0; if (r <= 0.01) r = 0.8; if (r > 0.99) r = 0.99; printf "%.4f", r }')
-    p50=$(echo "$line" | sed -nE 's/.*"p50_us":([0-9.]+).*/\1/p'); p99=$(echo "$line" | sed -nE 's/.*"p99_us":([0-9.]+).*/\1/p')
+    rho=$(awk -v a="${rho:-0}" -v p="$peak" \
+        'BEGIN { r = p > 0 ? a / p : 0; if (r <= 0.01) r = 0.8; if (r > 0.99) r = 0.99; printf "%.4f", r }')
+    p50=$(echo "$line" | sed -nE 's/.*"p50_us":([0-9.]+).*/\1/p'); p99=$(echo "$line" \
+        | sed -nE 's/.*"p99_us":([0-9.]+).*/\1/p')
     s=$(awk -v w="$workers" -v p="$peak" 'BEGIN { printf "%.3f", (p > 0 ? w / p * 1e6 : 0) }')
     out="{\"name\": \"$name\", \"servers\": $workers, \"rho\": $rho, \"arrivals\": \"$arr\", \"measured\": {\"p50_us\": ${p50:-null}, \"p99_us\": ${p99:-null}, \"p99_over_p50\": $(awk -v a="${p50:-0}" -v b="${p99:-0}" 'BEGIN { if (a > 0) printf "%.3f", b / a; else printf "null" }')}"
     for k in det_random det_shared exp_random exp_shared; do
@@ -452,7 +426,8 @@ ideal_queue() {   # ideal_queue NAME ARRIVALS(const|poisson) PEAK_RPS ROWS LOADG
         d=$(awk -v m="$mq" -v s="$s" 'BEGIN { d = m - s; if (d < 0) d = 0; printf "%.3f", d }')
         emp="{\"service_us_mean\": $s, \"delay_us\": $d, \"latency_1conn_mean_us\": ${mq:-null}"
         for k in random shared; do
-            emp="$emp, \"$k\": $(qpick "$(qmodel --rho "$rho" --arrivals "$arr" --service "$q" --mean "$s" --delay "$d" --dispatch "$k")")"
+            emp="$emp, \"$k\": $(qpick "$(qmodel --rho "$rho" --arrivals "$arr" --service "$q" --mean "$s" --delay \
+                "$d" --dispatch "$k")")"
         done
         emp="$emp}"
     fi
@@ -489,14 +464,16 @@ closed_at80() {   # closed_at80 NAME PEAK_RPS BODY CTYPE ROWS -> $tmp/closed_ROW
         [ "$c" = 1 ] && [ -s "$tmp/quant.txt" ] && mv "$tmp/quant.txt" "$tmp/quant_${rows}row.txt"
         got=$(val "$line" rps)
         frac=$(awk -v g="$got" -v p="$peak" 'BEGIN { printf "%.3f", (p > 0 ? g / p : 0) }')
-        sweep="$sweep${sweep:+, }{\"connections\": $c, \"rps\": $got, \"fraction_of_peak\": $frac, \"p50_us\": $(val "$line" p50_us), \"p99_us\": $(val "$line" p99_us)}"
+        sweep="$sweep${sweep:+, }{\"connections\": $c, \"rps\": $got, \"fraction_of_peak\": $frac, \"p50_us\": $(val \
+            "$line" p50_us), \"p99_us\": $(val "$line" p99_us)}"
         f=$(awk -v f="$frac" -v b="$bestd" 'BEGIN { d = f - 0.8; if (d < 0) d = -d; if (d < b) printf "%.3f", d }')
         [ -n "$f" ] && { best=$c; bestd=$f; }
         awk -v f="$frac" 'BEGIN { exit !(f >= 0.8) }' && break     # more connections only add load
     done
     wrk_threads=$wt0; [ "$best" -lt "$wt0" ] && wrk_threads=$best
     line=$(wrkrun "$name" 1 "$best" "$duration" "$body" "$ct" "$rows")
-    awk -v n="$name" -v c="$best" -v p="$peak" -v g="$(val "$line" rps)" -v p50="$(val "$line" p50_us)" -v p90="$(val "$line" p90_us)" \
+    awk -v n="$name" -v c="$best" -v p="$peak" -v g="$(val "$line" rps)" -v p50="$(val "$line" p50_us)" -v p90="$(val \
+        "$line" p90_us)" \
         -v p99="$(val "$line" p99_us)" -v p999="$(val "$line" p999_us)" -v sd="$sd" -v d="$duration" -v t="$wrk_threads" -v sw="[$sweep]" 'BEGIN {
         printf "{\"name\": \"%s\", \"arrivals\": \"closed loop: wrk, %d connections, no think time\", \"connections\": %d, \"wrk_threads\": %d, \"seconds\": %s, ", n, c, c, t, d
         printf "\"peak_rps\": %s, \"rps\": %s, \"fraction_of_peak\": %.3f, \"p50_us\": %s, \"p90_us\": %s, \"p99_us\": %s, \"p999_us\": %s, ", p, g, (p > 0 ? g / p : 0), p50, p90, p99, p999
@@ -552,7 +529,8 @@ for r in $(seq 1 "$rounds"); do
         wrkrun "inline_1row_batching_${other}_64conn" "$r" 64 "$duration" "$tmp/one.libsvm" text/x-libsvm 1 >/dev/null
     fi
 done
-med() { grep "\"name\": \"$1\"" "$runs" | sed -E 's/.*"rps": ([0-9.]+).*/\1/' | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+med() { grep "\"name\": \"$1\"" "$runs" | sed -E 's/.*"rps": ([0-9.]+).*/\1/' | sort -n \
+    | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 if [ "$raw_bodies" = 0 ] && [ "$at80" = 1 ]; then
     peer 1 "$tmp/one.libsvm" 1
     # p99/p50 at ~80% of the peak (the median peak of the rounds above), inline mode
@@ -571,7 +549,8 @@ if [ "$raw_bodies" = 0 ] && [ "$at80" = 1 ]; then
     for m in $(echo "$at80_modes" | tr ',' ' '); do
         [ "$m" = inline ] && continue
         if ! want "$m" || [ -z "$(med "${m}_100row")" ]; then
-            echo "bench_nginx.sh: --at80-modes $m: no ${m}_100row peak measured (add $m to --modes); skipped" >&2; continue
+            echo "bench_nginx.sh: --at80-modes $m: no ${m}_100row peak measured (add $m to --modes); skipped" >&2; \
+                continue
         fi
         start "$m" off
         paced "${m}_100row_at80" "$(med "${m}_100row")" "$tmp/hundred.libsvm" text/x-libsvm 100 poisson
@@ -613,7 +592,8 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 nginx_v=$("$nginx_bin" -v 2>&1 | sed 's/.*: //')
 out="$(record_dir)/bench_nginx-$label.json"   # build/results/ unless --record or WISP_RECORD=1
-"$W" run scripts/bench/bench_nginx_report.lua "$runs" "$([ "$pinned" = 1 ] && [ "$pin_mismatch" = 0 ] && echo pinned || echo unpinned)" > "$tmp/figures.json" || exit 1
+"$W" run scripts/bench/bench_nginx_report.lua "$runs" "$([ "$pinned" = 1 ] && [ "$pin_mismatch" = 0 ] && echo pinned \
+    || echo unpinned)" > "$tmp/figures.json" || exit 1
 cat > "$tmp/doc.json" <<EOF
 {
   "benchmark": "bench_nginx",

@@ -22,8 +22,8 @@ for r = 1, 100 do
     rows[r] = row; lines[r] = cjson.encode(row)
 end
 local f = assert(io.open(dir .. "/hundred_raw.json", "wb")); f:write(cjson.encode { instances = rows }, "\n"); f:close()
--- the same with one more key: the C parser still reads the instances (lua/wisp/nginx/instances.lua skips
--- the key) and lua/wisp/nginx/request.lua also decodes the whole body with cjson, to check that it is JSON
+-- the same with one more key: the C parser still reads the instances (lua/wisp/nginx/v1/instances.lua skips
+-- the key) and lua/wisp/nginx/v1/decode.lua also decodes the whole body with cjson, to check that it is JSON
 f = assert(io.open(dir .. "/hundred_raw_cjson.json", "wb")); f:write(cjson.encode { instances = rows, note = "x" }, "\n"); f:close()
 f = assert(io.open(dir .. "/hundred.ndjson", "wb")); f:write(table.concat(lines, "\n"), "\n"); f:close()
 local tr = assert(spec:transformer()); assert(tr:add_rows(rows))

@@ -1,5 +1,6 @@
 #!/bin/bash
-# bench_nginx_v2.sh — worker CPU per request of the Open Inference Protocol (v2) infer path against today's v1 libsvm body, same 100 rows, side by side.
+# bench_nginx_v2.sh — worker CPU per request of the Open Inference Protocol (v2) infer path against today's v1 libsvm
+# body, same 100 rows, side by side.
 #
 #   scripts/bench/bench_nginx_v2.sh [--label NAME] [--duration S] [--rounds N] [--workers N] [--connections C]
 #                                   [--device cpu|gpu] [--record]
@@ -40,46 +41,24 @@ done
 build=${WISP_BUILD:-build}
 case "$build" in /*) ;; *) build="$root/$build";; esac
 W="$build/wisp"
-for t in wrk curl python3 "$W"; do command -v "$t" >/dev/null 2>&1 || { echo "bench_nginx_v2.sh: $t not found" >&2; exit 1; }; done
-nginx_bin=$(command -v nginx 2>/dev/null || ls /usr/sbin/nginx /opt/devdeps/usr/sbin/nginx 2>/dev/null | head -n 1)
-[ -z "$nginx_bin" ] && { echo "bench_nginx_v2.sh: nginx not found" >&2; exit 1; }
+command -v python3 >/dev/null 2>&1 || { echo "bench_nginx_v2.sh: python3 not found" >&2; exit 1; }
+bench=bench_nginx_v2
+. scripts/bench/bench_nginx_lib.sh
+bench_setup
+WRK=wrk; wrk_threads=1
 
-tmp=$(mktemp -d /tmp/wisp-bench-v2.XXXXXX)
-chmod 755 "$tmp"
-prefix="$tmp/prefix"
-cleanup() {
-    if [ -f "$prefix/logs/nginx.pid" ]; then
-        pid=$(cat "$prefix/logs/nginx.pid"); kill -QUIT "$pid" 2>/dev/null
-        for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    fi
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-# ---- model, rows, bodies, the CLI's answers -------------------------------------------------
-data=$(ls "$build"/demo/data*.libsvm 2>/dev/null | head -n 1)
-if [ -f "$build/demo/model.wisp" ] && [ -n "$data" ]; then
-    model="$build/demo/model.wisp"
-else
-    echo "bench_nginx_v2.sh: making a demo model and 2000 rows in $tmp/demo" >&2
-    "$W" run examples/demo.lua --out "$tmp/demo" --rows 2000 >/dev/null || exit 1
-    model="$tmp/demo/model.wisp"; data=$(ls "$tmp"/demo/data*.libsvm | head -n 1)
-fi
-cp "$model" "$tmp/model.wisp"; model="$tmp/model.wisp"; chmod 644 "$model"
+# ---- rows, bodies, the CLI's answers --------------------------------------------------------
 head -n 100 "$data" > "$tmp/hundred.libsvm"
 "$W" run scripts/bench/bench_nginx_v2_bodies.lua "$tmp/hundred.libsvm" "$tmp" || exit 1
 hlen=$(cat "$tmp/v2.bin.hlen")
 "$W" score -m "$model" -d cpu "$tmp/hundred.libsvm" > "$tmp/cli.txt" || exit 1
 
-. spec/nginx/free_port.sh
-port=$(free_port)
-base="http://127.0.0.1:$port"
 user_opt=""; [ "$(id -u)" = 0 ] && user_opt="--user root"
 examples/openresty/serve.sh --render-only --prefix "$prefix" --port "$port" --models "m=$model" --workers "$workers" \
     --device "$device" --max-rows 10000 --build "$build" $user_opt >/dev/null || exit 1
 "$nginx_bin" -p "$prefix" -c conf/nginx.conf || exit 1
-for _ in $(seq 1 100); do curl -s -o /dev/null -w '%{http_code}' "$base/readyz" 2>/dev/null | grep -q 200 && break; sleep 0.1; done
+for _ in $(seq 1 100); do curl -s -o /dev/null -w '%{http_code}' "$base/readyz" 2>/dev/null | grep -q 200 \
+    && break; sleep 0.1; done
 
 v1url="$base/v1/models/m:predict"; v2url="$base/v2/models/m/infer"
 # kind: name url body content-type header-length
@@ -93,7 +72,8 @@ while read -r name url body ct hl; do
     hdr=(); [ "$hl" != 0 ] && hdr=(-H "Inference-Header-Content-Length: $hl")
     curl -s -D "$tmp/$name.hdr" -o "$tmp/$name.out" -H "Content-Type: $ct" "${hdr[@]}" --data-binary @"$body" "$url"
 done <<< "$kinds"
-python3 - "$tmp" <<'PYEOF' || { echo "bench_nginx_v2.sh: an answer differs from wisp score: not measuring" >&2; exit 1; }
+python3 - "$tmp" <<'PYEOF' \
+    || { echo "bench_nginx_v2.sh: an answer differs from wisp score: not measuring" >&2; exit 1; }
 import json, struct, sys
 d = sys.argv[1]
 cli = [float(x) for x in open(d + "/cli.txt").read().split()]
@@ -120,39 +100,30 @@ for k, v in got.items():
 sys.exit(0 if ok else 1)
 PYEOF
 
-clk=$(getconf CLK_TCK 2>/dev/null || echo 100)
-workers_cpu() {   # CPU seconds used so far by nginx's worker processes (utime + stime)
-    local m t=0 p
-    m=$(cat "$prefix/logs/nginx.pid" 2>/dev/null) || { echo 0; return; }
-    for p in $(pgrep -P "$m"); do t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || echo 0))); done
-    awk -v t="$t" -v k="$clk" 'BEGIN { printf "%.2f", t / k }'
-}
-runs="$tmp/runs.jsonl"; : > "$runs"
-# warm-up: every body a second
+# warm-up: every body a second; then the rounds, each body in turn (wrkrun: bench_nginx_lib.sh's, as
+# bench_nginx.sh measures its runs)
 while read -r name url body ct hl; do
-    wrk -t1 -c"$conns" -d1s -s scripts/bench/wrk_post_v2.lua "$url" -- "$body" "$ct" "$hl" >/dev/null 2>&1
+    wrkrun "${name}_warmup" 0 "$conns" 1 "$body" "$ct" 100 0 0 spec/nginx/wrk_post.lua "$hl" >/dev/null 2>&1
 done <<< "$kinds"
+: > "$runs"
 for r in $(seq 1 "$rounds"); do
     while read -r name url body ct hl; do
-        c0=$(workers_cpu)
-        line=$(wrk -t1 -c"$conns" -d"${duration}s" --timeout 10s -s scripts/bench/wrk_post_v2.lua "$url" -- "$body" "$ct" "$hl" | sed -n 's/^WRK //p')
-        c1=$(workers_cpu)
-        [ -z "$line" ] && line='{"requests": 0, "rps": 0, "error": "wrk printed nothing"}'
-        echo "{\"name\": \"$name\", \"round\": $r, \"worker_cpu_s\": $(awk -v a="$c0" -v b="$c1" 'BEGIN { printf "%.2f", b - a }'), ${line#\{}" >> "$runs"
-        tail -n 1 "$runs" | python3 -c 'import json,sys; d=json.load(sys.stdin); n=d["requests"] or 1; print("  %-10s round %d: %7.1f req/s, %6.1f us of worker CPU a request, non2xx %d" % (d["name"], d["round"], d["rps"], d["worker_cpu_s"]*1e6/n, d["non2xx"]), file=sys.stderr)'
+        wrkrun "$name" "$r" "$conns" "$duration" "$body" "$ct" 100 0 0 spec/nginx/wrk_post.lua "$hl" >/dev/null
     done <<< "$kinds"
 done
 
 # the in-process peer (bench_nginx.sh's): the same 100-row libsvm body parsed and scored in one
 # process on the same device, --duration seconds: rows/s of each body over the peer's
-peer_line=$("$W" run scripts/bench/bench_nginx_peer.lua "$model" "$tmp/hundred.libsvm" "$device" "$duration" | sed -n 's/^PEER //p')
+peer_line=$("$W" run scripts/bench/bench_nginx_peer.lua "$model" "$tmp/hundred.libsvm" "$device" "$duration" \
+    | sed -n 's/^PEER //p')
 [ -z "$peer_line" ] && peer_line='{"error": "the peer printed nothing"}'
 echo "{\"name\": \"peer_100row_1proc\", \"round\": 1, ${peer_line#\{}" >> "$runs"
 echo "  peer (in-process, 1 process): $peer_line" >&2
 
 out_dir=$(record_dir)
 out="$out_dir/bench_nginx_v2-$label.json"
-python3 - "$runs" "$tmp/doc.json" "$cmdline" "$label" "$workers" "$conns" "$duration" "$rounds" "$device" <<'PYEOF' || exit 1
+python3 - "$runs" "$tmp/doc.json" "$cmdline" "$label" "$workers" "$conns" "$duration" "$rounds" "$device" <<'PYEOF' \
+    || exit 1
 import json, statistics, sys
 runs_path, doc_path, cmd, label, workers, conns, duration, rounds, device = sys.argv[1:]
 runs = [json.loads(l) for l in open(runs_path)]

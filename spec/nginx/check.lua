@@ -7,10 +7,12 @@
 --   check.lua field RESP.json PATH [VALUE]         the field at PATH (a.b.1.c) exists [and equals VALUE]
 --   check.lua differ RESP.json CLI.txt             predictions differ from the CLI's (another model)
 --   check.lua has RESP.json PATH TEXT              the field at PATH is a string containing TEXT
+--   check.lua count RESP.json PATH N               the field at PATH is a list of N elements
 --   check.lua invariant RESP...                    every answer with "predictions": each null has its
---                                                  "errors" entry and each entry's row is null (files
---                                                  that are not such answers are skipped); prints
---                                                  the number of answers checked
+--                                                  "errors" entry and each entry's row is null, and
+--                                                  "bad_rows" is there exactly when "errors" is, with
+--                                                  the same content (files that are not such answers
+--                                                  are skipped); prints the number of answers checked
 -- Prints nothing and exits 0 on success; prints why and exits 1 otherwise.
 local cjson = require "cjson"
 local mode, file = arg[1], arg[2]
@@ -24,18 +26,23 @@ if mode == "invariant" then
         local okd, d = pcall(cjson.decode, txt)
         if okd and type(d) == "table" and type(d.predictions) == "table" then
             n = n + 1
+            if (d.errors == nil) ~= (d.bad_rows == nil) or cjson.encode(d.errors) ~= cjson.encode(d.bad_rows) then
+                die(arg[i], ": bad_rows and errors differ: ", cjson.encode(d.bad_rows), " vs ", cjson.encode(d.errors))
+            end
             local listed = {}
             for _, e in ipairs(type(d.errors) == "table" and d.errors or {}) do
                 if type(e.index) ~= "number" or type(e.error) ~= "string" or e.error == "" then
                     die(arg[i], ": an errors entry without index or message: ", cjson.encode(e))
                 end
                 if d.predictions[e.index + 1] ~= cjson.null then
-                    die(arg[i], ": errors lists row ", e.index, " but its prediction is ", tostring(d.predictions[e.index + 1]))
+                    die(arg[i], ": errors lists row ", e.index, " but its prediction is ",
+                        tostring(d.predictions[e.index + 1]))
                 end
                 listed[e.index] = true
             end
             for k, v in ipairs(d.predictions) do
-                if v == cjson.null and not listed[k - 1] then die(arg[i], ": row ", k - 1, " is null with no errors entry") end
+                if v == cjson.null and not listed[k - 1] then die(arg[i], ": row ", k - 1,
+                    " is null with no errors entry") end
             end
         end
     end
@@ -54,6 +61,16 @@ local function cli_lines(path)
     return t
 end
 
+-- the field at PATH (a.b.1.c: 1-based list indices) of the answer, nil when missing
+local function at_path(path)
+    local v = doc
+    for part in path:gmatch("[^.]+") do
+        if type(v) ~= "table" then die("no field ", path, " in ", text:sub(1, 300)) end
+        v = v[tonumber(part) or part]
+    end
+    return v
+end
+
 if mode == "preds" or mode == "differ" then
     local want = cli_lines(arg[3])
     local p = doc.predictions
@@ -70,7 +87,8 @@ if mode == "preds" or mode == "differ" then
             if v ~= cjson.null then die("row ", i - 1, ": null expected, got ", tostring(v)) end
             if not errs[i - 1] then die("row ", i - 1, ": not listed in errors") end
         else
-            if v == cjson.null or type(v) ~= "number" then die("row ", i - 1, ": a number expected, got ", tostring(v)) end
+            if v == cjson.null or type(v) ~= "number" then die("row ", i - 1, ": a number expected, got ",
+                tostring(v)) end
             if w == nil then die("row ", i - 1, ": more predictions than CLI lines") end
             local d = math.abs(v - w)
             if d > maxd then maxd = d end
@@ -85,23 +103,21 @@ if mode == "preds" or mode == "differ" then
     if doc.errors and not next(nulls) then die("unexpected errors: ", cjson.encode(doc.errors)) end
     os.exit(0)
 elseif mode == "field" then
-    local v = doc
-    for part in arg[3]:gmatch("[^.]+") do
-        if type(v) ~= "table" then die("no field ", arg[3], " in ", text:sub(1, 300)) end
-        v = v[tonumber(part) or part]
-    end
+    local v = at_path(arg[3])
     if v == nil then die("no field ", arg[3], " in ", text:sub(1, 300)) end
     if arg[4] and tostring(v) ~= arg[4] then die(arg[3], " = ", tostring(v), ", expected ", arg[4]) end
     os.exit(0)
-elseif mode == "has" then
-    local v = doc
-    for part in arg[3]:gmatch("[^.]+") do
-        if type(v) ~= "table" then die("no field ", arg[3], " in ", text:sub(1, 300)) end
-        v = v[tonumber(part) or part]
+elseif mode == "count" then
+    local v = at_path(arg[3])
+    if type(v) ~= "table" or #v ~= tonumber(arg[4]) then
+        die(arg[3], ": a list of ", arg[4], " expected, got ", type(v) == "table" and #v .. " elements" or tostring(v))
     end
+    os.exit(0)
+elseif mode == "has" then
+    local v = at_path(arg[3])
     if type(v) ~= "string" or not v:find(arg[4], 1, true) then
         die(arg[3], " = ", tostring(v), ", expected a text containing ", arg[4])
     end
     os.exit(0)
 end
-die("usage: check.lua preds|field|differ ...")
+die("usage: check.lua preds|field|differ|has|count|invariant ...")

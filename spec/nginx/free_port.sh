@@ -1,4 +1,5 @@
-# free_port.sh — sourced by spec/nginx/run.sh and scripts/bench/bench_nginx.sh (bash): free_port prints a loopback
+# free_port.sh — sourced by spec/nginx/harness.sh and scripts/bench/bench_nginx_lib.sh (bash): free_port prints a
+# loopback
 # port nothing listens on (a random one in 20000-59999, probed with bash's /dev/tcp; up to 50 tries), or nothing.
 free_port() {
     local p

@@ -28,14 +28,17 @@ local function weights(seed)
     for i = 1, nf do w[i] = r:normal() * 0.5 end
     return w
 end
-assert(wisp.write_model(dir .. "/ctr.wisp", weights(1), { bias = -0.3, columns = spec:json(), meta = { name = "ctr", v = "1" } }))
-assert(wisp.write_model(dir .. "/ctr_v2.wisp", weights(2), { bias = 0.4, columns = spec:json(), meta = { name = "ctr", v = "2" } }))
+assert(wisp.write_model(dir .. "/ctr.wisp", weights(1), { bias = -0.3, columns = spec:json(), meta = { name = "ctr",
+    v = "1" } }))
+assert(wisp.write_model(dir .. "/ctr_v2.wisp", weights(2), { bias = 0.4, columns = spec:json(), meta = { name = "ctr",
+    v = "2" } }))
 
 local cities = { "Paris", "Lyon", "Berlin", "Madrid", "Oslo", "Rome", "Lima", "Quito" }
 local colors = { "red", "green", "blue", "mauve", "teal" }
 local rows = {}
 for i = 1, 60 do
-    local row = { age = math.floor(rng:next() * 900) / 10, city = cities[rng:int(#cities) + 1], color = colors[rng:int(#colors) + 1] }
+    local row = { age = math.floor(rng:next() * 900) / 10, city = cities[rng:int(#cities) + 1],
+        color = colors[rng:int(#colors) + 1] }
     if i % 7 == 0 then row.age = nil end           -- missing: the default
     if i % 11 == 0 then row.color = nil end
     rows[i] = row
@@ -44,23 +47,8 @@ local f = assert(io.open(dir .. "/rows.json", "wb"))
 f:write(cjson.encode { instances = rows }, "\n")
 f:close()
 
-local function libsvm_of(batch)
-    local csr = batch:csr()
-    local lines = {}
-    for r = 1, #csr.indptr - 1 do
-        local parts = { "0" }
-        local a, z = csr.indptr[r], csr.indptr[r + 1]
-        local va, vz = 0, 0
-        if csr.val_ptr then va, vz = csr.val_ptr[r], csr.val_ptr[r + 1] end
-        for k = a, z - 1 do
-            local vi = va + (k - a)
-            if vi < vz then parts[#parts + 1] = string.format("%d:%.9g", csr.ids[k + 1], csr.vals[vi + 1])
-            else parts[#parts + 1] = string.format("%d:1", csr.ids[k + 1]) end
-        end
-        lines[#lines + 1] = table.concat(parts, " ")
-    end
-    return table.concat(lines, "\n") .. "\n"
-end
+local csr_lines = dofile("spec/nginx/csr_lines.lua")
+local function libsvm_of(batch) return table.concat(csr_lines(batch, "%d:1"), "\n") .. "\n" end
 
 local tr = assert(spec:transformer())
 assert(tr:add_rows(rows))
@@ -89,7 +77,8 @@ for i = 1, 40 do
 end
 f = assert(io.open(dir .. "/plain.json", "wb")); f:write(cjson.encode { instances = prow }, "\n"); f:close()
 f = assert(io.open(dir .. "/plain.libsvm", "wb")); f:write(table.concat(plines, "\n"), "\n"); f:close()
-io.stderr:write(string.format("models.lua: %s: ctr.wisp (%d features, columns), ctr_v2.wisp, plain.wisp, 60 + 40 rows\n", dir, nf))
+io.stderr:write(string.format("models.lua: %s: ctr.wisp (%d features, columns), ctr_v2.wisp, plain.wisp, 60 + 40 "
+    .. "rows\n", dir, nf))
 
 -- request bodies for the spec: single rows, rows with bad entries, all bad
 local function write_json(name, t)
@@ -131,7 +120,8 @@ for i = 1, 101 do nd101[i] = nd[(i - 1) % #nd + 1] end
 write_lines("rows101.ndjson", nd101)
 -- the {"instances"} fast path (the commas between instances become newlines): strings with
 -- quotes, braces, commas and escapes; pretty-printed (newlines inside and between instances)
-local tricky = { '{"city": "a\\"},{[", "age": 3}', '{"city": "x,y\\n]", "color": "red"}', '{ "age" : 7.5 ,\n "city":"\\u00e9t\\u00e9" }', '{}' }
+local tricky = { '{"city": "a\\"},{[", "age": 3}', '{"city": "x,y\\n]", "color": "red"}',
+    '{ "age" : 7.5 ,\n "city":"\\u00e9t\\u00e9" }', '{}' }
 local fh = assert(io.open(dir .. "/tricky.json", "wb"))
 fh:write(' {\n "instances" : [\n  ', table.concat(tricky, ' ,\n  '), '\n ]\n}\n'); fh:close()
 for i = 1, #tricky do tricky[i] = tricky[i]:gsub("\n", " ") end
@@ -150,9 +140,11 @@ assert(wisp.write_model(dir .. "/ints.wisp", iw, { bias = 0.05, columns = ispec:
 local ilines = { '{"uid": 9007199254740993, "x": 0.5}', '{"uid": 9007199254740992, "x": 0.5}',
                  '{"uid": 9223372036854775807, "x": 1}', '{"uid": 9007199254740995}', '{"uid": 12345, "x": -2}' }
 write_lines("ints.ndjson", ilines)
-fh = assert(io.open(dir .. "/ints.json", "wb")); fh:write('{"instances": [', table.concat(ilines, ", "), ']}\n'); fh:close()
+fh = assert(io.open(dir .. "/ints.json", "wb")); fh:write('{"instances": [', table.concat(ilines, ", "),
+    ']}\n'); fh:close()
 fh = assert(io.open(dir .. "/ints_sig.json", "wb"))
 fh:write('{"signature_name": "serving_default", "instances": [', table.concat(ilines, ", "), ']}\n'); fh:close()
 local ibad = { ilines[1], ilines[2], '{"uid": "12"}', ilines[3], ilines[4], ilines[5] }
-fh = assert(io.open(dir .. "/ints_bad.json", "wb")); fh:write('{"instances": [', table.concat(ibad, ", "), ']}\n'); fh:close()
+fh = assert(io.open(dir .. "/ints_bad.json", "wb")); fh:write('{"instances": [', table.concat(ibad, ", "),
+    ']}\n'); fh:close()
 write_lines("ints_bad.ndjson", ibad)

@@ -397,22 +397,11 @@ if cmd == "ref" then
     -- the columns model's rows once more as libsvm lines of their transformed features (%.9g:
     -- exact float32): the same probabilities through text/x-libsvm; a row the transform finds
     -- bad becomes a malformed line. Requests for them are appended to the plan.
-    local csr = bc:csr()
     local badrow = {}
     for _, r in ipairs(tr:bad_rows()) do badrow[r.row] = true end
-    local lines = {}
-    for r = 1, #csr.indptr - 1 do
-        local parts = { "0" }
-        local a, z = csr.indptr[r], csr.indptr[r + 1]
-        local va, vz = 0, 0
-        if csr.val_ptr then va, vz = csr.val_ptr[r], csr.val_ptr[r + 1] end
-        for k = a, z - 1 do
-            local vi = va + (k - a)
-            if vi < vz then parts[#parts + 1] = fmt("%d:%.9g", csr.ids[k + 1], csr.vals[vi + 1])
-            else parts[#parts + 1] = fmt("%d", csr.ids[k + 1]) end
-        end
-        if badrow[r - 1] or outc[r - 1] ~= outc[r - 1] then parts = { "0", "0:bad" } end
-        lines[r] = concat(parts, " ")
+    local lines = dofile("spec/nginx/csr_lines.lua")(bc)
+    for r = 1, #lines do
+        if badrow[r - 1] or outc[r - 1] ~= outc[r - 1] then lines[r] = "0 0:bad" end
     end
     writef(dir .. "/cols.libsvm", concat(lines, "\n") .. "\n")
     local plan, cfg = {}, {}

@@ -1,5 +1,6 @@
 #!/bin/sh
-# property.sh — the service's property test: the same row gets the CPU's probability, bit for bit, on every route, in every mode, whatever its neighbours.
+# property.sh — the service's property test: the same row gets the CPU's probability, bit for bit, on every route, in
+# every mode, whatever its neighbours.
 #
 #   sh spec/nginx/property.sh          (make test runs it through spec/run.sh; WISP_NGINX=0 skips it)
 # Environment: WISP_BUILD (default build), WISP_SEED (the rows' seed; default 1, printed),
@@ -15,37 +16,12 @@
 [ -z "$BASH_VERSION" ] && exec bash "$0" "$@"
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-root=$(pwd)
-build=${WISP_BUILD:-build}
-case "$build" in /*) ;; *) build="$root/$build";; esac
-W="$build/wisp"
+SUITE=property
+. spec/nginx/harness.sh
 seed=${WISP_SEED:-1}
 configs=${WISP_PROPERTY_CONFIGS:-inline:off thread:off async:off auto:off inline:on auto:on}
-device=${WISP_NGINX_DEVICE:-cpu}
-[ "${WISP_TEST_GPU:-0}" = 1 ] && [ -z "${WISP_NGINX_DEVICE:-}" ] && device=gpu
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-finish() {
-    [ "$fail" -ne 0 ] && echo "replay: WISP_SEED=$seed WISP_BUILD=$build sh spec/nginx/property.sh"
-    echo "property: $pass passed, $fail failed"
-}
-
-tmp=$(mktemp -d /tmp/wisp-property.XXXXXX)
-chmod 755 "$tmp"
-prefix="$tmp/prefix"
-d="$tmp/m"; mkdir -p "$d"; chmod 755 "$d"
-nginx_bin=""
-. "$root/spec/nginx/stop_nginx.sh"
-cleanup() { stop_nginx; [ -n "${WISP_KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-for t in curl "$W"; do
-    if ! command -v "$t" >/dev/null 2>&1; then bad "missing $t"; finish; exit 1; fi
-done
-nginx_bin=$(command -v nginx 2>/dev/null || ls /usr/sbin/nginx /opt/devdeps/usr/sbin/nginx 2>/dev/null | head -n 1)
-if [ -z "$nginx_bin" ]; then bad "nginx not installed (make deps-test installs it)"; finish; exit 1; fi
+replay_cmd="replay: WISP_SEED=$seed WISP_BUILD=$build sh spec/nginx/property.sh"
+need curl "$W"
 echo "property: seed $seed (WISP_SEED replays), device $device, configurations: $configs"
 
 # ---- rows, requests, references ----------------------------------------------------------
@@ -54,14 +30,17 @@ echo "property: seed $seed (WISP_SEED replays), device $device, configurations: 
 "$W" score -m "$d/cols.wisp" -d cpu --format jsonl "$d/cols.jsonl" > "$d/cols.cli" 2> "$d/cols.cli.err"
 "$W" score -m "$d/plain8.wisp" -d cpu "$d/plain.libsvm" > "$d/plain8.cli" 2> "$d/plain8.cli.err"
 if out=$("$W" run spec/nginx/property.lua ref "$d"); then
-    ok "the reference: the Lua API's CPU scores print as wisp score -d cpu's lines ($(wc -l < "$d/plain.cli") id rows, $(wc -l < "$d/cols.cli") raw rows)"
+    ok "the reference: the Lua API's CPU scores print as wisp score -d cpu's lines ($(wc -l < \
+        "$d/plain.cli") id rows, $(wc -l < "$d/cols.cli") raw rows)"
 else bad "the reference disagrees with wisp score:"; echo "$out" | head -n 10; finish; exit 1; fi
 # the columns model's rows as libsvm lines of their transformed features (written by ref): wisp
 # score of those lines prints what wisp score --format jsonl printed for the raw rows
 "$W" score -m "$d/cols.wisp" -d cpu "$d/cols.libsvm" > "$d/cols_libsvm.cli" 2>/dev/null
 if cmp -s "$d/cols_libsvm.cli" "$d/cols.cli"; then
-    ok "wisp score: the raw rows (--format jsonl) and their transformed features (libsvm) score the same ($(wc -l < "$d/cols.cli") rows)"
-else bad "wisp score: raw rows and their transformed libsvm lines differ: $(diff "$d/cols.cli" "$d/cols_libsvm.cli" | head -n 4 | tr '\n' ' ')"; fi
+    ok "wisp score: the raw rows (--format jsonl) and their transformed features (libsvm) score the same ($(wc -l < \
+        "$d/cols.cli") rows)"
+else bad "wisp score: raw rows and their transformed libsvm lines differ: $(diff "$d/cols.cli" "$d/cols_libsvm.cli" \
+    | head -n 4 | tr '\n' ' ')"; fi
 # the CLI itself on a number longer than the parsers' token limit: refused, or read as the number
 z=$(printf '%0520d' 0)
 printf '{"y": 1, "x": 1.%se5}\n{"y": 1, "x": 1e5}\n{"y": 1, "x": 1}\n' "$z" > "$d/long.jsonl"
@@ -71,7 +50,6 @@ if [ "${1:-}" = nan ] || { [ "${1:-}" = "${2:-}" ] && [ "${1:-}" != "${3:-}" ]; 
     ok "wisp score --format jsonl: a 523-character 1e5 is refused or read as 1e5 ($long)"
 else bad "wisp score --format jsonl: the 523-character number 1.000...e5 scores as 1 does, not as 1e5 (got '$long' for it, 1e5, 1: the number's text cut at 511 bytes)"; fi
 
-. "$root/spec/nginx/free_port.sh"
 models="plain=$d/plain.wisp,plain8=$d/plain8.wisp,cols=$d/cols.wisp"
 start_nginx() {   # start_nginx MODE BATCHING
     started=""
@@ -79,7 +57,8 @@ start_nginx() {   # start_nginx MODE BATCHING
         port=$(free_port)
         [ -z "$port" ] && return 1
         examples/openresty/serve.sh --render-only --prefix "$prefix" --port "$port" --models "$models" \
-            --workers 2 --mode "$1" --batching "$2" --max-body 4m --max-rows 1000 --build "$build" --device "$device" >/dev/null || return 1
+            --workers 2 --mode "$1" --batching "$2" --max-body 4m --max-rows 1000 --build "$build" --device "$device" \
+                >/dev/null || return 1
         rm -f "$prefix/logs/error.log"     # a failed bind (port taken since the probe) logs an [emerg] there
         if "$nginx_bin" -p "$prefix" -c conf/nginx.conf 2>"$tmp/start.err"; then started=1; break; fi
         grep -q "Address already in use" "$tmp/start.err" || break
@@ -113,8 +92,10 @@ for c in $configs; do
         echo "     [$name] $p requests right, $f wrong"
     fi
     # the workers: none died, no Lua error
-    if grep -E 'exited on signal|\[alert\]|\[crit\]|\[emerg\]|lua entry thread aborted|runtime error' "$prefix/logs/error.log" >/dev/null 2>&1; then
-        bad "[$name] error.log: $(grep -E 'exited on signal|\[alert\]|\[crit\]|\[emerg\]|aborted|runtime error' "$prefix/logs/error.log" | head -n 3 | cut -c1-300)"
+    if grep -E 'exited on signal|\[alert\]|\[crit\]|\[emerg\]|lua entry thread aborted|runtime error' \
+        "$prefix/logs/error.log" >/dev/null 2>&1; then
+        bad "[$name] error.log: $(grep -E 'exited on signal|\[alert\]|\[crit\]|\[emerg\]|aborted|runtime error' \
+            "$prefix/logs/error.log" | head -n 3 | cut -c1-300)"
     else ok "[$name] error.log: no dead worker, no alert, no Lua error"; fi
     stop_nginx
     rm -f "$prefix/logs/error.log"

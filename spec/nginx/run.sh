@@ -1,5 +1,6 @@
 #!/bin/sh
-# run.sh — the OpenResty service against a real nginx: predictions equal the CLI's, every error path, metrics, hot reload under load.
+# run.sh — the OpenResty service against a real nginx: predictions equal the CLI's, every error path, metrics, hot
+# reload under load.
 #
 #   sh spec/nginx/run.sh            (make test runs it; WISP_NGINX=0 skips it there)
 # Uses $WISP_BUILD (default build) for the CLI and libwisp.so; starts Debian's nginx (or
@@ -10,41 +11,18 @@
 [ -z "$BASH_VERSION" ] && exec bash "$0" "$@"
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-root=$(pwd)
-build=${WISP_BUILD:-build}
-case "$build" in /*) ;; *) build="$root/$build";; esac
-W="$build/wisp"
-pass=0; fail=0
-device=${WISP_NGINX_DEVICE:-cpu}
-[ "${WISP_TEST_GPU:-0}" = 1 ] && [ -z "${WISP_NGINX_DEVICE:-}" ] && device=gpu
+SUITE=nginx
+. spec/nginx/harness.sh
 want_dev=cpu; [ "$device" != cpu ] && want_dev=gpu:0
 want_mode=inline; [ "$want_dev" != cpu ] && want_mode=auto     # serve.sh's default: mode = device
-ok()  { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-finish() { echo "nginx: $pass passed, $fail failed"; }
-
-tmp=$(mktemp -d /tmp/wisp-nginx.XXXXXX)
-chmod 755 "$tmp"     # nginx workers run as an unprivileged user when started by root: they read the models here
-prefix="$tmp/prefix"
-nginx_bin=""
-. "$root/spec/nginx/stop_nginx.sh"
-cleanup() {
+on_exit() {
     [ -n "${wrk_pid:-}" ] && kill "$wrk_pid" 2>/dev/null
-    stop_nginx
     if [ "$fail" -ne 0 ] && [ -f "$prefix/logs/error.log" ]; then
         echo "--- error.log (last 30 lines)"; tail -n 30 "$prefix/logs/error.log"
     fi
-    rm -rf "$tmp"
 }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-for t in curl "$W"; do
-    if ! command -v "$t" >/dev/null 2>&1; then bad "missing $t"; finish; exit 1; fi
-done
+need curl "$W"
 if [ ! -f "$build/libwisp.so" ]; then bad "missing $build/libwisp.so"; finish; exit 1; fi
-nginx_bin=$(command -v nginx 2>/dev/null || ls /usr/sbin/nginx /opt/devdeps/usr/sbin/nginx 2>/dev/null | head -n 1)
-if [ -z "$nginx_bin" ]; then bad "nginx not installed (make deps-test installs it)"; finish; exit 1; fi
 
 # ---- models, rows and the CLI's answers ------------------------------------------
 d="$tmp/m"; mkdir -p "$d"
@@ -56,10 +34,20 @@ cp "$d/ctr.wisp" "$d/ctr_v1.wisp"
 "$W" score -m "$d/ctr.wisp" -d cpu --format jsonl "$d/rows.ndjson" > "$d/ctr_v1_jsonl.txt"
 "$W" score -m "$d/ctr.wisp" -d cpu --format jsonl "$d/tricky.ndjson" > "$d/tricky.txt"
 chk() { "$W" run spec/nginx/check.lua "$@"; }
+# n_equal N NAME WANT [curl options...]: N predictions of ctr, each answer saved as $tmp/NAME_i.json; prints how
+# many answered 200 with the predictions of WANT (a CLI's lines); the body is rows.json unless the options say
+n_equal() {
+    local n=$1 name=$2 want=$3 k=0 code i; shift 3
+    [ $# -eq 0 ] && set -- "${J[@]}" --data-binary @"$d/rows.json"
+    for i in $(seq 1 "$n"); do
+        code=$(curl -s -o "$tmp/${name}_$i.json" -w '%{http_code}' "$@" "$base/v1/models/ctr:predict")
+        [ "$code" = 200 ] && chk preds "$tmp/${name}_$i.json" "$want" >/dev/null && k=$((k + 1))
+    done
+    echo "$k"
+}
 
 # a free loopback port: probe, then retry the start on another port when the bind still
 # fails (a port can be taken between the probe and the start, or be in use without a listener)
-. "$root/spec/nginx/free_port.sh"
 pick_port() {
     port=$(free_port)
     base="http://127.0.0.1:$port"
@@ -99,7 +87,8 @@ if "$W" run spec/nginx/format_check.lua | grep -q '^FORMAT ok'; then
 else bad "number formatter: $("$W" run spec/nginx/format_check.lua | head -n 3)"; fi
 expect_error() {   # expect_error LABEL NAME STATUS curl-args...  (a JSON {"error": ...} with that status)
     label=$1; name=$2; st=$3; shift 3
-    if req "$name" "$st" "$@" && chk field "$tmp/$name.json" error; then ok "$label -> $st"; else bad "$label -> $st"; fi
+    if req "$name" "$st" "$@" \
+        && chk field "$tmp/$name.json" error; then ok "$label -> $st"; else bad "$label -> $st"; fi
 }
 
 # ---- fork safety: the master touched no library, made no thread --------------------
@@ -110,59 +99,88 @@ if [ "$threads" = 1 ] && ! grep -q libwisp "/proc/$mpid/maps" && ! grep -qi cuda
 else bad "master process: $threads threads, maps: $(grep -c -e libwisp -e cuda "/proc/$mpid/maps")"; fi
 wpids=$(pgrep -P "$mpid" | tr '\n' ' ')
 nloaded=0
-for w in $wpids; do grep -q "\[notice\] $w#.*model 'ctr' loaded (start)" "$prefix/logs/error.log" && nloaded=$((nloaded + 1)); done
-if [ "$nloaded" -ge 2 ]; then ok "each worker loads the model itself, in init_worker ($nloaded workers; a private verified copy each)"
+for w in $wpids; do grep -q "\[notice\] $w#.*model 'ctr' loaded (start)" "$prefix/logs/error.log" \
+    && nloaded=$((nloaded + 1)); done
+if [ "$nloaded" -ge 2 ]; then ok \
+    "each worker loads the model itself, in init_worker ($nloaded workers; a private verified copy each)"
 else bad "workers that logged loading ctr.wisp: $nloaded"; fi
 
 # ---- health, readiness ---------------------------------------------------------------
-if req health 200 "$base/healthz" && chk field "$tmp/health.json" status ok; then ok "/healthz 200"; else bad "/healthz"; fi
-if req ready0 503 "$base/readyz" && chk field "$tmp/ready0.json" models.late.ready false; then ok "/readyz 503 while model 'late' is missing"; else bad "/readyz before late"; fi
-expect_error "predict on a model not loaded" late503 503 "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/late:predict"
+if req health 200 "$base/healthz" \
+    && chk field "$tmp/health.json" status ok; then ok "/healthz 200"; else bad "/healthz"; fi
+if req ready0 503 "$base/readyz" \
+    && chk field "$tmp/ready0.json" models.late.ready false; then ok "/readyz 503 while model 'late' is missing"; else \
+    bad "/readyz before late"; fi
+expect_error "predict on a model not loaded" late503 503 "${J[@]}" --data-binary @"$d/rows.json" \
+    "$base/v1/models/late:predict"
 cp "$d/plain.wisp" "$d/late.tmp" && mv "$d/late.tmp" "$d/late.wisp"
 for _ in $(seq 1 30); do curl -s -o /dev/null -w '%{http_code}' "$base/readyz" | grep -q 200 && break; sleep 0.1; done
-if req ready1 200 "$base/readyz" && chk field "$tmp/ready1.json" ready true; then ok "/readyz 200 once every model is loaded"; else bad "/readyz after late appeared"; fi
+if req ready1 200 "$base/readyz" \
+    && chk field "$tmp/ready1.json" ready true; then ok "/readyz 200 once every model is loaded"; else bad \
+    "/readyz after late appeared"; fi
 
 # ---- predictions equal the CLI's --------------------------------------------------------
-if req p1 200 "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict" && chk preds "$tmp/p1.json" "$d/ctr_v1.txt"; then
+if req p1 200 "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict" \
+    && chk preds "$tmp/p1.json" "$d/ctr_v1.txt"; then
     ok "JSON raw rows (60, feature columns) equal wisp score on the transformed rows"; else bad "JSON rows vs CLI"; fi
-if req p2 200 "${L[@]}" --data-binary @"$d/rows.libsvm" "$base/v1/models/ctr:predict" && chk preds "$tmp/p2.json" "$d/ctr_v1.txt"; then
+if req p2 200 "${L[@]}" --data-binary @"$d/rows.libsvm" "$base/v1/models/ctr:predict" \
+    && chk preds "$tmp/p2.json" "$d/ctr_v1.txt"; then
     ok "libsvm body (text/x-libsvm) equals wisp score"; else bad "libsvm vs CLI"; fi
-if req p3 200 "${J[@]}" --data-binary @"$d/plain.json" "$base/v1/models/plain:predict" && chk preds "$tmp/p3.json" "$d/plain.txt"; then
+if req p3 200 "${J[@]}" --data-binary @"$d/plain.json" "$base/v1/models/plain:predict" \
+    && chk preds "$tmp/p3.json" "$d/plain.txt"; then
     ok "JSON {ids, vals} rows (model without columns) equal wisp score"; else bad "plain JSON vs CLI"; fi
-if req p4 200 -H 'Content-Type: text/plain; charset=utf-8' --data-binary @"$d/plain.libsvm" "$base/v1/models/plain:predict" && chk preds "$tmp/p4.json" "$d/plain.txt"; then
+if req p4 200 -H 'Content-Type: text/plain; charset=utf-8' --data-binary @"$d/plain.libsvm" \
+    "$base/v1/models/plain:predict" && chk preds "$tmp/p4.json" "$d/plain.txt"; then
     ok "libsvm body (text/plain) equals wisp score"; else bad "plain libsvm vs CLI"; fi
 # JSON lines of raw inputs (application/x-ndjson, application/jsonl): the C parser straight
-if req nd1 200 "${N[@]}" --data-binary @"$d/rows.ndjson" "$base/v1/models/ctr:predict" && chk preds "$tmp/nd1.json" "$d/ctr_v1_jsonl.txt" \
+if req nd1 200 "${N[@]}" --data-binary @"$d/rows.ndjson" "$base/v1/models/ctr:predict" \
+    && chk preds "$tmp/nd1.json" "$d/ctr_v1_jsonl.txt" \
    && chk preds "$tmp/nd1.json" "$d/ctr_v1.txt"; then
     ok "JSON lines (application/x-ndjson, 60 raw rows) equal wisp score --format jsonl"; else bad "ndjson vs CLI"; fi
-if req nd2 200 -H 'Content-Type: application/jsonl; charset=utf-8' --data-binary @"$d/rows.ndjson" "$base/v1/models/ctr:predict" \
+if req nd2 200 -H 'Content-Type: application/jsonl; charset=utf-8' --data-binary @"$d/rows.ndjson" \
+    "$base/v1/models/ctr:predict" \
    && chk preds "$tmp/nd2.json" "$d/ctr_v1_jsonl.txt"; then
     ok "JSON lines (application/jsonl) equal wisp score --format jsonl"; else bad "jsonl vs CLI"; fi
-if req nd3 200 "${N[@]}" --data-binary @"$d/badrows.ndjson" "$base/v1/models/ctr:predict" && chk preds "$tmp/nd3.json" "$d/ctr_v1.txt" 2,5,7 \
-   && chk field "$tmp/nd3.json" errors.1.index 2 && chk field "$tmp/nd3.json" errors.1.line 4 && chk field "$tmp/nd3.json" errors.1.error \
+if req nd3 200 "${N[@]}" --data-binary @"$d/badrows.ndjson" "$base/v1/models/ctr:predict" \
+    && chk preds "$tmp/nd3.json" "$d/ctr_v1.txt" 2,5,7 \
+   && chk field "$tmp/nd3.json" errors.1.index 2 && chk field "$tmp/nd3.json" errors.1.line 4 \
+       && chk field "$tmp/nd3.json" errors.1.error \
    && chk field "$tmp/nd3.json" errors.2.line 7 && chk field "$tmp/nd3.json" errors.3.line 9; then
     ok "JSON lines with 3 bad lines (string for float, unknown input, invalid JSON): null + errors[{index, error, line}], the others scored"
 else bad "ndjson bad lines"; fi
-if req tj 200 "${J[@]}" --data-binary @"$d/tricky.json" "$base/v1/models/ctr:predict" && chk preds "$tmp/tj.json" "$d/tricky.txt" \
-   && req tn 200 "${N[@]}" --data-binary @"$d/tricky.ndjson" "$base/v1/models/ctr:predict" && chk preds "$tmp/tn.json" "$d/tricky.txt"; then
+if req tj 200 "${J[@]}" --data-binary @"$d/tricky.json" "$base/v1/models/ctr:predict" \
+    && chk preds "$tmp/tj.json" "$d/tricky.txt" \
+   && req tn 200 "${N[@]}" --data-binary @"$d/tricky.ndjson" "$base/v1/models/ctr:predict" \
+       && chk preds "$tmp/tn.json" "$d/tricky.txt"; then
     ok "pretty-printed instances with quotes, braces, commas and escapes in strings: JSON and JSON lines equal the CLI"
 else bad "tricky instances"; fi
 # single rows, 24 at once (8 parallel clients): the batcher path (batching on), each equals its CLI line
-seq 1 24 | xargs -P 8 -I{} curl -s -o "$tmp/one_{}.out" -H 'Content-Type: application/json' --data-binary @"$d/one_{}.json" "$base/v1/models/ctr:predict"
+seq 1 24 | xargs -P 8 -I{} curl -s -o "$tmp/one_{}.out" -H 'Content-Type: application/json' --data-binary \
+    @"$d/one_{}.json" "$base/v1/models/ctr:predict"
 n1=0
 for i in $(seq 1 24); do chk preds "$tmp/one_$i.out" "$d/ctr_v1.txt" "" "$i" >/dev/null && n1=$((n1 + 1)); done
-if [ "$n1" = 24 ]; then ok "24 concurrent single-row requests (coalesced by the batcher) equal the CLI"; else bad "single rows: $n1/24 equal"; fi
+if [ "$n1" = 24 ]; then ok "24 concurrent single-row requests (coalesced by the batcher) equal the CLI"; else bad \
+    "single rows: $n1/24 equal"; fi
 
 # ---- per-row errors: a bad row does not poison the others -------------------------------
-if req e1 200 "${J[@]}" --data-binary @"$d/badrows.json" "$base/v1/models/ctr:predict" && chk preds "$tmp/e1.json" "$d/ctr_v1.txt" 2,5,7; then
+if req e1 200 "${J[@]}" --data-binary @"$d/badrows.json" "$base/v1/models/ctr:predict" \
+    && chk preds "$tmp/e1.json" "$d/ctr_v1.txt" 2,5,7; then
     ok "JSON rows 2, 5, 7 bad: null + errors[index], the other 7 rows scored"; else bad "JSON bad rows"; fi
-if req e2 200 "${J[@]}" --data-binary @"$d/plainbad.json" "$base/v1/models/plain:predict" && chk preds "$tmp/e2.json" "$d/plain.txt" 1,3,4; then
+if chk count "$tmp/e1.json" bad_rows 3 && chk field "$tmp/e1.json" bad_rows.1.index 2 \
+    && chk field "$tmp/e1.json" bad_rows.3.index 7 \
+   && chk has "$tmp/e1.json" bad_rows.2.error "" && chk invariant "$tmp/e1.json" >/dev/null; then
+    ok "the same rows in bad_rows (the glossary's name; errors is its 0.1.x alias, with the same entries)"
+else bad "bad_rows of the JSON bad rows"; fi
+if req e2 200 "${J[@]}" --data-binary @"$d/plainbad.json" "$base/v1/models/plain:predict" \
+    && chk preds "$tmp/e2.json" "$d/plain.txt" 1,3,4; then
     ok "{ids, vals} rows 1, 3, 4 bad (negative id, vals length, no ids): null + errors"; else bad "plain bad rows"; fi
 { sed -n 1,3p "$d/rows.libsvm"; echo "1 5:x"; sed -n 5,6p "$d/rows.libsvm"; } > "$d/badline.libsvm"
-if req e3 200 "${L[@]}" --data-binary @"$d/badline.libsvm" "$base/v1/models/ctr:predict" && chk preds "$tmp/e3.json" "$d/ctr_v1.txt" 3 \
+if req e3 200 "${L[@]}" --data-binary @"$d/badline.libsvm" "$base/v1/models/ctr:predict" \
+    && chk preds "$tmp/e3.json" "$d/ctr_v1.txt" 3 \
    && chk field "$tmp/e3.json" errors.1.line 4; then
     ok "a malformed libsvm line: null + errors[{index 3, line 4}], the others scored"; else bad "libsvm bad line"; fi
-if req e4 400 "${J[@]}" --data-binary @"$d/allbad.json" "$base/v1/models/ctr:predict" && chk field "$tmp/e4.json" errors.2.index 1; then
+if req e4 400 "${J[@]}" --data-binary @"$d/allbad.json" "$base/v1/models/ctr:predict" \
+    && chk field "$tmp/e4.json" errors.2.index 1; then
     ok "every row bad -> 400 with the per-row errors"; else bad "all rows bad"; fi
 
 # ---- error paths --------------------------------------------------------------------------
@@ -171,32 +189,46 @@ expect_error "JSON without instances" ni 400 "${J[@]}" --data-binary '{"rows": [
 expect_error "empty instances" ei 400 "${J[@]}" --data-binary '{"instances": []}' "$base/v1/models/ctr:predict"
 expect_error "empty body" eb 400 "${J[@]}" --data-binary '' "$base/v1/models/ctr:predict"
 expect_error "empty JSON lines body" ebn 400 "${N[@]}" --data-binary '' "$base/v1/models/ctr:predict"
-expect_error "JSON lines body of blank lines only" bln 400 "${N[@]}" --data-binary $'\n\n  \n' "$base/v1/models/ctr:predict"
-expect_error "JSON lines for a model without columns" ndp 415 "${N[@]}" --data-binary '{"a": 1}' "$base/v1/models/plain:predict"
-expect_error "101 JSON lines (max_rows_per_request 100)" n101 413 "${N[@]}" --data-binary @"$d/rows101.ndjson" "$base/v1/models/ctr:predict"
-if chk field "$tmp/n101.json" limit_rows 100; then ok "413 (JSON lines) names the row limit"; else bad "413 limit_rows (ndjson)"; fi
+expect_error "JSON lines body of blank lines only" bln 400 "${N[@]}" --data-binary $'\n\n  \n' \
+    "$base/v1/models/ctr:predict"
+expect_error "JSON lines for a model without columns" ndp 415 "${N[@]}" --data-binary '{"a": 1}' \
+    "$base/v1/models/plain:predict"
+expect_error "101 JSON lines (max_rows_per_request 100)" n101 413 "${N[@]}" --data-binary @"$d/rows101.ndjson" \
+    "$base/v1/models/ctr:predict"
+if chk field "$tmp/n101.json" limit_rows 100; then ok "413 (JSON lines) names the row limit"; else bad \
+    "413 limit_rows (ndjson)"; fi
 expect_error "unknown model" um 404 "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/nosuch:predict"
 expect_error "unknown endpoint" ue 404 "$base/v2/whatever"
 expect_error "unknown verb" uv 404 -X POST "$base/v1/models/ctr:explain"
 expect_error "GET on :predict" gm 405 "$base/v1/models/ctr:predict"
-if curl -s -D - -o /dev/null "$base/v1/models/ctr:predict" | grep -qi '^Allow: POST'; then ok "405 carries Allow: POST"; else bad "405 Allow header"; fi
+if curl -s -D - -o /dev/null "$base/v1/models/ctr:predict" \
+    | grep -qi '^Allow: POST'; then ok "405 carries Allow: POST"; else bad "405 Allow header"; fi
 expect_error "POST on model metadata" pm 405 -X POST "$base/v1/models/ctr"
-expect_error "unsupported Content-Type" ct 415 -H 'Content-Type: application/xml' --data-binary '<x/>' "$base/v1/models/ctr:predict"
+expect_error "unsupported Content-Type" ct 415 -H 'Content-Type: application/xml' --data-binary '<x/>' \
+    "$base/v1/models/ctr:predict"
 head -c 70000 /dev/zero | tr '\0' '1' > "$d/big.txt"
-expect_error "body over client_max_body_size (64k)" big 413 "${L[@]}" --data-binary @"$d/big.txt" "$base/v1/models/ctr:predict"
+expect_error "body over client_max_body_size (64k)" big 413 "${L[@]}" --data-binary @"$d/big.txt" \
+    "$base/v1/models/ctr:predict"
 for i in $(seq 1 101); do echo "0 1:1"; done > "$d/rows101.libsvm"
-expect_error "101 rows (max_rows_per_request 100)" r101 413 "${L[@]}" --data-binary @"$d/rows101.libsvm" "$base/v1/models/ctr:predict"
+expect_error "101 rows (max_rows_per_request 100)" r101 413 "${L[@]}" --data-binary @"$d/rows101.libsvm" \
+    "$base/v1/models/ctr:predict"
 if chk field "$tmp/r101.json" limit_rows 100; then ok "413 names the row limit"; else bad "413 limit_rows"; fi
 
 # ---- metadata --------------------------------------------------------------------------
-if req meta 200 "$base/v1/models/ctr" && chk field "$tmp/meta.json" name ctr && chk field "$tmp/meta.json" features 3012 \
-   && chk field "$tmp/meta.json" dtype f32 && chk field "$tmp/meta.json" version.checksum && chk field "$tmp/meta.json" version.mtime \
+if req meta 200 "$base/v1/models/ctr" && chk field "$tmp/meta.json" name ctr \
+    && chk field "$tmp/meta.json" features 3012 \
+   && chk field "$tmp/meta.json" dtype f32 && chk field "$tmp/meta.json" version.checksum \
+       && chk field "$tmp/meta.json" version.mtime \
    && chk field "$tmp/meta.json" columns.5.name age_bucketized_X_city && chk field "$tmp/meta.json" inputs.1.name \
    && chk field "$tmp/meta.json" device.in_use "$want_dev"; then
-    ok "GET /v1/models/ctr: name, version (checksum, mtime), features, dtype, columns, inputs, device"; else bad "metadata"; fi
+    ok "GET /v1/models/ctr: name, version (checksum, mtime), features, dtype, columns, inputs, device"; else bad \
+        "metadata"; fi
 if chk field "$tmp/meta.json" mode "$want_mode" && chk field "$tmp/meta.json" mode_chosen_by device; then
-    ok "no mode configured: $want_mode, the default on $want_dev (mode_chosen_by: device)"; else bad "the device's default mode ($want_mode)"; fi
-if req list 200 "$base/v1/models" && chk field "$tmp/list.json" models.3.name plain; then ok "GET /v1/models lists the models"; else bad "model list"; fi
+    ok "no mode configured: $want_mode, the default on $want_dev (mode_chosen_by: device)"; else bad \
+        "the device's default mode ($want_mode)"; fi
+if req list 200 "$base/v1/models" \
+    && chk field "$tmp/list.json" models.3.name plain; then ok "GET /v1/models lists the models"; else bad \
+    "model list"; fi
 
 # ---- metrics, summed over both workers ----------------------------------------------------
 sleep 0.3
@@ -204,14 +236,17 @@ curl -s "$base/metrics" > "$tmp/metrics.txt"
 m() { grep -F "$1" "$tmp/metrics.txt" | head -n 1 | awk '{print $NF}'; }
 # ctr predict 200s so far: p1, p2, nd1, nd2, nd3, tj, tn, 24 single rows, e1, e3
 n200=$(m 'wisp_requests_total{model="ctr",endpoint="predict",code="200"}')
-if [ "$n200" = 33 ]; then ok "metrics: 33 ctr predict 200s counted across workers"; else bad "metrics: ctr 200s = '$n200', expected 33"; fi
+if [ "$n200" = 33 ]; then ok "metrics: 33 ctr predict 200s counted across workers"; else bad \
+    "metrics: ctr 200s = '$n200', expected 33"; fi
 if [ -n "$(m 'wisp_batch_rows_bucket{model="ctr",path="batcher",le="+Inf"}')" ] \
    && [ -n "$(m 'wisp_stage_seconds_bucket{model="ctr",stage="kernel",le="+Inf"}')" ] \
    && [ -n "$(m 'wisp_stage_seconds_count{model="ctr",stage="parse"}')" ] \
    && [ "$(m "wisp_device_info{model=\"ctr\",device=\"$want_dev\"}")" = 1 ] \
    && [ -n "$(m 'wisp_request_seconds_count{model="ctr"}')" ] \
-   && [ -n "$(m 'wisp_errors_total{kind="bad_request"}')" ] && [ -n "$(m 'wisp_errors_total{kind="body_too_large"}')" ] \
-   && [ -n "$(m 'wisp_row_errors_total{model="ctr"}')" ] && grep -q '^# TYPE wisp_stage_seconds histogram' "$tmp/metrics.txt"; then
+   && [ -n "$(m 'wisp_errors_total{kind="bad_request"}')" ] \
+       && [ -n "$(m 'wisp_errors_total{kind="body_too_large"}')" ] \
+   && [ -n "$(m 'wisp_row_errors_total{model="ctr"}')" ] \
+       && grep -q '^# TYPE wisp_stage_seconds histogram' "$tmp/metrics.txt"; then
     ok "metrics: batch sizes, stage and request latency histograms, device, errors (Prometheus text)"
 else bad "metrics content"; sed -n 1,40p "$tmp/metrics.txt"; fi
 lagn=$(m 'wisp_event_loop_lag_seconds_count ')
@@ -226,12 +261,16 @@ else bad "event-loop lag histogram: count '$lagn'"; grep -F wisp_event_loop "$tm
 if [ "$(sed -n 1p "$d/ints.txt")" != "$(sed -n 2p "$d/ints.txt")" ]; then
     ok "the CLI scores uid 2^53+1 and 2^53 differently (the checks below can tell a double from the int64)"
 else bad "uid 2^53+1 and 2^53 score the same in the CLI: the int64 checks cannot fail"; fi
-if req i1 200 "${J[@]}" --data-binary @"$d/ints.json" "$base/v1/models/uids:predict" && chk preds "$tmp/i1.json" "$d/ints.txt" \
-   && req i2 200 "${J[@]}" --data-binary @"$d/ints_sig.json" "$base/v1/models/uids:predict" && chk preds "$tmp/i2.json" "$d/ints.txt" \
-   && req i3 200 "${N[@]}" --data-binary @"$d/ints.ndjson" "$base/v1/models/uids:predict" && chk preds "$tmp/i3.json" "$d/ints.txt"; then
+if req i1 200 "${J[@]}" --data-binary @"$d/ints.json" "$base/v1/models/uids:predict" \
+    && chk preds "$tmp/i1.json" "$d/ints.txt" \
+   && req i2 200 "${J[@]}" --data-binary @"$d/ints_sig.json" "$base/v1/models/uids:predict" \
+       && chk preds "$tmp/i2.json" "$d/ints.txt" \
+   && req i3 200 "${N[@]}" --data-binary @"$d/ints.ndjson" "$base/v1/models/uids:predict" \
+       && chk preds "$tmp/i3.json" "$d/ints.txt"; then
     ok "int64 inputs at and above 2^53: {\"instances\"}, with a signature_name key, and JSON lines equal the CLI"
 else bad "int64 inputs above 2^53 (instances / signature_name / JSON lines)"; fi
-if req i4 200 "${J[@]}" --data-binary @"$d/ints_bad.json" "$base/v1/models/uids:predict" && chk preds "$tmp/i4.json" "$d/ints_bad.txt" 2 \
+if req i4 200 "${J[@]}" --data-binary @"$d/ints_bad.json" "$base/v1/models/uids:predict" \
+    && chk preds "$tmp/i4.json" "$d/ints_bad.txt" 2 \
    && chk has "$tmp/i4.json" errors.1.error "string"; then
     ok "int64 inputs above 2^53 next to a bad row (a string for the int): the others still equal the CLI"
 else bad "int64 inputs next to a bad row"; fi
@@ -243,7 +282,8 @@ for k in 1 2 4 5; do
     req "int1_$k" 200 "${J[@]}" --data-binary @"$d/int1_$k.json" "$base/v1/models/uids:predict" >/dev/null \
         && chk preds "$tmp/int1_$k.json" "$d/ints.txt" "" "$k" >/dev/null && n1=$((n1 + 1))
 done
-if [ "$n1" = 4 ]; then ok "each int64 row alone (1-row requests: the batcher) equals its CLI line"; else bad "1-row int64 requests: $n1/4"; fi
+if [ "$n1" = 4 ]; then ok "each int64 row alone (1-row requests: the batcher) equals its CLI line"; else bad \
+    "1-row int64 requests: $n1/4"; fi
 # valued libsvm rows alone: the batcher must keep their values (it read "1 1:0.5" as 1 1:1)
 printf '1 1:0.5 7:0.25\n1 3:2.5\n1 1:0.5 7\n1 9007199254740993:1 3:0.5\n' > "$d/valued.libsvm"
 "$W" score -m "$d/plain.wisp" -d cpu "$d/valued.libsvm" > "$d/valued.txt"
@@ -253,7 +293,8 @@ for k in 1 2 3 4; do
     req "val_$k" 200 "${L[@]}" --data-binary @"$d/valued_$k.libsvm" "$base/v1/models/plain:predict" >/dev/null \
         && chk preds "$tmp/val_$k.json" "$d/valued.txt" "" "$k" >/dev/null && nv=$((nv + 1))
 done
-if [ "$nv" = 4 ]; then ok "1-row libsvm requests with values (all valued, mixed, an id beyond 2^53) equal the CLI"; else bad "1-row valued libsvm: $nv/4 equal the CLI"; fi
+if [ "$nv" = 4 ]; then ok "1-row libsvm requests with values (all valued, mixed, an id beyond 2^53) equal the CLI"; \
+    else bad "1-row valued libsvm: $nv/4 equal the CLI"; fi
 nv=0
 k=1
 for body in '{"instances": [{"ids": [1, 7], "vals": [0.5, 0.25]}]}' '{"instances": [{"ids": [3], "vals": [2.5]}]}' \
@@ -263,7 +304,9 @@ for body in '{"instances": [{"ids": [1, 7], "vals": [0.5, 0.25]}]}' '{"instances
         && chk preds "$tmp/valj_$k.json" "$d/valued.txt" "" "$line" >/dev/null && nv=$((nv + 1))
     k=$((k + 1))
 done
-if [ "$nv" = 3 ]; then ok "1-row JSON {ids, vals} requests (values kept; an id beyond 2^53 ignored as libsvm's) equal the CLI"; else bad "1-row JSON ids/vals: $nv/3 equal the CLI"; fi
+if [ "$nv" = 3 ]; then ok \
+    "1-row JSON {ids, vals} requests (values kept; an id beyond 2^53 ignored as libsvm's) equal the CLI"; else bad \
+    "1-row JSON ids/vals: $nv/3 equal the CLI"; fi
 
 # ---- issue 14, classes 5 and 7: values a float32 cannot hold, ids of the wrong JSON type --------
 cat > "$d/types.json" <<'JSON'
@@ -273,40 +316,54 @@ cat > "$d/types.json" <<'JSON'
 JSON
 { printf '1 1:0.5 7:0.25\n'; for _ in $(seq 1 11); do printf '1 1\n'; done; } > "$d/types.libsvm"   # rows 1-10 null
 "$W" score -m "$d/plain.wisp" -d cpu "$d/types.libsvm" > "$d/types.txt"
-if req ty 200 "${J[@]}" --data-binary @"$d/types.json" "$base/v1/models/plain:predict" && chk preds "$tmp/ty.json" "$d/types.txt" 1,2,3,4,5,6,7,8,9,10 \
-   && chk has "$tmp/ty.json" errors.1.error "not a finite float32" && chk has "$tmp/ty.json" errors.2.error "not a finite float32" \
-   && chk has "$tmp/ty.json" errors.3.error "not a finite float32" && chk has "$tmp/ty.json" errors.4.error "got an object" \
+if req ty 200 "${J[@]}" --data-binary @"$d/types.json" "$base/v1/models/plain:predict" \
+    && chk preds "$tmp/ty.json" "$d/types.txt" 1,2,3,4,5,6,7,8,9,10 \
+   && chk has "$tmp/ty.json" errors.1.error "not a finite float32" \
+       && chk has "$tmp/ty.json" errors.2.error "not a finite float32" \
+   && chk has "$tmp/ty.json" errors.3.error "not a finite float32" \
+       && chk has "$tmp/ty.json" errors.4.error "got an object" \
    && chk has "$tmp/ty.json" errors.5.error 'got the string "1"' && chk has "$tmp/ty.json" errors.6.error "got 1.5" \
-   && chk has "$tmp/ty.json" errors.7.error 'got the string "1"' && chk has "$tmp/ty.json" errors.8.error "overflows 64 bits" \
-   && chk has "$tmp/ty.json" errors.9.error 'got the string "0.5"' && chk has "$tmp/ty.json" errors.10.error "got a list"; then
+   && chk has "$tmp/ty.json" errors.7.error 'got the string "1"' \
+       && chk has "$tmp/ty.json" errors.8.error "overflows 64 bits" \
+   && chk has "$tmp/ty.json" errors.9.error 'got the string "0.5"' \
+       && chk has "$tmp/ty.json" errors.10.error "got a list"; then
     ok "{ids, vals}: 1e39, [1e39, -1e39], 1e400, ids an object / a string / 1.5 / [\"1\"] / 2^64, vals [\"0.5\"], a list row: each null with a message naming it"
 else bad "JSON values and id types"; fi
 long=$(head -c 520 /dev/zero | tr '\0' '0')
-if req lng 200 "${J[@]}" --data-binary "{\"instances\": [{\"ids\": [1, 7], \"vals\": [0.5, 0.25]}, {\"ids\": [1], \"vals\": [1.${long}e5]}], \"note\": \"${long}\"}" \
-       "$base/v1/models/plain:predict" && chk preds "$tmp/lng.json" "$d/types.txt" 1 && chk has "$tmp/lng.json" errors.1.error "longer than the 511 bytes" \
-   && [ "$(grep -o '"index"' "$tmp/lng.json" | wc -l)" = 1 ]; then
+if req lng 200 "${J[@]}" --data-binary \
+    "{\"instances\": [{\"ids\": [1, 7], \"vals\": [0.5, 0.25]}, {\"ids\": [1], \"vals\": [1.${long}e5]}], \"note\": \"${long}\"}" \
+       "$base/v1/models/plain:predict" && chk preds "$tmp/lng.json" "$d/types.txt" 1 \
+           && chk has "$tmp/lng.json" errors.1.error "longer than the 511 bytes" \
+   && chk count "$tmp/lng.json" bad_rows 1 && chk count "$tmp/lng.json" errors 1; then
     ok "{ids, vals}: a number of 523 characters is refused as libsvm refuses it (cjson would read it); a long run elsewhere in the body is not"
 else bad "JSON number over 511 bytes"; fi
-if req cty 200 "${J[@]}" --data-binary '{"instances": [{"age": 30, "city": "Paris"}, {"age": 1e39}, {"age": [1e39, -1e39]}, 5, "x", null]}' \
-       "$base/v1/models/ctr:predict" && chk has "$tmp/cty.json" errors.1.error "finite" && chk has "$tmp/cty.json" errors.3.error "got a number" \
+if req cty 200 "${J[@]}" --data-binary \
+    '{"instances": [{"age": 30, "city": "Paris"}, {"age": 1e39}, {"age": [1e39, -1e39]}, 5, "x", null]}' \
+       "$base/v1/models/ctr:predict" && chk has "$tmp/cty.json" errors.1.error "finite" \
+           && chk has "$tmp/cty.json" errors.3.error "got a number" \
    && chk has "$tmp/cty.json" errors.4.error "got a string" && chk has "$tmp/cty.json" errors.5.error "got null" \
    && chk field "$tmp/cty.json" errors.2.index 2; then
     ok "raw rows: 1e39, a list for a number, instances that are not objects: null + errors naming them"
 else bad "raw rows with out-of-range values and non-object instances"; fi
-expect_error "instances with a trailing comma: bad JSON, for every model" tc1 400 "${J[@]}" --data-binary '{"instances": [{"age": 3},]}' "$base/v1/models/ctr:predict"
-expect_error "a bad row inside a body that is not JSON: 400 bad JSON" tc2 400 "${J[@]}" --data-binary '{"instances": [{"age": "x"}, {"age": 1} x]}' "$base/v1/models/ctr:predict"
-expect_error "instances given twice" tc3 400 "${J[@]}" --data-binary '{"instances": [{"age": 3}], "instances": [{"age": 4}]}' "$base/v1/models/ctr:predict"
+expect_error "instances with a trailing comma: bad JSON, for every model" tc1 400 "${J[@]}" --data-binary \
+    '{"instances": [{"age": 3},]}' "$base/v1/models/ctr:predict"
+expect_error "a bad row inside a body that is not JSON: 400 bad JSON" tc2 400 "${J[@]}" --data-binary \
+    '{"instances": [{"age": "x"}, {"age": 1} x]}' "$base/v1/models/ctr:predict"
+expect_error "instances given twice" tc3 400 "${J[@]}" --data-binary \
+    '{"instances": [{"age": 3}], "instances": [{"age": 4}]}' "$base/v1/models/ctr:predict"
 
 # ---- issue 14, class 6: the HTTP surface --------------------------------------------------------
 if req gz 415 "${J[@]}" -H 'Content-Encoding: gzip' --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict" \
    && chk has "$tmp/gz.json" error "Content-Encoding gzip is not supported" \
    && req br 415 "${L[@]}" -H 'Content-Encoding: br' --data-binary @"$d/rows.libsvm" "$base/v1/models/ctr:predict" \
-   && req idn 200 "${L[@]}" -H 'Content-Encoding: identity' --data-binary @"$d/rows.libsvm" "$base/v1/models/ctr:predict"; then
+   && req idn 200 "${L[@]}" -H 'Content-Encoding: identity' --data-binary @"$d/rows.libsvm" \
+       "$base/v1/models/ctr:predict"; then
     ok "Content-Encoding gzip or br -> 415 naming it; identity is scored"
 else bad "Content-Encoding"; fi
 hh=$(curl -s -I "$base/healthz" | tr -d '\r')
 hm=$(curl -s -I "$base/v1/models/ctr" | tr -d '\r')
-if echo "$hh" | grep -q '^HTTP/1.1 200' && echo "$hm" | grep -q '^HTTP/1.1 200' && echo "$hm" | grep -qi '^content-type: application/json' \
+if echo "$hh" | grep -q '^HTTP/1.1 200' && echo "$hm" | grep -q '^HTTP/1.1 200' && echo "$hm" \
+    | grep -qi '^content-type: application/json' \
    && [ "$(curl -s -I -o /dev/null -w '%{http_code}' "$base/metrics")" = 200 ] \
    && curl -s -D - -o /dev/null -X POST "$base/healthz" | tr -d '\r' | grep -qi '^Allow: GET, HEAD$'; then
     ok "HEAD /healthz, /v1/models/ctr, /metrics -> 200; 405 on a GET endpoint says Allow: GET, HEAD"
@@ -314,7 +371,8 @@ else bad "HEAD and Allow ($(echo "$hh" | head -n 1) / $(echo "$hm" | head -n 1))
 # the errors nginx answers itself are JSON too (errors.conf): a request line it cannot parse, a
 # URI or a header over large_client_header_buffers, a method nginx refuses (TRACE)
 raw_http() {   # raw_http NAME TEXT: send TEXT on a fresh connection, the answer in $tmp/NAME.raw
-    { exec 3<>"/dev/tcp/127.0.0.1/$port" && printf '%b' "$2" >&3 && timeout 5 cat <&3 > "$tmp/$1.raw"; exec 3<&- 3>&-; } 2>/dev/null
+    { exec 3<>"/dev/tcp/127.0.0.1/$port" && printf '%b' "$2" >&3 \
+        && timeout 5 cat <&3 > "$tmp/$1.raw"; exec 3<&- 3>&-; } 2>/dev/null
 }
 json_answer() {   # json_answer NAME STATUS: the raw answer has that status, a JSON content type, a JSON {"error"} body
     head -n 1 "$tmp/$1.raw" | grep -q "^HTTP/1.1 $2 " && grep -qi '^content-type: application/json' "$tmp/$1.raw" \
@@ -327,20 +385,26 @@ raw_http nx494 "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: $long\r\nConnection: 
 raw_http nx405 "TRACE / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
 raw_http nx505 "GET /healthz HTTP/9.9\r\nHost: x\r\nConnection: close\r\n\r\n"
 raw_http nx413 "TRACE /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 99999999999\r\n\r\n"
-nj=0; for t in nx400:400 nx414:414 nx494:400 nx405:405 nx505:505 nx413:413; do json_answer "${t%%:*}" "${t##*:}" && nj=$((nj + 1)); done
-if [ "$nj" = 6 ]; then ok "nginx's own 400 (bad request line), 414, 400 (header too large), 405 (TRACE), 505 (HTTP/9.9), 413 (TRACE with a huge Content-Length: an error in an error page) answer JSON {\"error\"}"
-else bad "nginx's own errors as JSON: $nj/6 ($(for f in nx400 nx414 nx494 nx405 nx505 nx413; do head -n 1 "$tmp/$f.raw" | tr -d '\r'; echo -n ' | '; done))"; fi
+nj=0; for t in nx400:400 nx414:414 nx494:400 nx405:405 nx505:505 nx413:413; do json_answer "${t%%:*}" "${t##*:}" \
+    && nj=$((nj + 1)); done
+if [ "$nj" = 6 ]; then ok \
+    "nginx's own 400 (bad request line), 414, 400 (header too large), 405 (TRACE), 505 (HTTP/9.9), 413 (TRACE with a huge Content-Length: an error in an error page) answer JSON {\"error\"}"
+else bad "nginx's own errors as JSON: $nj/6 ($(for f in nx400 nx414 nx494 nx405 nx505 nx413; do head -n 1 \
+    "$tmp/$f.raw" | tr -d '\r'; echo -n ' | '; done))"; fi
 # a message that quotes what the client sent stays UTF-8 (cjson copies bytes: \xff made the answer not JSON)
 if req u8 404 "$base/v1/models/ct%FFr:predict" -X POST && iconv -f UTF-8 -t UTF-8 "$tmp/u8.json" >/dev/null 2>&1 \
    && chk has "$tmp/u8.json" error "unknown model 'ct"; then
     ok "an unknown model name with a byte that is not UTF-8: 404, the answer valid UTF-8 JSON"
 else bad "invalid UTF-8 echoed into an answer: $(od -c "$tmp/u8.json" | head -n 3 | tr '\n' ' ')"; fi
-if curl -s -D - -o "$tmp/big2.json" "${L[@]}" --data-binary @"$d/big.txt" "$base/v1/models/ctr:predict" | tr -d '\r' | grep -qi '^content-type: application/json' \
-   && chk field "$tmp/big2.json" error; then ok "413 from nginx (body too large) is JSON with a JSON content type"; else bad "413 content type"; fi
+if curl -s -D - -o "$tmp/big2.json" "${L[@]}" --data-binary @"$d/big.txt" "$base/v1/models/ctr:predict" | tr -d '\r' \
+    | grep -qi '^content-type: application/json' \
+   && chk field "$tmp/big2.json" error; then ok "413 from nginx (body too large) is JSON with a JSON content type"; \
+       else bad "413 content type"; fi
 
 # ---- hot reload under load ----------------------------------------------------------------
 if command -v wrk >/dev/null 2>&1; then
-    wrk -t2 -c8 -d3s -s spec/nginx/wrk_post.lua "$base/v1/models/ctr:predict" -- "$d/rows.json" application/json 60 > "$tmp/wrk.txt" 2>&1 &
+    wrk -t2 -c8 -d3s -s spec/nginx/wrk_post.lua "$base/v1/models/ctr:predict" -- "$d/rows.json" application/json 60 > \
+        "$tmp/wrk.txt" 2>&1 &
     wrk_pid=$!
     sleep 1
     cp "$d/ctr_v2.wisp" "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"        # renamed into place
@@ -355,34 +419,32 @@ if command -v wrk >/dev/null 2>&1; then
 else
     # no wrk: 8 parallel curl loops
     for c in $(seq 1 8); do
-        ( for i in $(seq 1 40); do curl -s -o /dev/null -w '%{http_code}\n' "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict"; done ) > "$tmp/load_$c.txt" &
+        ( for i in $(seq 1 40); do curl -s -o /dev/null -w '%{http_code}\n' "${J[@]}" --data-binary @"$d/rows.json" \
+            "$base/v1/models/ctr:predict"; done ) > "$tmp/load_$c.txt" &
     done
     sleep 0.5
     cp "$d/ctr_v2.wisp" "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
     wait
     nbad=$(cat "$tmp"/load_*.txt | grep -vc '^200$')
-    if [ "$nbad" = 0 ]; then ok "hot reload under load (8 curl loops): 0 failures"; else bad "hot reload under load: $nbad failures"; fi
+    if [ "$nbad" = 0 ]; then ok "hot reload under load (8 curl loops): 0 failures"; else bad \
+        "hot reload under load: $nbad failures"; fi
 fi
 sleep 1.2
-nv2=0
-for i in $(seq 1 10); do
-    curl -s -o "$tmp/v2_$i.json" "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict"
-    chk preds "$tmp/v2_$i.json" "$d/ctr_v2.txt" >/dev/null && nv2=$((nv2 + 1))
-done
-if [ "$nv2" = 10 ]; then ok "after the rename every worker answers with the new model (10/10 equal its CLI)"; else bad "new model: $nv2/10"; fi
+nv2=$(n_equal 10 v2 "$d/ctr_v2.txt")
+if [ "$nv2" = 10 ]; then ok "after the rename every worker answers with the new model (10/10 equal its CLI)"; else bad \
+    "new model: $nv2/10"; fi
 
 # ---- a broken file renamed in: the old model keeps serving ---------------------------------
 head -c 9000 "$d/ctr_v1.wisp" > "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
 sleep 1.3
-nkeep=0
-for i in $(seq 1 6); do
-    code=$(curl -s -o "$tmp/keep_$i.json" -w '%{http_code}' "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict")
-    [ "$code" = 200 ] && chk preds "$tmp/keep_$i.json" "$d/ctr_v2.txt" >/dev/null && nkeep=$((nkeep + 1))
-done
-if [ "$nkeep" = 6 ]; then ok "truncated model file: the loaded version keeps serving (6/6)"; else bad "broken file: $nkeep/6 served by the old model"; fi
-if req brk 200 "$base/v1/models/ctr" && chk field "$tmp/brk.json" reload.error && chk field "$tmp/brk.json" ready true; then
+nkeep=$(n_equal 6 keep "$d/ctr_v2.txt")
+if [ "$nkeep" = 6 ]; then ok "truncated model file: the loaded version keeps serving (6/6)"; else bad \
+    "broken file: $nkeep/6 served by the old model"; fi
+if req brk 200 "$base/v1/models/ctr" && chk field "$tmp/brk.json" reload.error \
+    && chk field "$tmp/brk.json" ready true; then
     ok "the failure is reported in /v1/models/ctr (reload.error), still ready"; else bad "reload error in metadata"; fi
-if grep -q "reload failed, the loaded version keeps serving" "$prefix/logs/error.log"; then ok "the failure is in the error log"; else bad "error log"; fi
+if grep -q "reload failed, the loaded version keeps serving" "$prefix/logs/error.log"; then ok \
+    "the failure is in the error log"; else bad "error log"; fi
 sleep 0.3
 if [ -n "$(curl -s "$base/metrics" | grep -F 'wisp_model_reloads_total{model="ctr",result="failed"}')" ]; then
     ok "metrics count the failed reload"; else bad "failed reload metric"; fi
@@ -390,14 +452,12 @@ expect_error "POST :reload with a broken file -> 500, old model kept" rl1 500 -X
 
 # ---- the reload endpoint -------------------------------------------------------------------
 cp "$d/ctr_v1.wisp" "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
-if req rl2 200 -X POST "$base/v1/models/ctr:reload" && chk field "$tmp/rl2.json" reloaded true; then ok "POST :reload -> 200"; else bad "POST :reload"; fi
+if req rl2 200 -X POST "$base/v1/models/ctr:reload" \
+    && chk field "$tmp/rl2.json" reloaded true; then ok "POST :reload -> 200"; else bad "POST :reload"; fi
 sleep 1.2
-nv1=0
-for i in $(seq 1 8); do
-    curl -s -o "$tmp/v1_$i.json" "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict"
-    chk preds "$tmp/v1_$i.json" "$d/ctr_v1.txt" >/dev/null && nv1=$((nv1 + 1))
-done
-if [ "$nv1" = 8 ]; then ok "after :reload every worker serves the restored file (8/8)"; else bad "after :reload: $nv1/8"; fi
+nv1=$(n_equal 8 v1 "$d/ctr_v1.txt")
+if [ "$nv1" = 8 ]; then ok "after :reload every worker serves the restored file (8/8)"; else bad \
+    "after :reload: $nv1/8"; fi
 
 # ---- issue 14, class 3: a body still arriving while a new version is renamed in ---------------
 # (headers and half the body, a rename, a reload check, then the rest: the answer is 200 from
@@ -424,9 +484,12 @@ slow_post slow2 text/x-libsvm "$d/rows.libsvm" "$d/ctr_v1.wisp"
 slow_post slow3 application/json "$d/rows.json" "$d/ctr_v2.wisp"
 slow_post slow4 text/x-libsvm "$d/rows.libsvm" "$d/ctr_v1.wisp"
 nslow=0
-for s in slow1 slow2 slow3 slow4; do head -n 1 "$tmp/$s.raw" | grep -q '^HTTP/1.1 200 ' && one_version "$s" && nslow=$((nslow + 1)); done
-if [ "$nslow" = 4 ]; then ok "bodies arriving across a rename (JSON lines, libsvm, JSON): 200, every answer whole from one version"
-else bad "bodies across a rename: $nslow/4 ($(for s in slow1 slow2 slow3 slow4; do head -n 1 "$tmp/$s.raw" | tr -d '\r'; echo -n ' | '; done))"; fi
+for s in slow1 slow2 slow3 slow4; do head -n 1 "$tmp/$s.raw" | grep -q '^HTTP/1.1 200 ' && one_version "$s" \
+    && nslow=$((nslow + 1)); done
+if [ "$nslow" = 4 ]; then ok \
+    "bodies arriving across a rename (JSON lines, libsvm, JSON): 200, every answer whole from one version"
+else bad "bodies across a rename: $nslow/4 ($(for s in slow1 slow2 slow3 slow4; do head -n 1 "$tmp/$s.raw" \
+    | tr -d '\r'; echo -n ' | '; done))"; fi
 
 # ---- issue 14, class 2: the served file changed in place ---------------------------------------
 # cp over it (another model's bytes, same inode), truncated, a few bytes rewritten: the workers
@@ -436,19 +499,18 @@ sleep 1.2
 wp0=$(pgrep -P "$mpid" | sort | tr '\n' ' ')
 req ipv 200 "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict" >/dev/null
 v1id=$(grep -o '"version":"[^"]*"' "$tmp/ipv.json" | head -n 1 | sed 's/.*:"//; s/"//')
-if chk preds "$tmp/ipv.json" "$d/ctr_v1.txt" && req rlu 200 -X POST "$base/v1/models/ctr:reload" && chk field "$tmp/rlu.json" unchanged true \
+if chk preds "$tmp/ipv.json" "$d/ctr_v1.txt" && req rlu 200 -X POST "$base/v1/models/ctr:reload" \
+    && chk field "$tmp/rlu.json" unchanged true \
    && chk field "$tmp/rlu.json" reloaded false; then
     ok "POST :reload of an unchanged file: 200 {\"unchanged\": true}, nothing mapped again"
 else bad "debounced :reload"; fi
 inplace_check() {   # inplace_check LABEL
     sleep 1.3
-    nin=0
-    for i in $(seq 1 8); do
-        code=$(curl -s -o "$tmp/inp_$i.json" -w '%{http_code}' "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict")
-        [ "$code" = 200 ] && chk preds "$tmp/inp_$i.json" "$d/ctr_v1.txt" >/dev/null && nin=$((nin + 1))
-    done
-    if [ "$nin" = 8 ] && req ipm 200 "$base/v1/models/ctr" && chk has "$tmp/ipm.json" file.state "changed in place, refused" \
-       && chk field "$tmp/ipm.json" file.serving "$v1id" && req ipr 200 "$base/readyz" && chk has "$tmp/ipr.json" models.ctr.warning "changed in place" \
+    nin=$(n_equal 8 inp "$d/ctr_v1.txt")
+    if [ "$nin" = 8 ] && req ipm 200 "$base/v1/models/ctr" \
+        && chk has "$tmp/ipm.json" file.state "changed in place, refused" \
+       && chk field "$tmp/ipm.json" file.serving "$v1id" && req ipr 200 "$base/readyz" \
+           && chk has "$tmp/ipr.json" models.ctr.warning "changed in place" \
        && chk field "$tmp/ipr.json" models.ctr.serving "$v1id"; then
         ok "$1: 8/8 answers are the verified version's, /v1/models/ctr and /readyz (200) report it refused"
     else bad "$1: $nin/8 answers from the verified version; $(head -c 300 "$tmp/ipm.json")"; fi
@@ -467,11 +529,7 @@ if req rlx 500 -X POST "$base/v1/models/ctr:reload" && chk has "$tmp/rlx.json" e
 else bad ":reload of a file changed in place"; fi
 cp "$d/ctr_v2.wisp" "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
 sleep 1.3
-nv2=0
-for i in $(seq 1 8); do
-    curl -s -o "$tmp/ipn_$i.json" "${J[@]}" --data-binary @"$d/rows.json" "$base/v1/models/ctr:predict"
-    chk preds "$tmp/ipn_$i.json" "$d/ctr_v2.txt" >/dev/null && nv2=$((nv2 + 1))
-done
+nv2=$(n_equal 8 ipn "$d/ctr_v2.txt")
 if [ "$nv2" = 8 ] && req ipm2 200 "$base/v1/models/ctr" && chk field "$tmp/ipm2.json" file.state serving \
    && req ipr2 200 "$base/readyz" && ! chk field "$tmp/ipr2.json" models.ctr.warning >/dev/null; then
     ok "then a good file renamed in: served (8/8 v2), the warning gone"
@@ -490,19 +548,22 @@ if cc -O2 -pthread -o "$tmp/loadgen" scripts/load/loadgen.c -lm 2> "$tmp/loadgen
     lg() { echo "$line" | sed -E "s/.*\"$1\":([0-9.]+).*/\1/"; }
     if [ -n "$line" ] && [ "$(lg errors)" = 0 ] && [ "$(lg non2xx)" = 0 ] && [ "$(lg measured)" -gt 200 ] \
        && awk -v a="$(lg p50_us)" -v b="$(lg p99_us)" 'BEGIN { exit !(a > 0 && b >= a) }'; then
-        ok "scripts/load/loadgen.c: $(lg measured) scheduled requests answered 200, p50 $(lg p50_us) us, p99 $(lg p99_us) us"
+        ok "scripts/load/loadgen.c: $(lg measured) scheduled requests answered 200, p50 $(lg p50_us) us, p99 $(lg \
+            p99_us) us"
     else bad "scripts/load/loadgen.c: '$line' $(cat "$tmp/loadgen.out")"; fi
 else bad "scripts/load/loadgen.c does not build: $(head -c 300 "$tmp/loadgen.err")"; fi
 
 # a 60-row libsvm body over thread_min_bytes (16 KB: mode auto sends it to the thread pool)
-{ cat "$d/rows.libsvm"; for i in $(seq 1 200); do echo "# padding line $i: comments make no row ........................................"; done; } > "$d/big60.libsvm"
+{ cat "$d/rows.libsvm"; for i in $(seq 1 200); do echo \
+    "# padding line $i: comments make no row ........................................"; done; } > "$d/big60.libsvm"
 # ---- the other modes: nginx -s reload (HUP) with mode = thread, then async -------------------
 for mode in thread async auto; do
     render --mode "$mode" && "$nginx_bin" -p "$prefix" -c conf/nginx.conf -s reload 2>/dev/null
     okm=0
     for _ in $(seq 1 40); do
         sleep 0.15
-        req "mode_$mode" 200 "$base/v1/models/ctr" 2>/dev/null >/dev/null && chk field "$tmp/mode_$mode.json" mode "$mode" >/dev/null 2>&1 \
+        req "mode_$mode" 200 "$base/v1/models/ctr" 2>/dev/null >/dev/null \
+            && chk field "$tmp/mode_$mode.json" mode "$mode" >/dev/null 2>&1 \
             && chk field "$tmp/mode_$mode.json" mode_chosen_by configuration >/dev/null 2>&1 && { okm=1; break; }
     done
     sleep 0.3     # old workers drain
@@ -511,15 +572,12 @@ for mode in thread async auto; do
         # it (nor any file but the version the request holds): answers stay the loaded version's
         head -c 9000 "$d/ctr_v1.wisp" > "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
         sleep 1.3
-        nk=0
-        for i in $(seq 1 6); do
-            code=$(curl -s -o "$tmp/tk_${mode}_$i.json" -w '%{http_code}' "${L[@]}" --data-binary @"$d/big60.libsvm" "$base/v1/models/ctr:predict")
-            [ "$code" = 200 ] && chk preds "$tmp/tk_${mode}_$i.json" "$d/ctr_v1.txt" >/dev/null && nk=$((nk + 1))
-        done
+        nk=$(n_equal 6 "tk_$mode" "$d/ctr_v1.txt" "${L[@]}" --data-binary @"$d/big60.libsvm")
         if [ "$nk" = 6 ] && req "tkm_$mode" 200 "$base/v1/models/ctr" && chk field "$tmp/tkm_$mode.json" mode "$mode" \
            && ! grep -q 'needs `thread_pool' "$prefix/logs/error.log"; then
             ok "mode=$mode: a broken file renamed in, 19 KB bodies (the thread pool): 6/6 answers 200 from the loaded version, scored inline this once (the mode stays $mode)"
-        else bad "mode=$mode, broken file renamed in: $nk/6 from the loaded version ($(head -c 200 "$tmp/tk_${mode}_1.json"))"; fi
+        else bad "mode=$mode, broken file renamed in: $nk/6 from the loaded version ($(head -c 200 \
+            "$tmp/tk_${mode}_1.json"))"; fi
         cp "$d/ctr_v1.wisp" "$d/ctr.tmp" && mv "$d/ctr.tmp" "$d/ctr.wisp"
         sleep 1.3
     fi
@@ -533,20 +591,24 @@ for mode in thread async auto; do
     else bad "mode=$mode"; fi
     # a body arriving across a rename (the same bytes renamed in: a new entry, one version)
     slow_post "slowm_$mode" text/x-libsvm "$d/big60.libsvm" "$d/ctr_v1.wisp"
-    if head -n 1 "$tmp/slowm_$mode.raw" | grep -q '^HTTP/1.1 200 ' && chk preds "$tmp/slowm_$mode.json" "$d/ctr_v1.txt"; then
+    if head -n 1 "$tmp/slowm_$mode.raw" | grep -q '^HTTP/1.1 200 ' \
+        && chk preds "$tmp/slowm_$mode.json" "$d/ctr_v1.txt"; then
         ok "mode=$mode: a 19 KB body arriving across a rename: 200, equal to the CLI"
-    else bad "mode=$mode: a body across a rename: $(head -n 1 "$tmp/slowm_$mode.raw") $(head -c 200 "$tmp/slowm_$mode.json")"; fi
+    else bad "mode=$mode: a body across a rename: $(head -n 1 "$tmp/slowm_$mode.raw") $(head -c 200 \
+        "$tmp/slowm_$mode.json")"; fi
 done
 
 # ---- a device default that needs a thread pool nginx.conf does not have: mode = "device"
 # picks cpu_mode / gpu_mode (here "thread"); with no `thread_pool` line the worker says so in
 # the error log and scores inline, and the request still gets its answer
-render && sed -i -e '/^thread_pool /d' -e 's/^\( *\)mode = "device",/\1mode = "device", cpu_mode = "thread", gpu_mode = "thread",/' \
+render && sed -i -e '/^thread_pool /d' -e \
+    's/^\( *\)mode = "device",/\1mode = "device", cpu_mode = "thread", gpu_mode = "thread",/' \
     "$prefix/conf/nginx.conf" && "$nginx_bin" -p "$prefix" -c conf/nginx.conf -s reload 2>/dev/null
 okm=0
 for _ in $(seq 1 40); do
     sleep 0.15
-    req mode_dev 200 "$base/v1/models/ctr" 2>/dev/null >/dev/null && chk field "$tmp/mode_dev.json" mode thread >/dev/null 2>&1 \
+    req mode_dev 200 "$base/v1/models/ctr" 2>/dev/null >/dev/null \
+        && chk field "$tmp/mode_dev.json" mode thread >/dev/null 2>&1 \
         && chk field "$tmp/mode_dev.json" mode_chosen_by device >/dev/null 2>&1 && { okm=1; break; }
 done
 sleep 0.3
@@ -554,9 +616,11 @@ if [ "$okm" = 1 ] && req pl_nopool 200 "${L[@]}" --data-binary @"$d/rows.libsvm"
    && chk preds "$tmp/pl_nopool.json" "$d/ctr_v1.txt" \
    && req pl_nopool2 200 "${L[@]}" --data-binary @"$d/rows.libsvm" "$base/v1/models/ctr:predict" \
    && chk preds "$tmp/pl_nopool2.json" "$d/ctr_v1.txt" \
-   && grep -q 'mode thread (the default on this device) needs `thread_pool wisp threads=2;`' "$prefix/logs/error.log"; then
+   && grep -q 'mode thread (the default on this device) needs `thread_pool wisp threads=2;`' "$prefix/logs/error.log"; \
+       then
     ok "a default mode without its thread pool: answered inline, and the error log says what to add"
-else bad "default mode without a thread pool (mode thread seen: $okm; log: $(grep -c 'needs `thread_pool' "$prefix/logs/error.log"))"; fi
+else bad "default mode without a thread pool (mode thread seen: $okm; log: $(grep -c 'needs `thread_pool' \
+    "$prefix/logs/error.log"))"; fi
 
 # ---- inline again, with a 1 KB header buffer: the body no longer arrives with the headers in
 # one buffer (wisp.nginx reads libsvm / JSON lines bodies from nginx's memory through
@@ -565,16 +629,23 @@ render --mode inline --header-buffer 1k && "$nginx_bin" -p "$prefix" -c conf/ngi
 okm=0
 for _ in $(seq 1 40); do
     sleep 0.15
-    req mode_inline 200 "$base/v1/models/ctr" 2>/dev/null >/dev/null && chk field "$tmp/mode_inline.json" mode inline >/dev/null 2>&1 && { okm=1; break; }
+    req mode_inline 200 "$base/v1/models/ctr" 2>/dev/null >/dev/null \
+        && chk field "$tmp/mode_inline.json" mode inline >/dev/null 2>&1 && { okm=1; break; }
 done
 sleep 0.3
-hdr=$(curl -s -D - -o "$tmp/pl_split.json" "${L[@]}" --data-binary @"$d/rows.libsvm" "$base/v1/models/ctr:predict" | tr -d '\r')
+hdr=$(curl -s -D - -o "$tmp/pl_split.json" "${L[@]}" --data-binary @"$d/rows.libsvm" "$base/v1/models/ctr:predict" \
+    | tr -d '\r')
 if [ "$okm" = 1 ] && chk preds "$tmp/pl_split.json" "$d/ctr_v1.txt" \
-   && req pn_split 200 "${N[@]}" --data-binary @"$d/rows.ndjson" "$base/v1/models/ctr:predict" && chk preds "$tmp/pn_split.json" "$d/ctr_v1_jsonl.txt" \
-   && echo "$hdr" | grep -qi "^content-length: $(wc -c < "$tmp/pl_split.json" | tr -d ' ')\$" && ! echo "$hdr" | grep -qi '^transfer-encoding'; then
-    ok "a $(wc -c < "$d/rows.libsvm" | tr -d ' ')-byte libsvm body and a JSON lines body read past a 1 KB header buffer equal the CLI; the answer has Content-Length, no chunked encoding"
+   && req pn_split 200 "${N[@]}" --data-binary @"$d/rows.ndjson" "$base/v1/models/ctr:predict" \
+       && chk preds "$tmp/pn_split.json" "$d/ctr_v1_jsonl.txt" \
+   && echo "$hdr" | grep -qi "^content-length: $(wc -c < "$tmp/pl_split.json" | tr -d ' ')\$" && ! echo "$hdr" \
+       | grep -qi '^transfer-encoding'; then
+    ok "a $(wc -c < "$d/rows.libsvm" \
+        | tr -d \
+        ' ')-byte libsvm body and a JSON lines body read past a 1 KB header buffer equal the CLI; the answer has Content-Length, no chunked encoding"
 else bad "bodies past a 1 KB header buffer (mode inline: $okm; headers: $(echo "$hdr" | head -n 8 | tr '\n' ' '))"; fi
-expect_error "empty libsvm body (inline, 1 KB header buffer)" ebl 400 "${L[@]}" --data-binary '' "$base/v1/models/ctr:predict"
+expect_error "empty libsvm body (inline, 1 KB header buffer)" ebl 400 "${L[@]}" --data-binary '' \
+    "$base/v1/models/ctr:predict"
 
 # ---- issue 14, class 6: the admin endpoints on their own listener (serve.sh --admin-port) --------
 # (a probed port can be taken before nginx binds it: the master then logs "Address already in
@@ -585,25 +656,33 @@ for attempt in 1 2 3 4 5; do
     render --mode inline --admin-port "$aport" && "$nginx_bin" -p "$prefix" -c conf/nginx.conf -s reload 2>/dev/null
     for _ in $(seq 1 40); do
         sleep 0.15
-        [ "$(curl -s -o /dev/null -w '%{http_code}' "$base/metrics")" = 403 ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$aport/healthz")" = 200 ] && { okm=1; break; }
+        [ "$(curl -s -o /dev/null -w '%{http_code}' "$base/metrics")" = 403 ] \
+            && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$aport/healthz")" = 200 ] \
+            && { okm=1; break; }
         grep -q "bind() to 127.0.0.1:$aport failed (98" "$prefix/logs/error.log" && break
     done
     [ "$okm" = 1 ] && break
 done
 sleep 0.3
-if [ "$okm" = 1 ] && req ad1 403 -X POST "$base/v1/models/ctr:reload" && chk has "$tmp/ad1.json" error "admin listener" \
-   && req ad2 403 "$base/metrics" && req ad3 200 -X POST "http://127.0.0.1:$aport/v1/models/ctr:reload" && chk field "$tmp/ad3.json" unchanged true \
+if [ "$okm" = 1 ] && req ad1 403 -X POST "$base/v1/models/ctr:reload" \
+    && chk has "$tmp/ad1.json" error "admin listener" \
+   && req ad2 403 "$base/metrics" && req ad3 200 -X POST "http://127.0.0.1:$aport/v1/models/ctr:reload" \
+       && chk field "$tmp/ad3.json" unchanged true \
    && curl -s "http://127.0.0.1:$aport/metrics" | grep -q '^wisp_requests_total' \
-   && req ad4 200 "${L[@]}" --data-binary @"$d/rows.libsvm" "$base/v1/models/ctr:predict" && chk preds "$tmp/ad4.json" "$d/ctr_v1.txt"; then
+   && req ad4 200 "${L[@]}" --data-binary @"$d/rows.libsvm" "$base/v1/models/ctr:predict" \
+       && chk preds "$tmp/ad4.json" "$d/ctr_v1.txt"; then
     ok "--admin-port: :reload and /metrics answer 403 (JSON) on the prediction port and are served on the admin port; predictions unchanged"
 else bad "admin listener (listener up: $okm)"; fi
 
 # every answer with predictions seen in this run: each null has its errors entry, and back
-if ninv=$(chk invariant "$tmp"/*.json "$tmp"/*.out); then ok "every null prediction has its errors entry ($ninv answers checked)"
+if ninv=$(chk invariant "$tmp"/*.json "$tmp"/*.out); then ok \
+    "every null prediction has its errors entry ($ninv answers checked)"
 else bad "null predictions without errors: $ninv"; fi
 
-if grep -E '\[(alert|crit|emerg)\]|lua entry thread aborted|runtime error' "$prefix/logs/error.log" | grep -v 'failed (98: Address already in use)' | grep -q .; then
-    bad "error.log has alerts or Lua errors:"; grep -E '\[(alert|crit|emerg)\]|aborted|runtime error' "$prefix/logs/error.log" | head -n 5
+if grep -E '\[(alert|crit|emerg)\]|lua entry thread aborted|runtime error' "$prefix/logs/error.log" \
+    | grep -v 'failed (98: Address already in use)' | grep -q .; then
+    bad "error.log has alerts or Lua errors:"; grep -E '\[(alert|crit|emerg)\]|aborted|runtime error' \
+        "$prefix/logs/error.log" | head -n 5
 else ok "error.log: no alerts, no Lua errors"; fi
 
 nsleep0=$(grep -c 'ngx.sleep(0) called without delayed events patch' "$prefix/logs/error.log")

@@ -1,5 +1,6 @@
 #!/bin/sh
-# svcfuzz.sh — the service fuzzer against a real nginx: spec/nginx/svcfuzz.c for a bounded time, then the workers' check.
+# svcfuzz.sh — the service fuzzer against a real nginx: spec/nginx/svcfuzz.c for a bounded time, then the workers'
+# check.
 #
 #   sh spec/nginx/svcfuzz.sh                 (make test runs it through spec/run.sh; WISP_NGINX=0 skips it)
 #   sh spec/nginx/svcfuzz.sh --replay FILE   start the same nginx, send FILE (a saved request), print the answer
@@ -14,47 +15,32 @@
 [ -z "$BASH_VERSION" ] && exec bash "$0" "$@"
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-root=$(pwd)
-build=${WISP_BUILD:-build}
-case "$build" in /*) ;; *) build="$root/$build";; esac
-W="$build/wisp"; F="$build/test-tools/svcfuzz"
-secs=${WISP_SVCFUZZ_SECONDS:-30}; seed=${WISP_SEED:-1}; modes=${WISP_SVCFUZZ_MODES:-inline thread}; conns=${WISP_SVCFUZZ_CONNS:-2}
+SUITE=svcfuzz
+. spec/nginx/harness.sh
+F="$build/test-tools/svcfuzz"
+secs=${WISP_SVCFUZZ_SECONDS:-30}; seed=${WISP_SEED:-1}; modes=${WISP_SVCFUZZ_MODES:-inline thread}
+conns=${WISP_SVCFUZZ_CONNS:-2}
 replay=""; [ "${1:-}" = --replay ] && replay=${2:-}
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-finish() {
-    [ "$fail" -ne 0 ] && [ -z "$replay" ] && echo "replay the run: WISP_SEED=$seed WISP_SVCFUZZ_SECONDS=$secs WISP_SVCFUZZ_MODES='$modes' WISP_BUILD=$build sh spec/nginx/svcfuzz.sh (a saved request: sh spec/nginx/svcfuzz.sh --replay FILE)"
-    echo "svcfuzz: $pass passed, $fail failed"
-}
-tmp=$(mktemp -d /tmp/wisp-svcfuzz.XXXXXX); chmod 755 "$tmp"
-prefix="$tmp/prefix"; d="$tmp/m"; mkdir -p "$d"; chmod 755 "$d"
-nginx_bin=""
-. "$root/spec/nginx/stop_nginx.sh"
-cleanup() { stop_nginx; [ -n "${WISP_KEEP:-}" ] && echo "kept $tmp" || rm -rf "$tmp"; }
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-for t in "$W" "$F" curl; do
-    if ! command -v "$t" >/dev/null 2>&1; then bad "missing $t (make test-tools BUILD=...)"; finish; exit 1; fi
-done
-nginx_bin=$(command -v nginx 2>/dev/null || ls /usr/sbin/nginx /opt/devdeps/usr/sbin/nginx 2>/dev/null | head -n 1)
-if [ -z "$nginx_bin" ]; then bad "nginx not installed (make deps-test installs it)"; finish; exit 1; fi
+[ -z "$replay" ] && replay_cmd="replay the run: WISP_SEED=$seed WISP_SVCFUZZ_SECONDS=$secs WISP_SVCFUZZ_MODES='$modes' \
+WISP_BUILD=$build sh spec/nginx/svcfuzz.sh (a saved request: sh spec/nginx/svcfuzz.sh --replay FILE)"
+need "$W" "$F" curl
 
 "$W" run spec/nginx/models.lua "$d" 2>/dev/null || { bad "spec/nginx/models.lua"; finish; exit 1; }
-. "$root/spec/nginx/free_port.sh"
 stop_nginx2() { stop_nginx; rm -f "$prefix/logs/nginx.pid"; }
 start_nginx() {   # start_nginx MODE -> $port, nginx ready
     started=""
     for _ in 1 2 3 4 5; do
         port=$(free_port)
-        examples/openresty/serve.sh --render-only --prefix "$prefix" --port "$port" --models "ctr=$d/ctr.wisp,plain=$d/plain.wisp" \
+        examples/openresty/serve.sh --render-only --prefix "$prefix" --port "$port" --models \
+            "ctr=$d/ctr.wisp,plain=$d/plain.wisp" \
             --workers 2 --mode "$1" --max-body 1m --max-rows 1000 --build "$build" --device cpu >/dev/null || break
         rm -f "$prefix/logs/error.log"     # a failed bind (port taken since the probe) logs an [emerg] there
         if "$nginx_bin" -p "$prefix" -c conf/nginx.conf 2>"$tmp/start.err"; then started=1; break; fi
         grep -q "Address already in use" "$tmp/start.err" || break
     done
     for _ in $(seq 1 100); do
-        [ -n "$started" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")" = 200 ] && return 0
+        [ -n "$started" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz")" = 200 ] \
+            && return 0
         sleep 0.1
     done
     return 1
@@ -73,22 +59,29 @@ nmodes=$(echo $modes | wc -w)
 per=$(awk -v s="$secs" -v n="$nmodes" 'BEGIN { printf "%.1f", s / n }')
 total=0; deadall=0; permode=""
 for mode in $modes; do
-    if ! start_nginx "$mode"; then bad "[$mode] nginx starts and gets ready: $(head -c 300 "$tmp/start.err")"; stop_nginx2; continue; fi
+    if ! start_nginx "$mode"; then bad "[$mode] nginx starts and gets ready: $(head -c 300 "$tmp/start.err")"; \
+        stop_nginx2; continue; fi
     before=$(workers)
     mkdir -p "$saved/$mode"
-    "$F" --port "$port" --dir "$d" --seconds "$per" --seed "$seed" --conns "$conns" --out "$saved/$mode" > "$tmp/fuzz.out" 2>&1
+    "$F" --port "$port" --dir "$d" --seconds "$per" --seed "$seed" --conns "$conns" --out "$saved/$mode" > \
+        "$tmp/fuzz.out" 2>&1
     rc=$?
     after=$(workers)
     grep -av "^svcfuzz: [0-9]* passed" "$tmp/fuzz.out" | sed "s/^/[$mode] /"
     line=$(grep -aE '^svcfuzz: [0-9]+ passed, [0-9]+ failed' "$tmp/fuzz.out" | tail -n 1)
     p=$(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/'); f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
-    if [ -z "$line" ]; then bad "[$mode] svcfuzz did not finish (exit $rc): $(tail -n 3 "$tmp/fuzz.out")"; else pass=$((pass + p)); fail=$((fail + f)); fi
+    if [ -z "$line" ]; then bad "[$mode] svcfuzz did not finish (exit $rc): $(tail -n 3 "$tmp/fuzz.out")"; else \
+        pass=$((pass + p)); fail=$((fail + f)); fi
     dead=$(grep -cE 'exited on signal|exited with code [1-9]' "$prefix/logs/error.log")
     deadall=$((deadall + dead))
-    if [ "$before" = "$after" ] && [ "$dead" = 0 ]; then ok "[$mode] workers: no worker died (pids $before the same after the run)"
-    else bad "[$mode] workers died: pids before '$before', after '$after'; error.log: $(grep -E 'exited on signal|exited with code' "$prefix/logs/error.log" | head -n 3 | cut -c1-200)"; fi
-    if grep -E '\[alert\]|\[emerg\]|lua entry thread aborted|runtime error' "$prefix/logs/error.log" | grep -v 'exited on signal' >/dev/null; then
-        bad "[$mode] error.log has alerts or Lua errors: $(grep -E '\[alert\]|\[emerg\]|aborted|runtime error' "$prefix/logs/error.log" | grep -v 'exited on signal' | head -n 3 | cut -c1-300)"
+    if [ "$before" = "$after" ] \
+        && [ "$dead" = 0 ]; then ok "[$mode] workers: no worker died (pids $before the same after the run)"
+    else bad "[$mode] workers died: pids before '$before', after '$after'; error.log: $(grep -E \
+        'exited on signal|exited with code' "$prefix/logs/error.log" | head -n 3 | cut -c1-200)"; fi
+    if grep -E '\[alert\]|\[emerg\]|lua entry thread aborted|runtime error' "$prefix/logs/error.log" \
+        | grep -v 'exited on signal' >/dev/null; then
+        bad "[$mode] error.log has alerts or Lua errors: $(grep -E '\[alert\]|\[emerg\]|aborted|runtime error' \
+            "$prefix/logs/error.log" | grep -v 'exited on signal' | head -n 3 | cut -c1-300)"
     else ok "[$mode] error.log: no alert, no Lua error"; fi
     execs=$(sed -nE 's/^svcfuzz: executions ([0-9]+).*/\1/p' "$tmp/fuzz.out")
     total=$((total + ${execs:-0}))

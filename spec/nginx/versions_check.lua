@@ -5,7 +5,7 @@
 -- specific, MD.resolve / versions / repository_index / load / unload, the warm-up's record),
 -- with a stand-in for the few ngx functions models.lua calls.
 --
---   wisp run spec/nginx/versions_check.lua DIR     (DIR: a scratch directory; spec/oip/test_versions.py runs it)
+--   wisp run spec/nginx/versions_check.lua DIR     (DIR: a scratch directory; spec/v2/test_versions.py runs it)
 --   WISP_NGINX_DEVICE=gpu wisp run spec/nginx/versions_check.lua DIR    (on a GPU machine)
 -- The last line is "versions: N passed, N failed".
 

@@ -1,9 +1,11 @@
 -- wrk_post.lua — a wrk script: POST one body file; prints a "WRK {...}" JSON line of counts and latency percentiles.
---   wrk -t2 -c8 -d5s -s spec/nginx/wrk_post.lua URL -- BODY_FILE CONTENT_TYPE [ROWS_PER_REQUEST (unused)] [THINK_MS] [MAX_PER_THREAD]
+--   wrk -t2 -c8 -d5s -s spec/nginx/wrk_post.lua URL -- BODY_FILE CONTENT_TYPE [ROWS_PER_REQUEST (unused)]
+--       [THINK_MS] [MAX_PER_THREAD] [HEADER_LENGTH]
 -- THINK_MS > 0: each connection waits an exponentially distributed time of that mean (in
 -- whole milliseconds, wrk's resolution) before each request, to offer a chosen rate with
 -- many connections (wrk2's constant rate is not packaged). MAX_PER_THREAD > 0: each wrk
--- thread stops after that many responses (the 1-million-request run).
+-- thread stops after that many responses (the 1-million-request run). HEADER_LENGTH > 0: sent as
+-- Inference-Header-Content-Length (v2's binary tensor data extension).
 local rows, think, max_n, n = 1, 0, 0, 0
 local log, floor, random = math.log, math.floor, math.random
 
@@ -16,6 +18,8 @@ function init(args)
     rows = tonumber(args[3] or 1)
     think = tonumber(args[4] or 0)
     max_n = tonumber(args[5] or 0)
+    local hlen = tonumber(args[6] or 0) or 0
+    if hlen > 0 then wrk.headers["Inference-Header-Content-Length"] = tostring(hlen) end
     math.randomseed(os.time() + floor(os.clock() * 1e6))
     if max_n > 0 then
         response = function(status, headers, body)

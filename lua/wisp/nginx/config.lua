@@ -33,7 +33,8 @@ local function parse_policy(v)
         for _, x in ipairs(items) do
             local s = tostring(x)
             if type(x) == "number" and x == math.floor(x) then s = string.format("%d", x) end
-            if not s:match("^[1-9]%d*$") or #s > 15 then return nil, "a version is a positive integer, got '" .. s .. "'" end
+            if not s:match("^[1-9]%d*$") or #s > 15 then return nil,
+                "a version is a positive integer, got '" .. s .. "'" end
             if not set[s] then vs[#vs + 1] = s; set[s] = true end
         end
         if #vs == 0 then return nil, "specific: at least one version expected" end
@@ -44,7 +45,8 @@ local function parse_policy(v)
         local kind, arg = v:match("^%s*(%a+)%s*:?%s*(.-)%s*$")
         if kind == "latest" then
             local n = arg == "" and 1 or tonumber(arg)
-            if not n or n < 1 or n ~= math.floor(n) then return nil, "latest:N: a positive integer N expected, got '" .. arg .. "'" end
+            if not n or n < 1 or n ~= math.floor(n) then return nil,
+                "latest:N: a positive integer N expected, got '" .. arg .. "'" end
             return { kind = "latest", n = n }
         elseif kind == "all" and arg == "" then
             return { kind = "all" }
@@ -61,7 +63,8 @@ local function parse_policy(v)
         if v.latest ~= nil then
             local nv = type(v.latest) == "table" and v.latest.num_versions or 1
             nv = tonumber(nv)
-            if not nv or nv < 1 or nv ~= math.floor(nv) then return nil, "latest.num_versions: a positive integer expected" end
+            if not nv or nv < 1 or nv ~= math.floor(nv) then return nil,
+                "latest.num_versions: a positive integer expected" end
             return { kind = "latest", n = nv }
         elseif v.all ~= nil then
             return { kind = "all" }
@@ -104,7 +107,8 @@ local function parse_models(spec, allow_empty)
     elseif type(spec) == "table" then
         for k, v in pairs(spec) do
             if type(k) == "string" and type(v) == "string" then list[#list + 1] = { name = k, path = v }
-            elseif type(v) == "table" then list[#list + 1] = { name = v.name or k, path = v.path, device = v.device } end
+            elseif type(v) == "table" then list[#list + 1] = { name = v.name or k, path = v.path,
+                device = v.device } end
         end
     end
     if #list == 0 and not allow_empty then
@@ -121,7 +125,8 @@ function M.configure(opts)
     local c = {}
     for k, v in pairs(DEFAULTS) do c[k] = v end
     for k, v in pairs(opts) do
-        if DEFAULTS[k] == nil and k ~= "models" then error("wisp.nginx.configure: unknown option '" .. tostring(k) .. "'", 2) end
+        if DEFAULTS[k] == nil and k ~= "models" then error("wisp.nginx.configure: unknown option '" .. tostring(k)
+            .. "'", 2) end
         c[k] = v
     end
     if c.model_repository == "" then c.model_repository = false end
@@ -138,7 +143,8 @@ function M.configure(opts)
     end
     for _, k in ipairs { "cpu_mode", "gpu_mode" } do
         if not MODES[c[k]] then
-            error("wisp.nginx.configure: " .. k .. ": inline, thread, async or auto expected, got " .. tostring(c[k]), 2)
+            error("wisp.nginx.configure: " .. k .. ": inline, thread, async or auto expected, got " .. tostring(c[k]),
+                2)
         end
     end
     if c.admin ~= "open" and c.admin ~= "separate" then
@@ -147,7 +153,8 @@ function M.configure(opts)
     if c.batching == "on" or c.batching == "1" then c.batching = true
     elseif c.batching == "off" or c.batching == "0" then c.batching = false end
     for _, k in ipairs { "max_rows_per_request", "batch_max_rows", "batch_max_delay_us", "batch_queue",
-                         "reload_check_s", "engine_threads", "flush_s", "lag_check_s", "thread_min_bytes", "thread_slots" } do
+                         "reload_check_s", "engine_threads", "flush_s", "lag_check_s", "thread_min_bytes",
+                             "thread_slots" } do
         c[k] = tonumber(c[k]) or error("wisp.nginx.configure: " .. k .. ": number expected", 2)
     end
     S.cfg = c

@@ -1,12 +1,12 @@
 -- wisp/nginx/http.lua — the HTTP edge of the service: a request's body read in place from nginx's
--- memory, its Content-Type made a body kind, and answers sent with their length (JSON errors).
+-- memory, and answers sent with their length (errors as JSON {"error": ...}).
 
 local ffi = require "ffi"
 local S = require "wisp.nginx.state"
-local A = require "wisp.nginx.answer"
+local J = require "wisp.nginx.json"
 
 local type, tonumber, pairs, pcall = type, tonumber, pairs, pcall
-local clean_strings = A.clean_strings
+local clean_strings = J.clean_strings
 
 local M = {}
 
@@ -50,10 +50,15 @@ local function send_json(status, t)
     return send(status, S.cjson.encode(clean_strings(t, 0)) .. "\n")
 end
 
-local function fail(status, msg, extra)
+-- the JSON text of an error answer {"error": msg, ...extra} (no ngx: a thread VM makes its errors too)
+local function error_body(msg, extra)
     local t = { error = msg }
     if extra then for k, v in pairs(extra) do t[k] = v end end
-    return send_json(status, t)
+    return S.cjson.encode(clean_strings(t, 0)) .. "\n"
+end
+
+local function fail(status, msg, extra)
+    return send(status, error_body(msg, extra))
 end
 
 local function method_not_allowed(allow)
@@ -61,32 +66,26 @@ local function method_not_allowed(allow)
     return fail(405, "method " .. ngx.req.get_method() .. " not allowed here (use " .. allow .. ")")
 end
 
--- Content-Type header -> "json" | "libsvm" | false (and the media type), memoised (a
--- client sends the same few headers; the memo is bounded)
-local ctype_memo, ctype_memo_n = {}, 0
-local function body_kind(raw)
-    local m = ctype_memo[raw]
-    if m ~= nil then return m, nil end
-    local ctype = raw:lower():match("^%s*([^;%s]+)") or ""
-    local kind = false
-    if ctype == "application/json" then kind = "json"
-    elseif ctype == "text/plain" or ctype == "text/x-libsvm" then kind = "libsvm"
-    elseif ctype == "application/x-ndjson" or ctype == "application/jsonl" then kind = "jsonl" end
-    if kind and ctype_memo_n < 64 then ctype_memo[raw] = kind; ctype_memo_n = ctype_memo_n + 1 end
-    return kind, ctype
+-- A request body sent compressed (Content-Encoding other than identity) refused with 415: -> the
+-- status sent, or nil when the body is plain
+function M.refuse_encoding(inc)
+    local enc = ngx.var.http_content_encoding
+    if enc and enc ~= "" and enc:lower() ~= "identity" then
+        inc("wisp_errors_total", 'kind="unsupported_media_type"')
+        return fail(415, "Content-Encoding " .. enc .. " is not supported (send the body uncompressed)")
+    end
+    return nil
 end
-
 
 M.send = send
 M.send_json = send_json
 M.fail = fail
 M.method_not_allowed = method_not_allowed
-M.body_kind = body_kind
+M.error_body = error_body
 
 -- read_body(in_place) -> body, length: the request body (read first), as a pointer into
 -- nginx's buffer when in_place and body_ptr can give one (no Lua string), else as a Lua
 -- string (also a body nginx spooled to a temporary file); nil, 0 when there is none.
--- v1's predict and v2's infer both read their bodies here.
 function M.read_body(in_place)
     ngx.req.read_body()
     local body, blen

@@ -30,15 +30,18 @@ local HIST = {
     wisp_event_loop_lag_seconds = { help = "how late each worker's lag timer fires (every lag_check_s): "
                                           .. "time its event loop spent on other work or off the CPU",
                                     buckets = { 1e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2, 5e-2, 0.1, 0.5, 1 } },
-    wisp_request_seconds = { help = "request latency inside the handler (body read to answer)", buckets = TIME_BUCKETS },
-    wisp_stage_seconds = { help = "time per stage of each scored batch (parse: body to batch; h2d/kernel/d2h/sync/total: the session's profile)", buckets = TIME_BUCKETS },
+    wisp_request_seconds = { help = "request latency inside the handler (body read to answer)",
+        buckets = TIME_BUCKETS },
+    wisp_stage_seconds = { help = "time per stage of each scored batch (parse: body to batch; "
+        .. "h2d/kernel/d2h/sync/total: the session's profile)", buckets = TIME_BUCKETS },
 }
 local COUNTER_HELP = {
     wisp_requests_total = "HTTP requests by model, endpoint and status code",
     wisp_rows_total = "rows received in predict requests",
     wisp_row_errors_total = "rows answered with a null prediction (malformed input)",
     wisp_errors_total = "requests refused, by kind",
-    wisp_model_reloads_total = "model (re)loads by result (ok; failed: the file did not load; refused: changed in place)",
+    wisp_model_reloads_total = "model (re)loads by result (ok; failed: the file did not load; "
+        .. "refused: changed in place)",
     wisp_fallbacks_total = "batches moved from a GPU to the CPU",
     wisp_batcher_rejected_total = "single rows refused because the batcher queue was full",
     wisp_model_requests_total = "scoring requests (v1 predict, v2 infer) answered by each model version",
@@ -153,8 +156,25 @@ local function lbl(model, extra, version)
     end
     return l
 end
+-- count_request(name, endpoint, status) -> status: wisp_requests_total{model, endpoint, code} + 1,
+-- the label memoised by model, endpoint and status (no string made a request)
+local req_labels = {}
+local function count_request(name, endpoint, status)
+    local byn = req_labels[name]
+    if not byn then byn = {}; req_labels[name] = byn end
+    local bye = byn[endpoint]
+    if not bye then bye = {}; byn[endpoint] = bye end
+    local l = bye[status]
+    if not l then
+        l = lbl(name, fmt('endpoint="%s",code="%d"', endpoint, status))
+        bye[status] = l
+    end
+    inc("wisp_requests_total", l)
+    return status
+end
+
 local STAGE_LABEL = {}
-for _, stg in ipairs { "ns_h2d", "ns_kernel", "ns_d2h", "ns_sync", "ns_total" } do STAGE_LABEL[stg] = 'stage="' .. stg:sub(4) .. '"' end
+for _, stg in ipairs(STAGES) do STAGE_LABEL[stg] = 'stage="' .. stg:sub(4) .. '"' end
 
 local function esc(s) return (tostring(s):gsub('[\\"]', "\\%0"):gsub("\n", "\\n")) end
 
@@ -216,7 +236,8 @@ function M.metrics_text()
     -- gauges: per model, set by the workers (the last writer wins; workers agree)
     add("# HELP wisp_device_info the device each model scores on (value 1)\n# TYPE wisp_device_info gauge\n")
     add("# HELP wisp_model_ready 1 when the model is loaded and its device usable\n# TYPE wisp_model_ready gauge\n")
-    add("# HELP wisp_model_version_ready 1 for each version served (ready), by model and version\n# TYPE wisp_model_version_ready gauge\n")
+    add("# HELP wisp_model_version_ready 1 for each version served (ready), by model and version\n"
+        .. "# TYPE wisp_model_version_ready gauge\n")
     add("# HELP wisp_model_warmup_seconds the warm-up of each version served (a batch on each device it scores on)\n"
         .. "# TYPE wisp_model_warmup_seconds gauge\n")
     for _, g in ipairs(gaugev) do
@@ -236,7 +257,8 @@ local function set_gauges(slot)
     local l = lbl(slot.name)
     gauges["g\tready\t" .. l] = e and 1 or 0
     if e then
-        gauges["g\tdevice\t" .. l] = e.session and e.session:last_device() ~= "" and e.session:last_device() or e.device or "?"
+        local dev = e.session and e.session:last_device()
+        gauges["g\tdevice\t" .. l] = dev and dev ~= "" and dev or e.device or "?"
         gauges["g\tversion\t" .. l] = e.version
     end
     -- by version: each version slot's (a single-file model: its one version "1")
@@ -245,7 +267,7 @@ local function set_gauges(slot)
         local ve = vs.cur
         local ok = ve ~= nil and not ve.retired and not slot.unloaded
         gauges["g\tvready\t" .. vl] = ok and 1 or 0
-        if ok and ve.warmup_ms then gauges["g\twarmup\t" .. vl] = ve.warmup_ms / 1e3 else gauges["g\twarmup\t" .. vl] = false end
+        gauges["g\twarmup\t" .. vl] = (ok and ve.warmup_ms) and ve.warmup_ms / 1e3 or false
         if ok then gauges["g\tvid\t" .. vl] = ve.version_id else gauges["g\tvid\t" .. vl] = false end
     end
 end
@@ -276,6 +298,7 @@ M.hobserve = hobserve
 M.observe = observe
 M.record = record
 M.lbl = lbl
+M.count_request = count_request
 M.set_gauges = set_gauges
 M.drop_version_gauges = drop_version_gauges
 M.drop_model_gauges = drop_model_gauges

@@ -123,7 +123,7 @@ local function open_entry(name, path, device, version)
     local e = setmetatable({ name = name, path = path, device_asked = device, model = model, stamp = stamp,
                              file = fileinfo, checksum = checksum, inflight = 0,
                              retired = false, pending = nil }, Entry)
-    e.pin = fileinfo.inode and pin_file(path, fileinfo.inode) or nil
+    e.pin = pin_file(path, fileinfo)
     e.info = model:info()
     e.version = version
     e.version_id = e.checksum and e.checksum:sub(1, 12) or stamp
@@ -244,7 +244,8 @@ local function reload_version(slot, force, why)
             log(ngx.ERR, "model '", slot.name, "': ", slot.path, " is missing; keeping the loaded version")
             slot.missing_logged = true
         end
-        slot.file_state = slot.cur and { state = "missing; the loaded version keeps serving", serving = slot.cur.version } or nil
+        slot.file_state = slot.cur and { state = "missing; the loaded version keeps serving",
+            serving = slot.cur.version } or nil
         return true
     end
     slot.missing_logged = nil
@@ -262,7 +263,8 @@ local function reload_version(slot, force, why)
             end
             reason = reason or fmt("%s (inode %d) was changed in place: size %d -> %d", slot.path, info.inode,
                                    cur.file.size, info.size)
-            local err = "changed in place, refused: " .. reason .. "; replace a model file by rename (mv) in its directory"
+            local err = "changed in place, refused: " .. reason
+                .. "; replace a model file by rename (mv) in its directory"
             if slot.inplace_stamp ~= stamp then
                 slot.inplace_stamp = stamp
                 slot.failures = (slot.failures or 0) + 1
@@ -285,7 +287,8 @@ local function reload_version(slot, force, why)
     if not e then
         slot.failed_stamp = stamp
         slot.reload_error = { error = tostring(err), at = ngx.now(), file_stamp = stamp }
-        slot.file_state = slot.cur and { state = "failed to load, refused: " .. tostring(err), serving = slot.cur.version } or nil
+        slot.file_state = slot.cur and { state = "failed to load, refused: " .. tostring(err),
+            serving = slot.cur.version } or nil
         slot.failures = (slot.failures or 0) + 1
         inc("wisp_model_reloads_total", lbl(slot.name, 'result="failed"'))
         log(ngx.ERR, "model '", slot.name, "': ", slot.cur and "reload failed, the loaded version keeps serving: "
@@ -492,7 +495,8 @@ local function sync_repository(slot, force, why)
     end
     select_latest(slot)
     return slot.cur ~= nil, slot.cur == nil and (slot.reload_error and slot.reload_error.error
-        or ("no version of '" .. slot.name .. "' to serve in " .. slot.dir .. " (policy " .. policy_text(p) .. ")")) or nil
+        or ("no version of '" .. slot.name .. "' to serve in " .. slot.dir .. " (policy " .. policy_text(p)
+            .. ")")) or nil
 end
 
 -- one model slot brought up to date: its file (single-file) or its directory (repository)
@@ -516,7 +520,8 @@ end
 -- directory's versions. -> true[, "unchanged"] or nil, err
 local function reload_slot(slot, force, why)
     if slot.unloaded then
-        return nil, "model '" .. slot.name .. "' is unloaded (POST /v2/repository/models/" .. slot.name .. "/load loads it)"
+        return nil,
+            "model '" .. slot.name .. "' is unloaded (POST /v2/repository/models/" .. slot.name .. "/load loads it)"
     end
     if slot.source == "repository" then return sync_repository(slot, force, why) end
     return reload_version(slot, force, why)
@@ -658,7 +663,8 @@ local function resolve(name, version)
     end
     local e = vs.cur
     if not e or e.retired then
-        return nil, 503, "version " .. version .. " of model '" .. name .. "' is not ready: " .. (not_ready_reason(slot, vs) or "not loaded")
+        return nil, 503, "version " .. version .. " of model '" .. name .. "' is not ready: "
+            .. (not_ready_reason(slot, vs) or "not loaded")
     end
     return e, slot
 end
@@ -675,7 +681,8 @@ local function versions(name)
         if vs.cur and not vs.cur.retired and not slot.unloaded then
             list[#list + 1] = { version = v, state = "READY", reason = vs.kept or "", warmup_ms = vs.cur.warmup_ms }
         else
-            list[#list + 1] = { version = v, state = "UNAVAILABLE", reason = not_ready_reason(slot, vs) or "not loaded" }
+            list[#list + 1] = { version = v, state = "UNAVAILABLE",
+                                reason = not_ready_reason(slot, vs) or "not loaded" }
         end
     end
     if slot.source == "file" and not seen["1"] then
@@ -690,7 +697,8 @@ local function versions(name)
         end
     end
     for v in pairs(slot.empty or {}) do
-        if not seen[v] then list[#list + 1] = { version = v, state = "UNAVAILABLE", reason = "no model.wisp in " .. slot.dir .. "/" .. v } end
+        if not seen[v] then list[#list + 1] = { version = v, state = "UNAVAILABLE",
+            reason = "no model.wisp in " .. slot.dir .. "/" .. v } end
     end
     table.sort(list, function(a, b) return by_num(a.version, b.version) end)
     return list
@@ -705,7 +713,8 @@ local function repository_index(ready_only)
         if #list == 0 and not ready_only then
             local slot = S.models[name]
             rows[#rows + 1] = { name = name, state = "UNAVAILABLE",
-                                reason = not_ready_reason(slot) or ("no version directory with a model.wisp in " .. tostring(slot.dir)) }
+                                reason = not_ready_reason(slot) or ("no version directory with a model.wisp in "
+                                    .. tostring(slot.dir)) }
         end
         for _, r in ipairs(list) do
             if not ready_only or r.state == "READY" then
@@ -724,7 +733,8 @@ local function repository_load(name)
     if not slot then
         local root = S.cfg.model_repository
         if not root then return nil, 404, "unknown model '" .. name .. "' (no model repository is configured)" end
-        if not F.is_dir(root .. "/" .. name) then return nil, 404, "no model '" .. name .. "' in the repository (" .. root .. ")" end
+        if not F.is_dir(root .. "/" .. name) then return nil, 404,
+            "no model '" .. name .. "' in the repository (" .. root .. ")" end
         slot = new_repository_slot(name, root .. "/" .. name)
     end
     local d = dict()
@@ -756,7 +766,6 @@ local function repository_unload(name)
 end
 
 M.Entry = Entry
-M.float_buf = float_buf
 M.open_entry = open_entry
 M.reload_slot = reload_slot
 M.check_all = check_all

@@ -1,8 +1,8 @@
 """test_kserve_ref.py — KServe's reference server (kserve.ModelServer serving a scikit-learn logistic
-regression, spec/oip/kserve_ref.py) as the protocol's reference for the shapes of wisp's answers: the
+regression, spec/v2/kserve_ref.py) as the protocol's reference for the shapes of wisp's answers: the
 same keys with the same JSON types in server metadata, health, model metadata, model readiness, infer
 answers and error answers (values differ: other models). Skipped, with the reason, when kserve did not
-install (spec/oip/run.sh says so)."""
+install (spec/v2/run.sh says so)."""
 import os
 import pathlib
 import subprocess
@@ -16,7 +16,7 @@ from conftest import _free_port
 
 HERE = pathlib.Path(__file__).resolve().parent
 
-NO_KSERVE = os.environ.get("WISP_OIP_NO_KSERVE")
+NO_KSERVE = os.environ.get("WISP_V2_NO_KSERVE")
 try:
     import kserve  # noqa: F401
     import sklearn  # noqa: F401
@@ -56,7 +56,15 @@ def kserve_url():
 
 
 def jtype(v):
-    return {dict: "object", list: "array", str: "string", bool: "bool", int: "number", float: "number", type(None): "null"}[type(v)]
+    return {
+        dict: "object",
+        list: "array",
+        str: "string",
+        bool: "bool",
+        int: "number",
+        float: "number",
+        type(None): "null",
+    }[type(v)]
 
 
 def same_shape(ref, got, where="$"):
@@ -74,34 +82,42 @@ def same_shape(ref, got, where="$"):
             same_shape(a, b, "%s[%d]" % (where, i))
 
 
-def test_server_metadata_and_health(kserve_url, oip_service):
+def test_server_metadata_and_health(kserve_url, v2_service):
     for path in ("/v2", "/v2/health/live", "/v2/health/ready"):
-        ref, got = requests.get(kserve_url + path, timeout=10), oip_service.get(path)
+        ref, got = requests.get(kserve_url + path, timeout=10), v2_service.get(path)
         assert ref.status_code == got.status_code == 200, path
         same_shape(ref.json(), got.json(), path)
-    assert set(requests.get(kserve_url + "/v2/health/live", timeout=10).json()) == set(oip_service.get("/v2/health/live").json())
+    assert set(requests.get(kserve_url + "/v2/health/live", timeout=10).json()) == set(
+        v2_service.get("/v2/health/live").json()
+    )
 
 
-def test_model_metadata_and_ready(kserve_url, oip_service):
+def test_model_metadata_and_ready(kserve_url, v2_service):
     ref = requests.get(kserve_url + "/v2/models/sk", timeout=10).json()
     for name in ("plain", "ctr"):
-        got = oip_service.get("/v2/models/" + name).json()
+        got = v2_service.get("/v2/models/" + name).json()
         assert set(ref) <= set(got), (sorted(ref), sorted(got))
         same_shape(ref, got, name)
         for t in got["inputs"] + got["outputs"]:
             assert {"name", "datatype", "shape"} <= set(t)
             assert all(isinstance(d, int) for d in t["shape"])
     ref = requests.get(kserve_url + "/v2/models/sk/ready", timeout=10)
-    got = oip_service.get("/v2/models/plain/ready")
+    got = v2_service.get("/v2/models/plain/ready")
     assert ref.status_code == got.status_code == 200
     assert set(ref.json()) == set(got.json())
     same_shape(ref.json(), got.json())
 
 
-def test_infer_answer(kserve_url, oip_service):
-    ref = requests.post(kserve_url + "/v2/models/sk/infer", timeout=10, json={
-        "id": "r1", "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [2, 4], "data": [1, 2, 3, 4, 5, 6, 7, 8]}]})
-    got = oip_service.post("/v2/models/plain/infer", json={
+def test_infer_answer(kserve_url, v2_service):
+    ref = requests.post(
+        kserve_url + "/v2/models/sk/infer",
+        timeout=10,
+        json={
+            "id": "r1",
+            "inputs": [{"name": "input-0", "datatype": "FP32", "shape": [2, 4], "data": [1, 2, 3, 4, 5, 6, 7, 8]}],
+        },
+    )
+    got = v2_service.post("/v2/models/plain/infer", json={
         "id": "r1", "inputs": [{"name": "indptr", "datatype": "INT64", "shape": [3], "data": [0, 1, 3]},
                                {"name": "indices", "datatype": "INT32", "shape": [3], "data": [1, 2, 3]}]})
     assert ref.status_code == got.status_code == 200, (ref.text, got.text)
@@ -112,20 +128,28 @@ def test_infer_answer(kserve_url, oip_service):
 
 
 @pytest.mark.parametrize("what", ["unknown model metadata", "unknown model ready", "unknown model infer", "bad input"])
-def test_error_answers(kserve_url, oip_service, what):
+def test_error_answers(kserve_url, v2_service, what):
     if what == "unknown model metadata":
-        ref, got = requests.get(kserve_url + "/v2/models/nosuch", timeout=10), oip_service.get("/v2/models/nosuch")
+        ref, got = requests.get(kserve_url + "/v2/models/nosuch", timeout=10), v2_service.get("/v2/models/nosuch")
     elif what == "unknown model ready":
-        ref, got = requests.get(kserve_url + "/v2/models/nosuch/ready", timeout=10), oip_service.get("/v2/models/nosuch/ready")
+        ref, got = requests.get(kserve_url + "/v2/models/nosuch/ready", timeout=10), v2_service.get(
+            "/v2/models/nosuch/ready"
+        )
     elif what == "unknown model infer":
         ref = requests.post(kserve_url + "/v2/models/nosuch/infer", json={"inputs": []}, timeout=10)
-        got = oip_service.post("/v2/models/nosuch/infer", json={"inputs": []})
+        got = v2_service.post("/v2/models/nosuch/infer", json={"inputs": []})
     else:    # a tensor of the wrong shape for the model
         ref = requests.post(kserve_url + "/v2/models/sk/infer", timeout=10,
                             json={"inputs": [{"name": "input-0", "datatype": "FP32", "shape": [3], "data": [1, 2, 3]}]})
-        got = oip_service.post("/v2/models/plain/infer",
-                               json={"inputs": [{"name": "indptr", "datatype": "INT64", "shape": [2], "data": [0, 1]},
-                                                {"name": "indices", "datatype": "INT32", "shape": [2, 1], "data": [[1], [2]]}]})
+        got = v2_service.post(
+            "/v2/models/plain/infer",
+            json={
+                "inputs": [
+                    {"name": "indptr", "datatype": "INT64", "shape": [2], "data": [0, 1]},
+                    {"name": "indices", "datatype": "INT32", "shape": [2, 1], "data": [[1], [2]]},
+                ]
+            },
+        )
     assert ref.status_code == got.status_code, (what, ref.status_code, ref.text, got.status_code, got.text)
     assert set(ref.json()) == set(got.json()) == {"error"}, (ref.text, got.text)
     same_shape(ref.json(), got.json())

@@ -11,8 +11,8 @@ and a model with feature columns, 2 workers):
   2. the document as it is (random names and versions: the routing and its 404s).
 Both leave out POST /v2/repository/models/{name}/unload: a fuzzer that unloads the served models
 turns the rest of the run into 503s (documented, but server errors); test_repository.py checks
-unload and load. The budget: WISP_OIP_FUZZ_S seconds in all (default 60), examples per operation
-WISP_OIP_FUZZ_N (default 25), seed WISP_OIP_FUZZ_SEED (default 18).
+unload and load. The budget: WISP_V2_FUZZ_S seconds in all (default 60), examples per operation
+WISP_V2_FUZZ_N (default 25), seed WISP_V2_FUZZ_SEED (default 18).
 """
 import os
 import pathlib
@@ -27,16 +27,16 @@ from repo_util import DEVICE, ROWS, make_repo, predict_v1, same, write_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOC = ROOT / "examples/openresty/openapi.yaml"
-BUDGET = float(os.environ.get("WISP_OIP_FUZZ_S", "60"))
-EXAMPLES = os.environ.get("WISP_OIP_FUZZ_N", "25")
-SEED = os.environ.get("WISP_OIP_FUZZ_SEED", "18")
+BUDGET = float(os.environ.get("WISP_V2_FUZZ_S", "60"))
+EXAMPLES = os.environ.get("WISP_V2_FUZZ_N", "25")
+SEED = os.environ.get("WISP_V2_FUZZ_SEED", "18")
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 
 
 def schemathesis_bin():
     p = pathlib.Path(sys.executable).parent / "schemathesis"
     if not p.exists():
-        pytest.fail("schemathesis is not installed in %s (spec/oip/run.sh installs it)" % p.parent)
+        pytest.fail("schemathesis is not installed in %s (spec/v2/run.sh installs it)" % p.parent)
     return p
 
 
@@ -69,8 +69,8 @@ def test_document_parses_and_names_every_route():
             assert all(re.match(r"^[1-5]\d\d$", c) for c in op["responses"]), (p, m)
 
 
-def test_schemathesis_against_the_service(wisp_service, oip_models, wisp_score, tmp_path):
-    p1, p2, c1 = oip_models / "plain.wisp", oip_models / "plain_v2.wisp", oip_models / "ctr.wisp"
+def test_schemathesis_against_the_service(wisp_service, v2_models, wisp_score, tmp_path):
+    p1, p2, c1 = v2_models / "plain.wisp", v2_models / "plain_v2.wisp", v2_models / "ctr.wisp"
     repo = make_repo(tmp_path / "models", {"m": {1: p1, 2: p2}, "cols": {1: c1}})
     write_config(repo, "m", '{"version_policy": "all"}')
     svc = wisp_service(models="plain=%s" % p1, extra=["--model-repository", str(repo), "--workers", "2",

@@ -1,4 +1,4 @@
--- models.lua — the models of the Open Inference Protocol specs: `wisp run spec/oip/models.lua DIR`.
+-- models.lua — the models of the Open Inference Protocol specs: `wisp run spec/v2/models.lua DIR`.
 --
 -- DIR/plain.wisp   no columns: 5000 features (an id model: inputs indptr, indices, values)
 -- DIR/ctr.wisp     feature columns over five inputs: age (float32, dense, default 30),
@@ -29,9 +29,12 @@ local function weights(seed, n)
     for i = 1, n do w[i] = r:normal() * 0.5 end
     return w
 end
-assert(wisp.write_model(dir .. "/ctr.wisp", weights(1, nf), { bias = -0.3, columns = spec:json(), meta = { name = "ctr", v = "1" } }))
-assert(wisp.write_model(dir .. "/ctr_v2.wisp", weights(2, nf), { bias = 0.4, columns = spec:json(), meta = { name = "ctr", v = "2" } }))
+assert(wisp.write_model(dir .. "/ctr.wisp", weights(1, nf),
+                        { bias = -0.3, columns = spec:json(), meta = { name = "ctr", v = "1" } }))
+assert(wisp.write_model(dir .. "/ctr_v2.wisp", weights(2, nf),
+                        { bias = 0.4, columns = spec:json(), meta = { name = "ctr", v = "2" } }))
 assert(wisp.write_model(dir .. "/plain.wisp", weights(5, 5000), { bias = 0.1, meta = { name = "plain" } }))
 assert(wisp.write_model(dir .. "/plain_v2.wisp", weights(6, 5000), { bias = -0.2, meta = { name = "plain", v = "2" } }))
 assert(wisp.write_model(dir .. "/tiny.wisp", weights(7, 10), { bias = 0.25, meta = { name = "tiny" } }))
-io.stderr:write(string.format("spec/oip/models.lua: %s: ctr.wisp (%d features), ctr_v2.wisp, plain.wisp (5000), plain_v2.wisp, tiny.wisp (10)\n", dir, nf))
+io.stderr:write(string.format("spec/v2/models.lua: %s: ctr.wisp (%d features), ctr_v2.wisp, plain.wisp (5000), "
+                               .. "plain_v2.wisp, tiny.wisp (10)\n", dir, nf))

@@ -1,5 +1,5 @@
-"""spec/oip/repo_util.py — helpers of the model-repository specs (test_versions.py, test_repository.py,
-test_openapi.py): a MODELS/name/N/model.wisp tree built from spec/oip/models.lua's files, versions
+"""spec/v2/repo_util.py — helpers of the model-repository specs (test_versions.py, test_repository.py,
+test_openapi.py): a MODELS/name/N/model.wisp tree built from spec/v2/models.lua's files, versions
 added and removed as an operator would (a staged directory renamed in), the served versions read
 from /metrics, rows and the answers each version gives them.
 """
@@ -10,9 +10,13 @@ import shutil
 import time
 
 # the device the services of these specs score on, as conftest.py's: cpu, or gpu with
-# WISP_OIP_DEVICE=gpu or WISP_TEST_GPU=1 (the warm-up then runs on the GPU; probabilities must
-# still equal the CLI's CPU ones to 1e-6)
-DEVICE = os.environ.get("WISP_OIP_DEVICE") or ("gpu" if os.environ.get("WISP_TEST_GPU") == "1" else "cpu")
+# WISP_V2_DEVICE=gpu (or its 0.1.x name WISP_OIP_DEVICE) or WISP_TEST_GPU=1 (the warm-up then runs on the GPU;
+# probabilities must still equal the CLI's CPU ones to 1e-6)
+DEVICE = (
+    os.environ.get("WISP_V2_DEVICE")
+    or os.environ.get("WISP_OIP_DEVICE")
+    or ("gpu" if os.environ.get("WISP_TEST_GPU") == "1" else "cpu")
+)
 WANT_DEV = "cpu" if DEVICE == "cpu" else "gpu:0"
 
 # libsvm rows for the id models (plain.wisp: 5000 features): empty rows, duplicate ids, the
@@ -80,7 +84,9 @@ def metrics_text(svc):
 def served_versions(text, model):
     """The versions /metrics says are served (wisp_model_version_ready ... 1) for model."""
     out = set()
-    for m in re.finditer(r'^wisp_model_version_ready\{model="%s",version="([^"]+)"\} 1$' % re.escape(model), text, re.M):
+    for m in re.finditer(
+        r'^wisp_model_version_ready\{model="%s",version="([^"]+)"\} 1$' % re.escape(model), text, re.M
+    ):
         out.add(m.group(1))
     return out
 

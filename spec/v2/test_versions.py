@@ -28,8 +28,8 @@ def v2_routes(svc):
     return svc.get("/v2/health/live").status_code == 200
 
 
-def test_policies_latest_all_specific(wisp_service, oip_models, wisp_score, tmp_path):
-    p1, p2, p3 = oip_models / "plain.wisp", oip_models / "plain_v2.wisp", oip_models / "tiny.wisp"
+def test_policies_latest_all_specific(wisp_service, v2_models, wisp_score, tmp_path):
+    p1, p2, p3 = v2_models / "plain.wisp", v2_models / "plain_v2.wisp", v2_models / "tiny.wisp"
     three = {1: p1, 2: p2, 3: p3}
     repo = make_repo(tmp_path / "models", {"dflt": three, "l2": three, "every": three, "pick": three, "top": three})
     write_config(repo, "l2", '{"version_policy": {"latest": {"num_versions": 2}}}')
@@ -67,8 +67,8 @@ def test_policies_latest_all_specific(wisp_service, oip_models, wisp_score, tmp_
     assert svc.alive()
 
 
-def test_policy_from_config_json_changes_without_restart(wisp_service, oip_models, wisp_score, tmp_path):
-    p1, p2, p3 = oip_models / "plain.wisp", oip_models / "plain_v2.wisp", oip_models / "tiny.wisp"
+def test_policy_from_config_json_changes_without_restart(wisp_service, v2_models, wisp_score, tmp_path):
+    p1, p2, p3 = v2_models / "plain.wisp", v2_models / "plain_v2.wisp", v2_models / "tiny.wisp"
     repo = make_repo(tmp_path / "models", {"m": {1: p1, 2: p2, 3: p3}})
     svc = repo_service(wisp_service, repo, extra=["--workers", "2"])
     assert served_versions(metrics_text(svc), "m") == {"3"}
@@ -88,8 +88,8 @@ def test_policy_from_config_json_changes_without_restart(wisp_service, oip_model
     assert svc.alive()
 
 
-def test_single_file_is_version_1_and_v1_unchanged(wisp_service, oip_models, wisp_score, tmp_path):
-    p1, p2 = oip_models / "plain.wisp", oip_models / "plain_v2.wisp"
+def test_single_file_is_version_1_and_v1_unchanged(wisp_service, v2_models, wisp_score, tmp_path):
+    p1, p2 = v2_models / "plain.wisp", v2_models / "plain_v2.wisp"
     repo = make_repo(tmp_path / "models", {"rep": {1: p1, 2: p2}})
     svc = repo_service(wisp_service, repo, models="single=%s" % p1)
     m = metrics_text(svc)
@@ -143,7 +143,11 @@ class LoadLoop:
                     body = {"inputs": [{"name": "indptr", "datatype": "INT64", "shape": [3], "data": [0, 2, 2]},
                                        {"name": "indices", "datatype": "INT32", "shape": [2], "data": [7, 4999]}]}
                     r = s.post(self.svc.url("/v2/models/%s/infer" % self.model), json=body, timeout=30)
-                    preds = [o for o in r.json()["outputs"] if o["name"] == "probability"][0]["data"] if r.status_code == 200 else None
+                    preds = (
+                        [o for o in r.json()["outputs"] if o["name"] == "probability"][0]["data"]
+                        if r.status_code == 200
+                        else None
+                    )
                     said = r.json().get("model_version") if r.status_code == 200 else None
                     answers = self.answers_v2
                 else:
@@ -180,13 +184,13 @@ class LoadLoop:
 
 
 @pytest.mark.parametrize("mode", ["inline", "thread", "async"])
-def test_rollover_under_load_zero_failed_requests(wisp_service, oip_models, wisp_score, tmp_path, mode):
+def test_rollover_under_load_zero_failed_requests(wisp_service, v2_models, wisp_score, tmp_path, mode):
     """Version 3 added while clients load the service (2 workers; scored in the event loop, in
     the thread pool's VMs, which load each version themselves, or async: the request yields while
     it holds its version), then removed: every request answers
     200 with one version's probabilities (0 failures), v3 serves once warmed up, a broken v4 is
     refused while v3 keeps serving, v2 serves again after v3 and v4 leave; no worker dies."""
-    p1, p2, p3 = oip_models / "plain.wisp", oip_models / "plain_v2.wisp", oip_models / "tiny.wisp"
+    p1, p2, p3 = v2_models / "plain.wisp", v2_models / "plain_v2.wisp", v2_models / "tiny.wisp"
     repo = make_repo(tmp_path / "models", {"m": {1: p1, 2: p2}})
     svc = repo_service(wisp_service, repo, extra=["--workers", "2", "--mode", mode])
     answers = {v: wisp_score(p, ROWS) for v, p in {2: p2, 3: p3}.items()}
@@ -215,8 +219,11 @@ def test_rollover_under_load_zero_failed_requests(wisp_service, oip_models, wisp
         assert wait_for(lambda: loop.count(2) >= n2 + 100, timeout=20)
     finally:
         loop.stop()
-    assert loop.failures == [], "%d failed requests of %d, first: %s" % (len(loop.failures), loop.ok + len(loop.failures),
-                                                                         loop.failures[:3])
+    assert loop.failures == [], "%d failed requests of %d, first: %s" % (
+        len(loop.failures),
+        loop.ok + len(loop.failures),
+        loop.failures[:3],
+    )
     assert loop.count(2) > 0 and loop.count(3) > 0
     print("rollover (mode %s, v2 API too: %s): %d requests, 0 failed; answered by v2 %d, v3 %d"
           % (mode, use_v2, loop.ok, loop.count(2), loop.count(3)))
@@ -226,8 +233,8 @@ def test_rollover_under_load_zero_failed_requests(wisp_service, oip_models, wisp
     assert "model 'm' version 2 leaves service (not in the version policy (latest 1))" in log
 
 
-def test_broken_new_version_leaves_the_old_serving(wisp_service, oip_models, wisp_score, tmp_path):
-    p1, p2 = oip_models / "plain.wisp", oip_models / "plain_v2.wisp"
+def test_broken_new_version_leaves_the_old_serving(wisp_service, v2_models, wisp_score, tmp_path):
+    p1, p2 = v2_models / "plain.wisp", v2_models / "plain_v2.wisp"
     repo = make_repo(tmp_path / "models", {"m": {1: p1}})
     svc = repo_service(wisp_service, repo)
     broken = tmp_path / "broken.wisp"
@@ -251,9 +258,9 @@ def test_broken_new_version_leaves_the_old_serving(wisp_service, oip_models, wis
     assert r.status_code == 200 and same(r.json()["predictions"], wisp_score(p2, ROWS)), r.text
 
 
-def test_warmup_time_and_metrics_by_version(wisp_service, oip_models, tmp_path):
-    p1, p2 = oip_models / "plain.wisp", oip_models / "plain_v2.wisp"
-    c1, c2 = oip_models / "ctr.wisp", oip_models / "ctr_v2.wisp"
+def test_warmup_time_and_metrics_by_version(wisp_service, v2_models, tmp_path):
+    p1, p2 = v2_models / "plain.wisp", v2_models / "plain_v2.wisp"
+    c1, c2 = v2_models / "ctr.wisp", v2_models / "ctr_v2.wisp"
     repo = make_repo(tmp_path / "models", {"m": {1: p1, 2: p2}, "cols": {1: c1, 2: c2}})
     write_config(repo, "m", '{"version_policy": "all"}')
     svc = repo_service(wisp_service, repo, admin=True)
@@ -268,8 +275,11 @@ def test_warmup_time_and_metrics_by_version(wisp_service, oip_models, tmp_path):
     assert re.search(r'^wisp_model_requests_total\{model="m",version="2"\} 3$', m, re.M), m
     assert re.search(r'^wisp_model_version_id_info\{model="m",version="1",id="[0-9a-f]{12}"\} 1$', m, re.M), m
     # the log says each version's warm-up
-    assert re.search(r"model 'cols' loaded \(start\): \S+/cols/2/model.wisp version 2 \([0-9a-f]+\) on %s in [0-9.]+ ms "
-                     r"\(warm-up [0-9.]+ ms\)" % re.escape(WANT_DEV), svc.error_log())
+    assert re.search(
+        r"model 'cols' loaded \(start\): \S+/cols/2/model.wisp version 2 \([0-9a-f]+\) on %s in [0-9.]+ ms "
+        r"\(warm-up [0-9.]+ ms\)" % re.escape(WANT_DEV),
+        svc.error_log(),
+    )
     meta = svc.get("/v2/models/m/versions/1").json()
     assert meta["parameters"]["version"] == "1" and meta["parameters"]["warmup_ms"] > 0, meta
     assert meta["parameters"]["device"] == WANT_DEV, meta
@@ -284,4 +294,6 @@ def test_versions_logic_without_nginx(wisp_cli, tmp_path):
     r = subprocess.run([str(wisp_cli), "run", str(root / "spec/nginx/versions_check.lua"), str(tmp_path)],
                        capture_output=True, text=True, cwd=str(root), timeout=120)
     last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
-    assert r.returncode == 0 and last.endswith(" 0 failed") and not last.startswith("versions: 0 passed"), r.stdout + r.stderr
+    assert r.returncode == 0 and last.endswith(" 0 failed") and not last.startswith("versions: 0 passed"), (
+        r.stdout + r.stderr
+    )

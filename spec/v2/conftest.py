@@ -1,14 +1,14 @@
-"""spec/oip/conftest.py — fixtures of the Open Inference Protocol (KServe v2) specs: a real nginx with wisp.
+"""spec/v2/conftest.py — fixtures of the Open Inference Protocol (KServe v2) specs: a real nginx with wisp.
 
-Run through spec/oip/run.sh (its own venv, $WISP_BUILD/oip-venv). The environment it sets:
+Run through spec/v2/run.sh (its own venv, $WISP_BUILD/v2-venv). The environment it sets:
 WISP_BUILD (the build dir: libwisp.so, the CLI), WISP_ROOT (the checkout).
 
 Fixtures
 --------
 wisp_build   pathlib.Path of $WISP_BUILD (absolute).
 wisp_cli     pathlib.Path of $WISP_BUILD/wisp.
-oip_models   pathlib.Path of a session-wide directory (mode 755) holding the models of
-             spec/oip/models.lua: plain.wisp (5000 features, no columns: an id model),
+v2_models   pathlib.Path of a session-wide directory (mode 755) holding the models of
+             spec/v2/models.lua: plain.wisp (5000 features, no columns: an id model),
              plain_v2.wisp, tiny.wisp (10 features), ctr.wisp / ctr_v2.wisp (feature columns
              over the inputs age float32, city string, color string, uid int64, tags string sparse).
 wisp_score   function(model_path, text, fmt="libsvm") -> list of floats: `wisp score -d cpu`
@@ -33,16 +33,17 @@ wisp_service factory (function scope; every service it started is stopped at tea
     svc.stop()        QUIT, up to 5 s, then KILL (idempotent)
 
     serve.sh's defaults otherwise: 1 worker here (extra=["--workers", "N"] for more), device cpu
-    (WISP_OIP_DEVICE=gpu, or WISP_TEST_GPU=1: gpu),
+    (WISP_V2_DEVICE=gpu, or WISP_TEST_GPU=1: gpu; WISP_OIP_DEVICE is its 0.1.x name),
     --max-rows 10000, --max-body 8m; started as root, the workers run as root (--user root: they
     read models under pytest's tmp_path, mode 700).
 
 The first positional argument may also be the models (wisp_service("plain=/p/plain.wisp")).
 
-oip_service  one service for a test module (module scope), 2 workers: the models plain, tiny and ctr
-             of oip_models (version "1" each); stopped after the module.
+v2_service  one service for a test module (module scope), 2 workers: the models plain, tiny and ctr
+             of v2_models (version "1" each); stopped after the module.
 A failed start raises RuntimeError with the error log's tail.
 """
+import ctypes
 import math
 import os
 import pathlib
@@ -59,9 +60,13 @@ import requests
 
 ROOT = pathlib.Path(os.environ.get("WISP_ROOT") or pathlib.Path(__file__).resolve().parents[2])
 BUILD = pathlib.Path(os.environ.get("WISP_BUILD", "build"))
-# the device the services score on: cpu, or gpu with WISP_OIP_DEVICE=gpu or WISP_TEST_GPU=1 (the answers
+# the device the services score on: cpu, or gpu with WISP_V2_DEVICE=gpu or WISP_TEST_GPU=1 (the answers
 # must still equal the CLI's CPU answers to 1e-6)
-DEVICE = os.environ.get("WISP_OIP_DEVICE") or ("gpu" if os.environ.get("WISP_TEST_GPU") == "1" else "cpu")
+DEVICE = (
+    os.environ.get("WISP_V2_DEVICE")
+    or os.environ.get("WISP_OIP_DEVICE")
+    or ("gpu" if os.environ.get("WISP_TEST_GPU") == "1" else "cpu")
+)
 if not BUILD.is_absolute():
     BUILD = ROOT / BUILD
 
@@ -112,7 +117,7 @@ class Service:
         self.nginx = _nginx_bin()
         if not self.nginx:
             raise RuntimeError("nginx not installed (make deps-test installs it)")
-        self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="wisp-oip."))
+        self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="wisp-v2."))
         os.chmod(self.tmp, 0o755)
         self.prefix = self.tmp / "prefix"
         self._stopped = False
@@ -229,7 +234,9 @@ class Service:
             os.kill(m, 0)
         except OSError:
             return False
-        return all(os.path.exists("/proc/%d" % w) for w in self._workers0) and set(self._workers0) <= set(self.worker_pids())
+        return all(os.path.exists("/proc/%d" % w) for w in self._workers0) and set(self._workers0) <= set(
+            self.worker_pids()
+        )
 
     def stop(self):
         if self._stopped:
@@ -245,8 +252,21 @@ class Service:
                 os.kill(m, signal.SIGKILL)
             except OSError:
                 pass
-        if os.environ.get("WISP_OIP_KEEP") != "1":
+        if (os.environ.get("WISP_V2_KEEP") or os.environ.get("WISP_OIP_KEEP")) != "1":
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def lib():
+    """$WISP_BUILD/libwisp.so through ctypes, wisp_json_numbers and wisp_err_name declared (test_json_numbers*.py)"""
+    L = ctypes.CDLL(str(BUILD / "libwisp.so"))
+    f = L.wisp_json_numbers
+    f.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
+                  ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+    f.restype = ctypes.c_int
+    L.wisp_err_name.restype = ctypes.c_char_p
+    L.wisp_err_name.argtypes = [ctypes.c_int]
+    return L
 
 
 @pytest.fixture(scope="session")
@@ -263,8 +283,8 @@ def wisp_cli():
 
 
 @pytest.fixture(scope="session")
-def oip_models(wisp_cli, tmp_path_factory):
-    d = tmp_path_factory.mktemp("oip-models")
+def v2_models(wisp_cli, tmp_path_factory):
+    d = tmp_path_factory.mktemp("v2-models")
     os.chmod(d, 0o755)
     for p in d.parents:
         if str(p).startswith(tempfile.gettempdir() + "/") or str(p) == tempfile.gettempdir():
@@ -272,9 +292,9 @@ def oip_models(wisp_cli, tmp_path_factory):
                 os.chmod(p, os.stat(p).st_mode | 0o755)
             except OSError:
                 pass
-    r = subprocess.run([str(wisp_cli), "run", str(ROOT / "spec/oip/models.lua"), str(d)], capture_output=True, text=True)
+    r = subprocess.run([str(wisp_cli), "run", str(ROOT / "spec/v2/models.lua"), str(d)], capture_output=True, text=True)
     if r.returncode != 0:
-        raise RuntimeError("spec/oip/models.lua failed: " + r.stderr + r.stdout)
+        raise RuntimeError("spec/v2/models.lua failed: " + r.stderr + r.stdout)
     return d
 
 
@@ -323,8 +343,8 @@ def wisp_service():
 
 
 @pytest.fixture(scope="module")
-def oip_service(oip_models):
-    s = Service({"plain": oip_models / "plain.wisp", "tiny": oip_models / "tiny.wisp", "ctr": oip_models / "ctr.wisp"},
+def v2_service(v2_models):
+    s = Service({"plain": v2_models / "plain.wisp", "tiny": v2_models / "tiny.wisp", "ctr": v2_models / "ctr.wisp"},
                 extra=["--workers", "2"])
     yield s
     s.stop()

@@ -1,5 +1,5 @@
 """kserve_ref.py — KServe's reference server (kserve.ModelServer) serving a small scikit-learn logistic
-regression over the v2 REST protocol: `python spec/oip/kserve_ref.py HTTP_PORT`. test_kserve_ref.py starts
+regression over the v2 REST protocol: `python spec/v2/kserve_ref.py HTTP_PORT`. test_kserve_ref.py starts
 it and compares the shapes (keys, types) of its metadata and error answers with wisp's."""
 import sys
 

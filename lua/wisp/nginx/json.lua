@@ -1,21 +1,52 @@
--- wisp/nginx/answer.lua — a predict answer's JSON: probabilities written into one reused FFI
--- buffer (put_num: %.9g without string.format), the errors list, and every message made
--- valid UTF-8. No ngx here: the thread VM encodes its answers with it too.
+-- wisp/nginx/json.lua — the JSON pieces both protocols and the HTTP edge share: what a decoded value is
+-- (a list, an object; said in words for messages), probabilities written as %.9g without
+-- string.format (put_num, float_items), and every message made valid UTF-8. No ngx here: the thread
+-- VM encodes its answers with it too.
 
 local ffi = require "ffi"
 local S = require "wisp.nginx.state"
 
-local type, tostring, pairs, ipairs = type, tostring, pairs, ipairs
+local type, tostring, pairs, next = type, tostring, pairs, next
 local fmt, concat, floor, huge = string.format, table.concat, math.floor, math.huge
 
 local M = {}
 
--- The answer's JSON, written into one FFI byte buffer and made a Lua string once: the
--- head ('{"model":..,"version":..,"version_id":..,"device":..,"predictions":[') is cached per entry and
--- device, and each probability is formatted by put_num below (string.format("%.9g") and
--- a table.concat of 100 strings cost ~20 µs a 100-row answer; this costs ~2 µs).
+-- JSON values as cjson decodes them (lua-cjson 2.1 marks no arrays): a list is a table
+-- whose keys are exactly 1..#t (an empty table counts as a list: {} and [] decode alike);
+-- an object any other table (an empty one too)
+local function is_list(t)
+    if type(t) ~= "table" then return false end
+    local n = #t
+    if n == 0 then return next(t) == nil end
+    local k = 0
+    for _ in pairs(t) do k = k + 1 end
+    return k == n
+end
+local function is_object(t) return type(t) == "table" and (next(t) == nil or not is_list(t)) end
+M.is_list, M.is_object = is_list, is_object
+
+-- what a JSON value is, for messages: the string "1", a list, an object, null, true, 1.5
+function M.what(v)
+    local t = type(v)
+    if v == nil then return "nothing (the key is missing)" end
+    if t == "string" then
+        return "the string " .. S.cjson.encode(#v > 40 and v:sub(1, 40) .. "..." or v)
+    end
+    if t == "table" then
+        if next(v) == nil then return "an empty list or object" end
+        return is_list(v) and "a list" or "an object"
+    end
+    if t == "number" then
+        if v ~= v then return "NaN" elseif v == huge then return "a number beyond the range of a double (read as +inf)"
+        elseif v == -huge then return "a number beyond the range of a double (read as -inf)" end
+        return fmt("%.17g", v)
+    end
+    if t == "boolean" then return tostring(v) end
+    if S.cjson and v == S.cjson.null then return "null" end
+    return t
+end
+
 local u8arr = ffi.typeof("uint8_t[?]")
-local obuf, obuf_cap = nil, 0
 local DIG2 = ffi.new("uint8_t[200]")       -- "00".."99"
 for i = 0, 99 do DIG2[2 * i] = 48 + floor(i / 10); DIG2[2 * i + 1] = 48 + i % 10 end
 
@@ -81,22 +112,11 @@ local function put_num(buf, pos, x)
     return pos + #t
 end
 
--- n values of out (an FFI float array) as a JSON list's items "p,p,...", nil for the rows
--- in bad (0-based set, or nil): for tests of put_num against string.format
-function M.format_values(out, n, bad)
-    local cap = n * 24 + 16
-    local buf = u8arr(cap)
-    local pos = 0
-    for i = 0, n - 1 do
-        if i > 0 then buf[pos] = 44; pos = pos + 1 end
-        if bad and bad[i] then ffi.copy(buf + pos, "null", 4); pos = pos + 4
-        else pos = put_num(buf, pos, out[i]) end
-    end
-    return ffi.string(buf, pos)
-end
+M.put_num = put_num
 
--- n values of out as JSON list items "p,p,..." (null for the rows in bad, for NaN and
--- infinities), written into a reused buffer: the v2 answer's "data" of a JSON output
+-- n values of out (an FFI float array) as JSON list items "p,p,..." (null for the rows in bad,
+-- a 0-based set or nil, and for NaN and infinities), written into a reused buffer: v2's "data"
+-- of a JSON output, and the check of put_num against string.format (spec/nginx/format_check.lua)
 local lbuf, lbuf_cap = nil, 0
 function M.float_items(out, n, bad)
     local need = n * 24 + 16
@@ -149,79 +169,6 @@ local function clean_strings(t, depth)
     end
     return t
 end
-
-local function sort_by_index(a, b) return a.index < b.index end
-
--- mark_unscored(n, out, bad, errs) -> bad, errs: every row that is not a probability and
--- that no parser or transform marked bad gets an errors entry (the invariant of every
--- answer, v1's and v2's: a null has its reason); bad and errs are made when needed.
-local function mark_unscored(n, out, bad, errs)
-    for i = 0, n - 1 do
-        local p = out[i]
-        if not (p >= 0 and p <= 1) and not (bad and bad[i]) then
-            errs, bad = errs or {}, bad or {}
-            errs[#errs + 1] = { index = i, error = "the row scored " .. tostring(p) .. ", not a probability" }
-            bad[i] = true
-        end
-    end
-    return bad, errs
-end
-M.mark_unscored = mark_unscored
-
--- -> status, JSON text of the answer ending in "\n". bad: 0-based set of unscored rows
--- (or nil); errs: list of {index, error[, line]} (or nil).
-local function encode_answer(e, n, out, bad, errs, device)
-    -- the invariant of every answer: a null has its errors entry. A row scored NaN (or
-    -- anything but a probability) that no parser or transform marked bad gets one here,
-    -- whatever the path (inline, async, the batcher, a thread)
-    bad, errs = mark_unscored(n, out, bad, errs)
-    local heads = e.heads
-    if not heads then heads = {}; e.heads = heads end
-    local head = heads[device]
-    if not head then
-        head = '{"model":' .. S.cjson.encode(e.name) .. ',"version":' .. S.cjson.encode(e.version)
-            .. ',"version_id":' .. S.cjson.encode(e.version_id or e.version) .. ',"device":'
-            .. S.cjson.encode(device) .. ',"predictions":['
-        heads[device] = head
-    end
-    local status = 200
-    local tail = "]}\n"
-    if errs and #errs > 0 then
-        table.sort(errs, sort_by_index)
-        for _, er in ipairs(errs) do er.error = utf8_clean(er.error) end
-        tail = '],"errors":' .. S.cjson.encode(errs)
-        if #errs >= n then
-            status = 400
-            tail = tail .. ',"error":"no row could be scored (see errors)"'
-        end
-        tail = tail .. "}\n"
-    end
-    local need = #head + n * 24 + #tail
-    if need > obuf_cap then
-        obuf_cap = need > 2 * obuf_cap and need or 2 * obuf_cap
-        obuf = u8arr(obuf_cap)
-    end
-    local buf = obuf
-    ffi.copy(buf, head, #head)
-    local pos = #head
-    if bad then
-        for i = 0, n - 1 do
-            if i > 0 then buf[pos] = 44; pos = pos + 1 end
-            if bad[i] then ffi.copy(buf + pos, "null", 4); pos = pos + 4
-            else pos = put_num(buf, pos, out[i]) end
-        end
-    else
-        for i = 0, n - 1 do
-            if i > 0 then buf[pos] = 44; pos = pos + 1 end
-            pos = put_num(buf, pos, out[i])
-        end
-    end
-    ffi.copy(buf + pos, tail, #tail)
-    return status, ffi.string(buf, pos + #tail)
-end
-
-M.put_num = put_num
 M.clean_strings = clean_strings
-M.encode_answer = encode_answer
 
 return M

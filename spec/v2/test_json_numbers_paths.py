@@ -1,37 +1,24 @@
-"""wisp_json_numbers (engine/batch/oip.c) on both of its paths, through ctypes on $WISP_BUILD/libwisp.so:
+"""wisp_json_numbers (engine/parse/json_numbers.c) on both of its paths, through ctypes on $WISP_BUILD/libwisp.so:
 the text ending with the list's ']' (the sentinel path, digit loops without a bound check: what the
 service's Lua layer always hands over) and the text going on after it (the guarded path). On random
 lists (compact, as a client's JSON encoder writes them, and with blanks) and on random token soup,
 both give what json.loads + numpy give, or both refuse what json.loads refuses."""
 import ctypes
 import json
-import os
-import pathlib
 import random
 
 import numpy as np
 import pytest
 
-BUILD = pathlib.Path(os.environ.get("WISP_BUILD", "build"))
 NP = {(0, 32): np.int32, (0, 64): np.int64, (1, 32): np.float32, (1, 64): np.float64}
-
-
-@pytest.fixture(scope="module")
-def lib():
-    L = ctypes.CDLL(str(BUILD / "libwisp.so"))
-    f = L.wisp_json_numbers
-    f.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
-                  ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
-    f.restype = ctypes.c_int
-    L.wisp_err_name.restype = ctypes.c_char_p
-    L.wisp_err_name.argtypes = [ctypes.c_int]
-    return L
 
 
 def read(lib, raw, is_float, bits, cap=10000):
     out = np.zeros(max(cap, 1), dtype=NP[(is_float, bits)])
     cnt, used = ctypes.c_size_t(), ctypes.c_size_t()
-    rc = lib.wisp_json_numbers(raw, len(raw), is_float, bits, out.ctypes.data, cap, ctypes.byref(cnt), ctypes.byref(used))
+    rc = lib.wisp_json_numbers(
+        raw, len(raw), is_float, bits, out.ctypes.data, cap, ctypes.byref(cnt), ctypes.byref(used)
+    )
     return lib.wisp_err_name(rc).decode(), out[:cnt.value].copy(), used.value
 
 

@@ -1,40 +1,23 @@
--- wisp/nginx/request.lua — a predict request's body parsed into a batch or a raw batch, one path
--- per format (libsvm lines, JSON lines, {"instances"} of raw inputs, {"instances"} of ids and
--- values), with the bad rows each format reports, said in the body's terms.
+-- wisp/nginx/v1/decode.lua — v1's body decoded into rows, one path per format (libsvm lines, JSON
+-- lines, {"instances"} of raw inputs, {"instances"} of ids and values): feature ids into the
+-- request's batch, raw inputs into the entry's raw batch (left untransformed: wisp.nginx.run
+-- scores them raw or transforms them, as its mode needs), with the bad rows each format reports,
+-- said in the body's terms.
 
 local ffi = require "ffi"
 local S = require "wisp.nginx.state"
-local I = require "wisp.nginx.instances"
+local J = require "wisp.nginx.json"
+local I = require "wisp.nginx.v1.instances"
+local RUN = require "wisp.nginx.run"
 
-local type, tostring, tonumber, pairs, ipairs, next = type, tostring, tonumber, pairs, ipairs, next
+local type, tostring, ipairs = type, tostring, ipairs
 local fmt, floor, huge = string.format, math.floor, math.huge
-local instances_as_lines, long_number_runs, instance_errors = I.instances_as_lines, I.long_number_runs, I.instance_errors
+local instances_as_lines, long_number_runs = I.instances_as_lines, I.long_number_runs
+local instance_errors = I.instance_errors
+local bad_rows_of = RUN.bad_rows_of
+local is_list, is_object, what = J.is_list, J.is_object, J.what
 
 local M = {}
-
--- a list of {row, line, msg} (the Lua layer's bad rows) -> errs (list of {index, error[,
--- line]}), bad (set: 0-based index -> true); nil, nil for none
-local function errs_of(list, with_line)
-    if not list or #list == 0 then return nil, nil end
-    local errs, bad = {}, {}
-    for _, r in ipairs(list) do
-        errs[#errs + 1] = { index = r.row, line = with_line and r.line or nil, error = r.msg }
-        bad[r.row] = true
-    end
-    return errs, bad
-end
-
--- the bad rows of a raw batch (its parser's) -> errs, bad, or nil when there is none
-local function raw_bad_rows(tr)
-    if tr:bad_count() == 0 then return nil, nil end
-    return errs_of(tr:bad_rows(), true)
-end
-
--- the bad rows of a batch b (after the transform: the raw rows' and the transform's own)
-local function batch_bad_rows(b, with_line)
-    if b:bad_count() == 0 then return nil, nil end
-    return errs_of(b:bad_rows(), with_line)
-end
 
 -- JSON lines (a body's, or the scanner's lines of its instances) into the entry's reused
 -- raw batch: -> rows, or nil, the parser's message
@@ -45,49 +28,21 @@ local function parse_raw(tr, ptr, len, max_rows)
     return tr:rows()
 end
 
--- JSON values as cjson decodes them (lua-cjson 2.1 marks no arrays): a list is a table
--- whose keys are exactly 1..#t (an empty table counts as a list: {} and [] decode alike);
--- an object any other table (an empty one too)
-local function json_is_list(t)
-    local n = #t
-    if n == 0 then return next(t) == nil end
-    local k = 0
-    for _ in pairs(t) do k = k + 1 end
-    return k == n
+local function too_many(count, max_rows)
+    return nil, 413, fmt("too many rows: %d in one request (limit %d)", count, max_rows), { limit_rows = max_rows }
 end
-local function json_is_object(t) return next(t) == nil or not json_is_list(t) end
 
--- what a JSON value is, for messages: the string "1", a list, an object, null, true, 1.5
-local function json_what(v)
-    local t = type(v)
-    if v == nil then return "nothing (the key is missing)" end
-    if t == "string" then
-        local s = S.cjson.encode(#v > 40 and v:sub(1, 40) .. "..." or v)
-        return "the string " .. s
-    end
-    if t == "table" then
-        if next(v) == nil then return "an empty list or object" end
-        return json_is_list(v) and "a list" or "an object"
-    end
-    if t == "number" then
-        if v ~= v then return "NaN" elseif v == huge then return "a number beyond the range of a double (read as +inf)"
-        elseif v == -huge then return "a number beyond the range of a double (read as -inf)" end
-        return fmt("%.17g", v)
-    end
-    if t == "boolean" then return tostring(v) end
-    if S.cjson and v == S.cjson.null then return "null" end
-    return t
-end
 local f32_box = ffi.new("float[1]")
 
--- parse a request body into a batch (rows appended to b, an empty batch; the transformer
--- is used for JSON rows of a model with columns). Returns rows, errs (list of {index,
--- error[, line]}), bad (set: 0-based index -> true), both nil when every row parsed; or
--- nil, status, message, extra. raw_ok (JSON lines only): leave the rows in the entry's
--- transformer (e.tr) for wisp_session_score_raw, untransformed; the 4th result is then true.
--- body: a Lua string, or (kind libsvm or jsonl only) a pointer to blen bytes.
-local function parse_into(e, b, kind, body, max_rows, raw_ok, blen)
-    blen = blen or #body
+-- decode(e, b, kind, body, blen, max_rows) -> d | nil, status, message[, extra]
+-- kind: "libsvm", "jsonl" or "json" (the Content-Type's, wisp.nginx.v1.predict); body: a Lua
+-- string, or (libsvm and jsonl only) a pointer to blen bytes. Feature ids go into b (the
+-- request's empty batch); raw inputs (JSON lines, or {"instances"} for a model with columns)
+-- into the entry's raw batch e.tr, untransformed. d = {n = rows, b = b, raw = true when the rows
+-- are in e.tr, errs = list of {index, error[, line]}, bad = set of 0-based rows (both nil when
+-- every row parsed), instances = true for {"instances"} of raw inputs (its bad rows are worded
+-- by M.word)}.
+function M.decode(e, b, kind, body, blen, max_rows)
     if kind == "jsonl" then
         -- JSON lines of raw inputs: the C parser straight into the entry's reused raw batch
         local tr = e.tr
@@ -101,14 +56,8 @@ local function parse_into(e, b, kind, body, max_rows, raw_ok, blen)
             return nil, 413, fmt("too many rows: more than %d in one request", max_rows), { limit_rows = max_rows }
         end
         if n == 0 then return nil, 400, "empty request: no rows in the JSON lines body" end
-        if raw_ok then
-            local errs, bad = raw_bad_rows(tr)
-            return n, errs, bad, true
-        end
-        local ok, terr = tr:transform(b)
-        if not ok then return nil, 500, tostring(terr) end
-        local errs, bad = batch_bad_rows(b, true)
-        return n, errs, bad
+        local errs, bad = bad_rows_of(tr, true)
+        return { n = n, b = b, raw = true, errs = errs, bad = bad }
     end
     if kind == "libsvm" then
         -- parse_libsvm_buf: the hot-path form (positional arguments, no options table)
@@ -118,9 +67,8 @@ local function parse_into(e, b, kind, body, max_rows, raw_ok, blen)
             return nil, 413, fmt("too many rows: more than %d in one request", max_rows), { limit_rows = max_rows }
         end
         if n == 0 then return nil, 400, "empty request: no rows in the libsvm body" end
-        if b:bad_count() == 0 then return n end
-        local errs, bad = batch_bad_rows(b, true)
-        return n, errs, bad
+        local errs, bad = bad_rows_of(b, true)
+        return { n = n, b = b, errs = errs, bad = bad }
     end
     local tr = e.tr
     if tr then
@@ -130,15 +78,13 @@ local function parse_into(e, b, kind, body, max_rows, raw_ok, blen)
         if not ptr then
             local doc, jerr = S.cjson.decode(body)
             if doc == nil then return nil, 400, "bad JSON: " .. tostring(jerr) end
-            if type(doc) ~= "table" or type(doc.instances) ~= "table" or not json_is_list(doc.instances) then
+            if type(doc) ~= "table" or not is_list(doc.instances) then
                 return nil, 400, 'bad request: a JSON object {"instances": [row, ...]} expected'
             end
             return nil, 400, 'bad request: the key "instances" appears more than once'
         end
         if nobj == 0 then return nil, 400, "empty request: \"instances\" holds no rows" end
-        if nobj > max_rows then
-            return nil, 413, fmt("too many rows: %d in one request (limit %d)", nobj, max_rows), { limit_rows = max_rows }
-        end
+        if nobj > max_rows then return too_many(nobj, max_rows) end
         local n, perr = parse_raw(tr, ptr, len, max_rows)
         if not n then return nil, 500, "cannot parse the instances: " .. tostring(perr) end
         if n ~= nobj then return nil, 500, fmt("instances: %d elements read as %d rows", nobj, n) end
@@ -147,28 +93,20 @@ local function parse_into(e, b, kind, body, max_rows, raw_ok, blen)
             local doc, jerr = S.cjson.decode(body)
             if doc == nil then return nil, 400, "bad JSON: " .. tostring(jerr) end
         end
-        if raw_ok then
-            local errs, bad = raw_bad_rows(tr)
-            return n, instance_errors(errs, firsts, starts), bad, true
-        end
-        local ok, terr = tr:transform(b)
-        if not ok then return nil, 500, tostring(terr) end
-        local errs, bad = batch_bad_rows(b, true)
-        return n, instance_errors(errs, firsts, starts), bad
+        local errs, bad = bad_rows_of(tr, true)
+        return { n = n, b = b, raw = true, errs = instance_errors(errs, firsts, starts), bad = bad, instances = true }
     end
     local errs, bad = {}, {}
     -- JSON
     local doc, jerr = S.cjson.decode(body)
     if doc == nil then return nil, 400, "bad JSON: " .. tostring(jerr) end
-    if type(doc) ~= "table" or type(doc.instances) ~= "table" or not json_is_list(doc.instances) then
+    if type(doc) ~= "table" or not is_list(doc.instances) then
         return nil, 400, 'bad request: a JSON object {"instances": [row, ...]} expected'
     end
     local inst = doc.instances
     local n = #inst
     if n == 0 then return nil, 400, "empty request: \"instances\" holds no rows" end
-    if n > max_rows then
-        return nil, 413, fmt("too many rows: %d in one request (limit %d)", n, max_rows), { limit_rows = max_rows }
-    end
+    if n > max_rows then return too_many(n, max_rows) end
     -- numbers longer than the C readers take (511 bytes: libsvm refuses them, naming them):
     -- cjson would read them; the rows that hold one are refused the same way
     local long_rows
@@ -200,13 +138,13 @@ local function parse_into(e, b, kind, body, max_rows, raw_ok, blen)
         local ids, vals
         if long_rows and long_rows[i - 1] then
             msg = long_rows[i - 1]
-        elseif type(row) ~= "table" or not json_is_object(row) then
-            msg = "an object {\"ids\": [...], \"vals\": [...]} expected, got " .. json_what(row)
+        elseif not is_object(row) then
+            msg = "an object {\"ids\": [...], \"vals\": [...]} expected, got " .. what(row)
         else
             ids, vals = row.ids, row.vals
             if vals == S.cjson.null then vals = nil end
-            if type(ids) ~= "table" or not json_is_list(ids) then
-                msg = "\"ids\": a list of feature ids expected, got " .. json_what(ids)
+            if not is_list(ids) then
+                msg = "\"ids\": a list of feature ids expected, got " .. what(ids)
             end
         end
         if not msg then
@@ -214,26 +152,26 @@ local function parse_into(e, b, kind, body, max_rows, raw_ok, blen)
             for k = 1, nid do
                 local v = ids[k]
                 if type(v) ~= "number" or v < 0 or v ~= floor(v) then
-                    msg = fmt("\"ids\"[%d]: a non-negative integer expected, got %s", k - 1, json_what(v)); break
+                    msg = fmt("\"ids\"[%d]: a non-negative integer expected, got %s", k - 1, what(v)); break
                 elseif v >= 18446744073709551616 then
-                    msg = fmt("\"ids\"[%d]: %s overflows 64 bits", k - 1, json_what(v)); break
+                    msg = fmt("\"ids\"[%d]: %s overflows 64 bits", k - 1, what(v)); break
                 end
             end
             if not msg and vals ~= nil then
-                if type(vals) ~= "table" or not json_is_list(vals) then
-                    msg = fmt("\"vals\": a list of %d numbers (one per id) expected, got %s", nid, json_what(vals))
+                if not is_list(vals) then
+                    msg = fmt("\"vals\": a list of %d numbers (one per id) expected, got %s", nid, what(vals))
                 elseif #vals ~= nid then
                     msg = fmt("\"vals\": a list of %d numbers (one per id) expected, got %d", nid, #vals)
                 else
                     for k = 1, nid do
                         local v = vals[k]
                         if type(v) ~= "number" then
-                            msg = fmt("\"vals\"[%d]: a number expected, got %s", k - 1, json_what(v)); break
+                            msg = fmt("\"vals\"[%d]: a number expected, got %s", k - 1, what(v)); break
                         end
                         f32_box[0] = v
                         local f = f32_box[0]
                         if f ~= f or f == huge or f == -huge then
-                            msg = fmt("\"vals\"[%d]: %s is not a finite float32", k - 1, json_what(v)); break
+                            msg = fmt("\"vals\"[%d]: %s is not a finite float32", k - 1, what(v)); break
                         end
                     end
                 end
@@ -250,11 +188,15 @@ local function parse_into(e, b, kind, body, max_rows, raw_ok, blen)
             bad[i - 1] = true
         end
     end
-    return n, errs, bad
+    return { n = n, b = b, errs = errs, bad = bad }
 end
 
-M.errs_of = errs_of
-M.batch_bad_rows = batch_bad_rows
-M.parse_into = parse_into
+-- the bad rows the scoring of a decoded request found (the transform's, the session's after
+-- score_raw), said in the body's terms: an {"instances"} body's rows are its elements, not lines.
+-- wisp.nginx.run calls it before anything yields, while the scanner's buffers hold this body's.
+function M.word(d, errs)
+    if d.instances then return instance_errors(errs, I.firsts(), I.starts()) end
+    return errs
+end
 
 return M

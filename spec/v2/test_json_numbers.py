@@ -1,7 +1,8 @@
-"""test_json_numbers.py — wisp_json_numbers (engine/batch/oip.c), the C reader of the v2 JSON tensors' number lists,
-through ctypes on $WISP_BUILD/libwisp.so: on random lists it reads what json.loads + numpy read (int32, int64
-exactly, float32 as float(strtod) rounded, float64), nested lists flattened; it refuses (EPARSE) what is not a
+"""test_json_numbers.py — wisp_json_numbers (engine/parse/json_numbers.c), the C reader of the v2 JSON tensors'
+number lists, through ctypes on $WISP_BUILD/libwisp.so: on random lists it reads what json.loads + numpy read
+(int32, int64 exactly, float32 as float(strtod) rounded, float64), nested lists flattened; it refuses (EPARSE) what is not a
 list of numbers of that kind, and says ELIMIT past cap."""
+
 import ctypes
 import json
 import random
@@ -9,23 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from conftest import BUILD
-
 WISP_OK, WISP_EPARSE, WISP_ELIMIT = 0, None, None
-
-
-@pytest.fixture(scope="module")
-def lib():
-    L = ctypes.CDLL(str(BUILD / "libwisp.so"))
-    f = L.wisp_json_numbers
-    f.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
-                  ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
-    f.restype = ctypes.c_int
-    L.wisp_err_name.restype = ctypes.c_char_p
-    L.wisp_err_name.argtypes = [ctypes.c_int]
-    return L
-
-
 NP = {(0, 32): np.int32, (0, 64): np.int64, (1, 32): np.float32, (1, 64): np.float64}
 
 
@@ -34,13 +19,17 @@ def read(lib, text, is_float, bits, cap=None, tail=b" }"):
     cap = cap if cap is not None else 10000
     out = np.zeros(max(cap, 1), dtype=NP[(is_float, bits)])
     cnt, used = ctypes.c_size_t(), ctypes.c_size_t()
-    rc = lib.wisp_json_numbers(raw, len(raw), is_float, bits, out.ctypes.data, cap, ctypes.byref(cnt), ctypes.byref(used))
+    rc = lib.wisp_json_numbers(
+        raw, len(raw), is_float, bits, out.ctypes.data, cap, ctypes.byref(cnt), ctypes.byref(used)
+    )
     return lib.wisp_err_name(rc).decode(), out[:cnt.value], used.value
 
 
 def rand_num(rng, kind):
     if kind == "int":
-        return str(rng.choice([0, 1, -1, 7, 2 ** 31 - 1, -2 ** 31, 2 ** 53 + 1, 2 ** 63 - 1, -2 ** 63, rng.randint(-10 ** 9, 10 ** 9)]))
+        return str(
+            rng.choice([0, 1, -1, 7, 2**31 - 1, -(2**31), 2**53 + 1, 2**63 - 1, -(2**63), rng.randint(-(10**9), 10**9)])
+        )
     r = rng.random()
     if r < 0.3:
         return repr(round(rng.uniform(-5, 5), rng.randint(0, 8)))

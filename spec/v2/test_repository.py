@@ -24,21 +24,30 @@ def v1_statuses(svc, model, n=8):
     return [predict_v1(svc, model, session=requests).status_code for _ in range(n)]
 
 
-def start(wisp_service, oip_models, tmp_path, admin=False):
-    p1, p2 = oip_models / "plain.wisp", oip_models / "plain_v2.wisp"
+def start(wisp_service, v2_models, tmp_path, admin=False):
+    p1, p2 = v2_models / "plain.wisp", v2_models / "plain_v2.wisp"
     repo = make_repo(tmp_path / "models", {"a": {1: p1, 2: p2}, "b": {1: p1, 2: p2}})
     write_config(repo, "b", '{"version_policy": {"specific": {"versions": [1]}}}')
-    svc = wisp_service(models="s=%s" % p2, extra=["--model-repository", str(repo), "--workers", "2", "--device", DEVICE],
-                       configure=FAST, admin=admin)
+    svc = wisp_service(
+        models="s=%s" % p2,
+        extra=["--model-repository", str(repo), "--workers", "2", "--device", DEVICE],
+        configure=FAST,
+        admin=admin,
+    )
     return svc, repo
 
 
-def test_index_rows_and_states(wisp_service, oip_models, tmp_path):
-    svc, repo = start(wisp_service, oip_models, tmp_path)
+def test_index_rows_and_states(wisp_service, v2_models, tmp_path):
+    svc, repo = start(wisp_service, v2_models, tmp_path)
     ix = index(svc)
     assert set(ix) == {("a", "1"), ("a", "2"), ("b", "1"), ("b", "2"), ("s", "1")}, ix
-    assert {k: m["state"] for k, m in ix.items()} == {("a", "1"): "UNAVAILABLE", ("a", "2"): "READY", ("b", "1"): "READY",
-                                                      ("b", "2"): "UNAVAILABLE", ("s", "1"): "READY"}
+    assert {k: m["state"] for k, m in ix.items()} == {
+        ("a", "1"): "UNAVAILABLE",
+        ("a", "2"): "READY",
+        ("b", "1"): "READY",
+        ("b", "2"): "UNAVAILABLE",
+        ("s", "1"): "READY",
+    }
     assert "not in the version policy (latest 1)" in ix[("a", "1")]["reason"]
     assert "not in the version policy (specific 1)" in ix[("b", "2")]["reason"]
     assert set(index(svc, ready=True)) == {("a", "2"), ("b", "1"), ("s", "1")}
@@ -48,9 +57,9 @@ def test_index_rows_and_states(wisp_service, oip_models, tmp_path):
     assert r.status_code == 400 and "error" in r.json()
 
 
-def test_unload_and_load_reach_every_worker(wisp_service, oip_models, wisp_score, tmp_path):
-    svc, repo = start(wisp_service, oip_models, tmp_path)
-    want2 = wisp_score(oip_models / "plain_v2.wisp", ROWS)
+def test_unload_and_load_reach_every_worker(wisp_service, v2_models, wisp_score, tmp_path):
+    svc, repo = start(wisp_service, v2_models, tmp_path)
+    want2 = wisp_score(v2_models / "plain_v2.wisp", ROWS)
     r = svc.post("/v2/repository/models/a/unload")
     assert r.status_code == 200 and r.json() == {"name": "a", "unload": True}, r.text
     assert wait_for(lambda: set(v1_statuses(svc, "a")) == {503}), v1_statuses(svc, "a")
@@ -81,8 +90,8 @@ def test_unload_and_load_reach_every_worker(wisp_service, oip_models, wisp_score
     assert svc.alive()
 
 
-def test_load_picks_up_a_new_version_and_errors(wisp_service, oip_models, wisp_score, tmp_path):
-    svc, repo = start(wisp_service, oip_models, tmp_path)
+def test_load_picks_up_a_new_version_and_errors(wisp_service, v2_models, wisp_score, tmp_path):
+    svc, repo = start(wisp_service, v2_models, tmp_path)
     # unknown names
     r = svc.post("/v2/repository/models/nope/load")
     assert r.status_code == 404 and "error" in r.json()
@@ -91,13 +100,13 @@ def test_load_picks_up_a_new_version_and_errors(wisp_service, oip_models, wisp_s
     assert svc.get("/v2/repository/index").status_code == 405
     # a model directory whose only version is broken: load answers 400 with the reason
     broken = tmp_path / "broken.wisp"
-    broken.write_bytes((oip_models / "plain.wisp").read_bytes()[:3000])
+    broken.write_bytes((v2_models / "plain.wisp").read_bytes()[:3000])
     make_repo(repo, {"c": {1: broken}})
     r = svc.post("/v2/repository/models/c/load")
     assert r.status_code == 400 and "failed to load 'c'" in r.json()["error"], r.text
     assert index(svc)[("c", "1")]["state"] == "UNAVAILABLE"
     # load right after a new version is renamed in: it serves at once on the answering worker
-    add_version(repo, "a", 3, oip_models / "tiny.wisp")
+    add_version(repo, "a", 3, v2_models / "tiny.wisp")
     r = svc.post("/v2/repository/models/a/load")
     assert r.status_code == 200, r.text
     assert wait_for(lambda: index(svc).get(("a", "3"), {}).get("state") == "READY")
@@ -106,8 +115,8 @@ def test_load_picks_up_a_new_version_and_errors(wisp_service, oip_models, wisp_s
     assert svc.alive()
 
 
-def test_admin_listener_only_when_separate(wisp_service, oip_models, tmp_path):
-    svc, repo = start(wisp_service, oip_models, tmp_path, admin=True)
+def test_admin_listener_only_when_separate(wisp_service, v2_models, tmp_path):
+    svc, repo = start(wisp_service, v2_models, tmp_path, admin=True)
     for path in ("/v2/repository/index", "/v2/repository/models/a/unload", "/v2/repository/models/a/load"):
         r = svc.post(path)
         assert r.status_code == 403 and "admin listener" in r.json()["error"], (path, r.text)

@@ -1,4 +1,4 @@
--- wisp/nginx/instances.lua — the {"instances": [...]} scanner: a JSON body of a model with feature
+-- wisp/nginx/v1/instances.lua — the {"instances": [...]} scanner: a JSON body of a model with feature
 -- columns made JSON lines for the C parser (wisp_raw_parse_jsonl) in one reused buffer, the
 -- scan's element offsets, and its bad rows said in the body's terms.
 

@@ -15,7 +15,7 @@ import requests
 import tritonclient.http as th
 from tritonclient.utils import InferenceServerException
 
-PLAIN_F = 5000      # spec/oip/models.lua: plain.wisp's features
+PLAIN_F = 5000      # spec/v2/models.lua: plain.wisp's features
 
 
 def close(got, want, tol=1e-6):
@@ -35,7 +35,9 @@ def rand_id_rows(rng, n, nf=PLAIN_F, valued=True):
         ids = []
         for _ in range(k):
             r = rng.random()
-            ids.append(0 if r < 0.05 else nf - 1 if r < 0.1 else nf + rng.randint(0, 3) if r < 0.13 else rng.randrange(nf))
+            ids.append(
+                0 if r < 0.05 else nf - 1 if r < 0.1 else nf + rng.randint(0, 3) if r < 0.13 else rng.randrange(nf)
+            )
         if ids and rng.random() < 0.2:
             ids.append(ids[0])                       # a duplicate id
         vals = [round(rng.uniform(-3, 3), 4) for _ in ids] if valued and rng.random() < 0.7 else None
@@ -78,8 +80,8 @@ def probs_of(answer):
 
 
 @pytest.fixture(scope="module")
-def client(oip_service):
-    return th.InferenceServerClient("127.0.0.1:%d" % oip_service.port)
+def client(v2_service):
+    return th.InferenceServerClient("127.0.0.1:%d" % v2_service.port)
 
 
 def triton_inputs(indptr, indices, values, binary, ip_dt="INT64", ix_dt="INT32"):
@@ -99,7 +101,7 @@ def triton_inputs(indptr, indices, values, binary, ip_dt="INT64", ix_dt="INT32")
 # ---- id models: every form equals wisp score ----------------------------------------------------
 
 @pytest.mark.parametrize("seed", range(6))
-def test_id_model_every_form_equals_cli(oip_service, oip_models, wisp_score, client, seed):
+def test_id_model_every_form_equals_cli(v2_service, v2_models, wisp_score, client, seed):
     rng = random.Random(1000 + seed)
     n = rng.choice([1, 2, 7, 100, 257])
     all_valued = seed % 2 == 0
@@ -108,12 +110,14 @@ def test_id_model_every_form_equals_cli(oip_service, oip_models, wisp_score, cli
         rows = [(ids, vals if vals is not None else [round(rng.uniform(-2, 2), 3) for _ in ids]) for ids, vals in rows]
     else:
         rows = [(ids, None) for ids, _ in rows]
-    want = wisp_score(oip_models / "plain.wisp", libsvm(rows))
+    want = wisp_score(v2_models / "plain.wisp", libsvm(rows))
     assert len(want) == n
     indptr, indices, values = csr(rows, all_valued)
     # raw JSON, INT64/INT32 and INT32/INT64
     for ip_dt, ix_dt in (("INT64", "INT32"), ("INT32", "INT64")):
-        r = oip_service.post("/v2/models/plain/infer", json=v2_json_body(indptr, indices, values, ip_dt, ix_dt, id="q%d" % seed))
+        r = v2_service.post(
+            "/v2/models/plain/infer", json=v2_json_body(indptr, indices, values, ip_dt, ix_dt, id="q%d" % seed)
+        )
         assert r.status_code == 200, r.text
         a = r.json()
         assert a["model_name"] == "plain" and a["model_version"] == "1" and a["id"] == "q%d" % seed
@@ -121,13 +125,16 @@ def test_id_model_every_form_equals_cli(oip_service, oip_models, wisp_score, cli
         assert bad == []
         close(p, want)
     # the version in the path
-    r = oip_service.post("/v2/models/plain/versions/1/infer", json=v2_json_body(indptr, indices, values))
+    r = v2_service.post("/v2/models/plain/versions/1/infer", json=v2_json_body(indptr, indices, values))
     assert r.status_code == 200, r.text
     close(probs_of(r.json())[0], want)
     # tritonclient: binary inputs and outputs (its default), JSON inputs and outputs, mixed
     for bin_in, bin_out in ((True, True), (False, False), (True, False), (False, True)):
         for ip_dt, ix_dt in (("INT64", "INT32"), ("INT32", "INT64")):
-            outs = [th.InferRequestedOutput("probability", binary_data=bin_out), th.InferRequestedOutput("bad_rows", binary_data=bin_out)]
+            outs = [
+                th.InferRequestedOutput("probability", binary_data=bin_out),
+                th.InferRequestedOutput("bad_rows", binary_data=bin_out),
+            ]
             res = client.infer("plain", triton_inputs(indptr, indices, values, bin_in, ip_dt, ix_dt), outputs=outs,
                                request_id="t%d" % seed, model_version="1" if seed % 3 == 0 else "")
             got = res.as_numpy("probability")
@@ -141,27 +148,34 @@ def test_id_model_every_form_equals_cli(oip_service, oip_models, wisp_score, cli
     assert res.as_numpy("bad_rows").dtype == np.int64
 
 
-def test_ids_at_and_beyond_the_table_edge(oip_service, oip_models, wisp_score, client):
-    rows = [([0], [1.0]), ([9], [2.5]), ([10], [1.0]), ([11, 10 ** 6], [1.0, 1.0]), ([], None), ([9, 9, 0], [1.0, -1.0, 0.5])]
-    want = wisp_score(oip_models / "tiny.wisp", libsvm(rows))
+def test_ids_at_and_beyond_the_table_edge(v2_service, v2_models, wisp_score, client):
+    rows = [
+        ([0], [1.0]),
+        ([9], [2.5]),
+        ([10], [1.0]),
+        ([11, 10**6], [1.0, 1.0]),
+        ([], None),
+        ([9, 9, 0], [1.0, -1.0, 0.5]),
+    ]
+    want = wisp_score(v2_models / "tiny.wisp", libsvm(rows))
     indptr, indices, values = csr(rows, True)
     res = client.infer("tiny", triton_inputs(indptr, indices, values, True, "INT64", "INT64"))
     close([float(x) for x in res.as_numpy("probability")], want)
     # ids beyond 2^32 (INT64, binary): ignored as out of range, like any id past the table
     big = [[2 ** 33, 2 ** 62, 3]]
     res = client.infer("tiny", triton_inputs([0, 3], big[0], [1.0, 1.0, 1.0], True, "INT64", "INT64"))
-    close([float(x) for x in res.as_numpy("probability")], wisp_score(oip_models / "tiny.wisp", "0 3:1\n"))
+    close([float(x) for x in res.as_numpy("probability")], wisp_score(v2_models / "tiny.wisp", "0 3:1\n"))
 
 
 # ---- bad rows ----------------------------------------------------------------------------------
 
-def test_bad_rows_nan_bad_rows_and_reasons_match_v1(oip_service, oip_models, wisp_score, client):
+def test_bad_rows_nan_bad_rows_and_reasons_match_v1(v2_service, v2_models, wisp_score, client):
     rows = [([1, 2], [0.5, 1.0]), ([3, -4], [1.0, 1.0]), ([7], [1e39]), ([4999], [2.0]), ([5], [1.0])]
     good = [r if i not in (1, 2) else ([], None) for i, r in enumerate(rows)]
-    want = wisp_score(oip_models / "plain.wisp", libsvm(good))
+    want = wisp_score(v2_models / "plain.wisp", libsvm(good))
     want[1] = want[2] = math.nan
     indptr, indices, values = csr(rows, True)
-    r = oip_service.post("/v2/models/plain/infer", json=v2_json_body(indptr, indices, values))
+    r = v2_service.post("/v2/models/plain/infer", json=v2_json_body(indptr, indices, values))
     assert r.status_code == 200, r.text
     a = r.json()
     p, bad = probs_of(a)
@@ -169,15 +183,16 @@ def test_bad_rows_nan_bad_rows_and_reasons_match_v1(oip_service, oip_models, wis
     assert bad == [1, 2]
     reasons = json.loads(a["parameters"]["bad_row_reasons"])
     assert [x["index"] for x in reasons] == [1, 2]
-    assert "non-negative" in reasons[0]["error"] and "indices[3]" in reasons[0]["error"]
+    assert "a negative feature index (-4)" in reasons[0]["error"]     # wisp_batch_from_csr's one message
     assert "finite" in reasons[1]["error"]
     # v1 on the same rows: null at the same rows, its errors at the same indices
-    v1 = oip_service.post("/v1/models/plain:predict",
+    v1 = v2_service.post("/v1/models/plain:predict",
                           json={"instances": [{"ids": ids, "vals": vals} for ids, vals in rows]})
     assert v1.status_code == 200, v1.text
     preds = v1.json()["predictions"]
     assert [i for i, x in enumerate(preds) if x is None] == bad
     assert [e["index"] for e in v1.json()["errors"]] == bad
+    assert v1.json()["bad_rows"] == v1.json()["errors"]             # the glossary's name and its 0.1.x alias
     close([x for x in p if x is not None], [x for x in preds if x is not None])
     # binary: NaN in the FP32 buffer (inf is the binary form of a value beyond float32)
     values_b = list(values)
@@ -190,20 +205,22 @@ def test_bad_rows_nan_bad_rows_and_reasons_match_v1(oip_service, oip_models, wis
     assert "bad_row_reasons" in res.get_response()["parameters"]
 
 
-def test_only_bad_rows_requested_and_every_row_bad(oip_service):
+def test_only_bad_rows_requested_and_every_row_bad(v2_service):
     # every row bad: 400, as v1 answers a request of which no row scores
-    r = oip_service.post("/v2/models/plain/infer", json=v2_json_body([0, 1, 2], [-1, -3], None))
+    r = v2_service.post("/v2/models/plain/infer", json=v2_json_body([0, 1, 2], [-1, -3], None))
     assert r.status_code == 400 and "no row could be scored" in r.json()["error"], r.text
     assert "row 0" in r.json()["error"] and "row 1" in r.json()["error"]
     # only bad_rows asked for, none bad (an empty row is a good row: the bias)
-    r = oip_service.post("/v2/models/plain/infer", json=v2_json_body([0, 1, 1], [1], None, outputs=[{"name": "bad_rows"}]))
+    r = v2_service.post(
+        "/v2/models/plain/infer", json=v2_json_body([0, 1, 1], [1], None, outputs=[{"name": "bad_rows"}])
+    )
     assert r.status_code == 200, r.text
     a = r.json()
     assert [o["name"] for o in a["outputs"]] == ["bad_rows"] and a["outputs"][0]["data"] == []
     assert "bad_row_reasons" not in a["parameters"]
     # the outputs in the order asked, one row bad
     body = v2_json_body([0, 1, 2], [1, -3], None, outputs=[{"name": "bad_rows"}, {"name": "probability"}])
-    r = oip_service.post("/v2/models/plain/infer", json=body)
+    r = v2_service.post("/v2/models/plain/infer", json=body)
     a = r.json()
     assert r.status_code == 200, r.text
     assert [o["name"] for o in a["outputs"]] == ["bad_rows", "probability"]
@@ -228,8 +245,11 @@ def rand_raw_rows(rng, n, big_ints):
         if rng.random() < 0.8:
             row["color"] = rng.choice(COLORS)
         if rng.random() < 0.9:
-            row["uid"] = rng.choice([0, 1, -5, 2 ** 40 + 7, 2 ** 53 + 1, 2 ** 63 - 1, -2 ** 63]) if big_ints and rng.random() < 0.5 \
-                else rng.randint(-1000, 10 ** 6)
+            row["uid"] = (
+                rng.choice([0, 1, -5, 2**40 + 7, 2**53 + 1, 2**63 - 1, -(2**63)])
+                if big_ints and rng.random() < 0.5
+                else rng.randint(-1000, 10**6)
+            )
         k = rng.choice([0, 0, 1, 2, 3])
         if k or rng.random() < 0.5:
             row["tags"] = [rng.choice(TAGS) for _ in range(k)]
@@ -287,13 +307,13 @@ def json_column_body(rows, cols=COLS):
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_column_model_every_form_equals_cli(oip_service, oip_models, wisp_score, client, seed):
+def test_column_model_every_form_equals_cli(v2_service, v2_models, wisp_score, client, seed):
     rng = random.Random(2000 + seed)
     n = rng.choice([1, 3, 50, 100])
     rows = rand_raw_rows(rng, n, big_ints=False)
-    want = wisp_score(oip_models / "ctr.wisp", jsonl(rows), "jsonl")
+    want = wisp_score(v2_models / "ctr.wisp", jsonl(rows), "jsonl")
     assert len(want) == n and not any(math.isnan(w) for w in want)
-    r = oip_service.post("/v2/models/ctr/infer", json=json_column_body(rows))
+    r = v2_service.post("/v2/models/ctr/infer", json=json_column_body(rows))
     assert r.status_code == 200, r.text
     p, bad = probs_of(r.json())
     assert bad == []
@@ -304,7 +324,7 @@ def test_column_model_every_form_equals_cli(oip_service, oip_models, wisp_score,
         close([float(x) for x in res.as_numpy("probability")], want)
 
 
-def test_column_model_int64_beyond_2_53_binary_and_fixed_width_forms(oip_service, oip_models, wisp_score, client):
+def test_column_model_int64_beyond_2_53_binary_and_fixed_width_forms(v2_service, v2_models, wisp_score, client):
     rng = random.Random(77)
     rows = rand_raw_rows(rng, 60, big_ints=True)
     for r in rows:                    # every row has uid, age, city, color, and two tags: [n], [n, 2]
@@ -313,7 +333,7 @@ def test_column_model_int64_beyond_2_53_binary_and_fixed_width_forms(oip_service
         r.setdefault("city", "Oslo")
         r.setdefault("color", "red")
         r["tags"] = (r.get("tags", []) + ["a", "b"])[:2]
-    want = wisp_score(oip_models / "ctr.wisp", jsonl(rows), "jsonl")
+    want = wisp_score(v2_models / "ctr.wisp", jsonl(rows), "jsonl")
     n = len(rows)
     ins = []
     for name, dt in COLS:
@@ -329,33 +349,40 @@ def test_column_model_int64_beyond_2_53_binary_and_fixed_width_forms(oip_service
     close([float(x) for x in res.as_numpy("probability")], want)
     # FP64 for the float input, INT32 for the int64 input (small values): the same rows
     small = [dict(r, uid=r["uid"] % 100000) for r in rows]
-    want2 = wisp_score(oip_models / "ctr.wisp", jsonl(small), "jsonl")
-    body = json_column_body(small, [("age", "FP64"), ("city", "BYTES"), ("color", "BYTES"), ("uid", "INT32"), ("tags", "BYTES")])
-    r = oip_service.post("/v2/models/ctr/infer", json=body)
+    want2 = wisp_score(v2_models / "ctr.wisp", jsonl(small), "jsonl")
+    body = json_column_body(
+        small, [("age", "FP64"), ("city", "BYTES"), ("color", "BYTES"), ("uid", "INT32"), ("tags", "BYTES")]
+    )
+    r = v2_service.post("/v2/models/ctr/infer", json=body)
     assert r.status_code == 200, r.text
     close(probs_of(r.json())[0], want2)
     # the same [n, 2] and [n, 1] forms as nested JSON lists (row-major)
     body = json_column_body(small, [("city", "BYTES"), ("color", "BYTES"), ("uid", "INT64")])
     body["inputs"].append({"name": "tags", "datatype": "BYTES", "shape": [n, 2], "data": [r["tags"] for r in small]})
     body["inputs"].append({"name": "age", "datatype": "FP32", "shape": [n, 1], "data": [[r["age"]] for r in small]})
-    r = oip_service.post("/v2/models/ctr/infer", json=body)
+    r = v2_service.post("/v2/models/ctr/infer", json=body)
     assert r.status_code == 200, r.text
     close(probs_of(r.json())[0], want2)
     # JSON integers beyond 2^53 are read from their text, exactly (not as doubles): the same as binary
     body = json_column_body(rows)
     assert any(abs(r["uid"]) > 2 ** 53 for r in rows)
-    r = oip_service.post("/v2/models/ctr/infer", json=body)
+    r = v2_service.post("/v2/models/ctr/infer", json=body)
     assert r.status_code == 200, r.text
     close(probs_of(r.json())[0], want)
     # one such int written with an exponent cannot be read exactly: refused, not rounded
-    body = json.dumps(json_column_body(rows[:2])).replace('"uid", "datatype": "INT64", "shape": [2], "data": [',
-                                                         '"uid", "datatype": "INT64", "shape": [2], "data": [9.007199254740993e15, ')
-    body = body.replace('"data": [9.007199254740993e15, %d, %d]' % (rows[0]["uid"], rows[1]["uid"]), '"data": [9.007199254740993e15, %d]' % rows[1]["uid"])
-    r = oip_service.post("/v2/models/ctr/infer", data=body)
+    body = json.dumps(json_column_body(rows[:2])).replace(
+        '"uid", "datatype": "INT64", "shape": [2], "data": [',
+        '"uid", "datatype": "INT64", "shape": [2], "data": [9.007199254740993e15, ',
+    )
+    body = body.replace(
+        '"data": [9.007199254740993e15, %d, %d]' % (rows[0]["uid"], rows[1]["uid"]),
+        '"data": [9.007199254740993e15, %d]' % rows[1]["uid"],
+    )
+    r = v2_service.post("/v2/models/ctr/infer", data=body)
     assert r.status_code == 400 and "2^53" in r.json()["error"], r.text
 
 
-def test_column_model_bad_rows_match_v1(oip_service, oip_models, wisp_score, client):
+def test_column_model_bad_rows_match_v1(v2_service, v2_models, wisp_score, client):
     rows = [{"age": 30, "city": "Paris"}, {"age": 20, "city": "Lyon"}, {"age": 40, "city": "Oslo"}]
     # row 1 gets two ages (a dense input takes one): bad; row 2 a NaN age (binary): bad
     ins = []
@@ -370,24 +397,28 @@ def test_column_model_bad_rows_match_v1(oip_service, oip_models, wisp_score, cli
     ins.append(t)
     res = client.infer("ctr", ins)
     got = res.as_numpy("probability")
-    want = wisp_score(oip_models / "ctr.wisp", jsonl(rows[:1]), "jsonl")
+    want = wisp_score(v2_models / "ctr.wisp", jsonl(rows[:1]), "jsonl")
     close([float(got[0])], want)
     assert np.isnan(got[1]) and np.isnan(got[2])
     assert list(res.as_numpy("bad_rows")) == [1, 2]
     reasons = json.loads(res.get_response()["parameters"]["bad_row_reasons"])
     assert [x["index"] for x in reasons] == [1, 2] and all(x["error"] for x in reasons)
     # v1 with a bad row of the same kind (a string for the float input): null and an error at its index
-    v1 = oip_service.post("/v1/models/ctr:predict", json={"instances": [rows[0], {"age": "x"}, rows[2]]})
+    v1 = v2_service.post("/v1/models/ctr:predict", json={"instances": [rows[0], {"age": "x"}, rows[2]]})
     assert v1.status_code == 200 and v1.json()["predictions"][1] is None and v1.json()["errors"][0]["index"] == 1
 
 
-def test_metadata_inputs_drive_a_request(oip_service, oip_models, wisp_score, client):
+def test_metadata_inputs_drive_a_request(v2_service, v2_models, wisp_score, client):
     """the metadata's inputs and datatypes are what infer takes: a request built from it alone"""
     md = client.get_model_metadata("ctr")
     assert md["platform"] == "wisp" and "1" in md["versions"]
     names = {i["name"]: i for i in md["inputs"]}
     assert set(names) == {"age", "city", "color", "uid", "tags"}
-    assert names["age"]["datatype"] == "FP32" and names["city"]["datatype"] == "BYTES" and names["uid"]["datatype"] == "INT64"
+    assert (
+        names["age"]["datatype"] == "FP32"
+        and names["city"]["datatype"] == "BYTES"
+        and names["uid"]["datatype"] == "INT64"
+    )
     assert names["tags"]["shape"] == [-1, -1] and names["age"]["shape"] == [-1]
     row = {"age": 41.5, "city": "Berlin", "color": "blue", "uid": 12, "tags": ["news"]}
     ins = []
@@ -395,10 +426,12 @@ def test_metadata_inputs_drive_a_request(oip_service, oip_models, wisp_score, cl
         v = row[name] if isinstance(row[name], list) else [row[name]]
         shape = [1, len(v)] if meta["shape"] == [-1, -1] else [1]
         t = th.InferInput(name, shape, meta["datatype"])
-        t.set_data_from_numpy(np.array([x.encode() if isinstance(x, str) else x for x in v], dtype=NP[meta["datatype"]]).reshape(shape))
+        t.set_data_from_numpy(
+            np.array([x.encode() if isinstance(x, str) else x for x in v], dtype=NP[meta["datatype"]]).reshape(shape)
+        )
         ins.append(t)
     res = client.infer("ctr", ins)
-    close([float(x) for x in res.as_numpy("probability")], wisp_score(oip_models / "ctr.wisp", jsonl([row]), "jsonl"))
+    close([float(x) for x in res.as_numpy("probability")], wisp_score(v2_models / "ctr.wisp", jsonl([row]), "jsonl"))
     md = client.get_model_metadata("plain", "1")
     assert [i["name"] for i in md["inputs"]] == ["indptr", "indices", "values"]
     assert [o["name"] for o in md["outputs"]] == ["probability", "bad_rows"]
@@ -429,15 +462,15 @@ def counts_settled(svc, want):
 
 
 @pytest.mark.parametrize("mode", ["inline", "thread", "async", "auto"])
-def test_every_mode_places_v2_as_v1(wisp_service, oip_models, wisp_score, mode):
+def test_every_mode_places_v2_as_v1(wisp_service, v2_models, wisp_score, mode):
     """v2 infer in each mode, batching on, scored where v1's predict would score it: mode thread
     (and auto for a body of thread_min_bytes = 16384 or more) in the thread pool's VMs, one row
     (not mode thread) through the batcher, the rest in the worker (async: submit + wait). Every
     answer (binary and JSON, ids and columns, a bad row, a refused request) as the CLI's; the
     placement read from /metrics' wisp_batch_rows{path=...}."""
-    svc = wisp_service(models={"plain": oip_models / "plain.wisp", "ctr": oip_models / "ctr.wisp"},
+    svc = wisp_service(models={"plain": v2_models / "plain.wisp", "ctr": v2_models / "ctr.wisp"},
                        extra=["--mode", mode, "--batching", "on"])
-    plain, ctr = oip_models / "plain.wisp", oip_models / "ctr.wisp"
+    plain, ctr = v2_models / "plain.wisp", v2_models / "ctr.wisp"
     rng = random.Random(7)
     c = th.InferenceServerClient("127.0.0.1:%d" % svc.port)
     c0 = batch_rows_counts(svc)
@@ -474,10 +507,13 @@ def test_every_mode_places_v2_as_v1(wisp_service, oip_models, wisp_score, mode):
     assert bad_rows == [k] and probs[k] is None
     want = wisp_score(plain, libsvm([row for i, row in enumerate(bad) if i != k]))
     close([p for i, p in enumerate(probs) if i != k], want)
-    assert "indices[%d] = -3" % ip[k] in json.loads(r.json()["parameters"]["bad_row_reasons"])[0]["error"]
+    reason = json.loads(r.json()["parameters"]["bad_row_reasons"])[0]
+    assert reason["index"] == k and "a negative feature index (-3)" in reason["error"]   # wisp_batch_from_csr's
     small.append(5)
     # a refused request: the error answered from wherever it was decoded
-    r = svc.post("/v2/models/plain/infer", json={"inputs": [{"name": "nope", "datatype": "INT64", "shape": [1], "data": [0]}]})
+    r = svc.post(
+        "/v2/models/plain/infer", json={"inputs": [{"name": "nope", "datatype": "INT64", "shape": [1], "data": [0]}]}
+    )
     assert r.status_code == 400 and "unknown input 'nope'" in r.json()["error"], r.text
 
     raw = rand_raw_rows(rng, 20, big_ints=True)
