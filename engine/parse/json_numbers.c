@@ -1,6 +1,6 @@
 /* json_numbers.c — one JSON list of numbers read into a typed array (wisp_json_numbers: the service's v2 tensor data). */
 /*
- * The Open Inference Protocol's JSON tensors (the service's v2 endpoints, lua/wisp/nginx/tensor.lua):
+ * The Open Inference Protocol's JSON tensors (the service's v2 endpoints, lua/wisp/nginx/v2/data.lua):
  * each number read as the JSON-lines reader reads it (engine/parse/textnum.h: an integer exactly, a float
  * as strtod, then rounded to float32 for a float32 array, as json.loads + numpy do). The Lua layer finds
  * the lists in nginx's body buffer and hands each one here; anything this refuses (a fraction for an

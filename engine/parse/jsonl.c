@@ -9,7 +9,7 @@
  * unknown key, a wrong type or malformed JSON make the row bad.
  *
  * THE JSON DECISIONS, one list for every JSON reader (this one, and the
- * service's bodies in lua/wisp/nginx/request.lua, which must match it): each
+ * service's bodies in lua/wisp/nginx/v1/decode.lua, which must match it): each
  * refusal makes that row bad with a message naming the real type and value.
  *   - values: NaN, Infinity, -Infinity (json.dumps' defaults for non-finite
  *     floats; not JSON) are refused, naming the token. A number is read as
@@ -22,7 +22,7 @@
  *     bucket (NaN and +inf last, -inf first: spec/data/tf_golden_columns.json), as
  *     it is a bucket id, not a value. FLT_MAX is kept, and values that
  *     underflow (1e-50 -> 0, subnormals) too. The service's "vals" (a
- *     value per weight: lua/wisp/nginx/request.lua) follow the values rule.
+ *     value per weight: lua/wisp/nginx/v1/decode.lua) follow the values rule.
  *   - int64: an integer literal only, read exactly from the text (never
  *     through a double, so 2^53 + 1 stays exact), in [-2^63, 2^63);
  *     1.0, 1e3 and 1.5 for an int64 input are refused (not integer
